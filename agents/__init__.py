@@ -1,0 +1,25 @@
+"""The simulated parts of a world. Pure step machines: no Ray, ZeroMQ or CLI in here."""
+from .automation import Automation
+from .base import PROTOCOL_VERSION, Agent, Message, StepResult, WorldInfo, agent_rng
+from .deployment import Deployment
+from .device import DevicePool
+from .monitoring import Monitoring
+from .operator import NoOperator, Operator, RunbookOperator
+from .population import Population
+from .service import Service
+from .status import StatusDashboard
+
+#: agent kind (as named in a world's build plan) -> class
+AGENT_CLASSES: dict[str, type[Agent]] = {
+    "automation": Automation,
+    "population": Population,
+    "device": DevicePool,
+    "service": Service,
+    "monitoring": Monitoring,
+    "deployment": Deployment,
+    "status": StatusDashboard,
+    "operator:none": NoOperator,
+    "operator:runbook": RunbookOperator,
+}
+
+__all__ = ["AGENT_CLASSES", "PROTOCOL_VERSION", "Agent", "Message", "StepResult", "WorldInfo", "agent_rng"]

@@ -1,0 +1,110 @@
+"""The contract every simulated part follows.
+
+An agent is a pure step machine: built from its playbook section and a seeded
+``numpy.random.Generator``, it consumes the messages addressed to it for tick *t*
+and returns the messages it sends, its metrics and its events for that tick.
+No clocks, sockets or Ray in here: the hosting layer moves the messages.
+"""
+from __future__ import annotations
+
+import copy
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Bumped whenever a message body changes shape; hosts refuse other versions.
+PROTOCOL_VERSION = 1
+
+
+@dataclass
+class Message:
+    """One tick message between agents. ``body`` holds only plain data."""
+
+    kind: str
+    src: str
+    dst: str
+    body: dict
+    seq: int = 0
+    tick: int = 0
+
+
+@dataclass
+class StepResult:
+    messages: list[Message] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorldInfo:
+    """What every agent may know about the world it lives in."""
+
+    dt: float  # seconds per tick
+    start_s: float  # clock time of tick 0, seconds after midnight
+    seed: int
+
+    def clock(self, tick: int) -> float:
+        return self.start_s + tick * self.dt
+
+
+def agent_rng(seed: int, name: str) -> np.random.Generator:
+    """An RNG stream per agent that depends only on the world seed and the agent name,
+    so results do not depend on how agents are grouped onto processes."""
+    key = zlib.crc32(name.encode("utf-8"))
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=(key,))))
+
+
+class Agent:
+    """Base class: subclasses implement ``step`` and, if mitigations can target them, ``apply``."""
+
+    kind = "agent"
+    #: metric name -> (unit, meaning); documented in the run directory's columns.json
+    METRICS: dict[str, tuple[str, str]] = {}
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        self.name = name
+        self.spec = spec
+        self.rng = rng
+        self.world = world
+        self._seq = 0
+        self._outbox: list[Message] = []
+        self._events: list[dict] = []
+
+    # -- helpers for subclasses -------------------------------------------------
+    def send(self, dst: str, kind: str, body: dict, tick: int) -> None:
+        self._seq += 1
+        self._outbox.append(Message(kind=kind, src=self.name, dst=dst, body=body, seq=self._seq, tick=tick))
+
+    def event(self, tick: int, kind: str, **data: Any) -> None:
+        self._events.append({"tick": tick, "agent": self.name, "event": kind, **data})
+
+    def finish(self, metrics: dict[str, float]) -> StepResult:
+        out = StepResult(messages=self._outbox, metrics=metrics, events=self._events)
+        self._outbox, self._events = [], []
+        return out
+
+    def handle_apply(self, tick: int, body: dict) -> None:
+        op = body.get("op")
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            self.event(tick, "apply_rejected", op=op, reason=f"{self.kind} {self.name!r} has no operation {op!r}")
+            return
+        handler(tick, **(body.get("args") or {}))
+        self.event(tick, "applied", op=op, args=body.get("args") or {}, by=body.get("by", ""))
+
+    # -- the contract -------------------------------------------------------------
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def snapshot(self) -> dict:
+        """The agent's whole state, RNG included, as a deep copy."""
+        state = {k: copy.deepcopy(v) for k, v in self.__dict__.items() if k not in ("rng", "spec", "world")}
+        state["__rng__"] = copy.deepcopy(self.rng.bit_generator.state)
+        return state
+
+    def restore(self, state: dict) -> None:
+        state = copy.deepcopy(state)
+        self.rng.bit_generator.state = state.pop("__rng__")
+        self.__dict__.update(state)

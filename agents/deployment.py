@@ -1,0 +1,121 @@
+"""Deployment tooling: every mitigation goes through it.
+
+An accepted action first waits its lead time (preparation, hardware), then, if it
+changes configuration, runs its deployment steps one after the other. Each step is a
+request across the deployment path; when that path is congested, steps time out and
+are retried, so every remediation slows down. When the last step lands, the action's
+effects are sent to their targets as ``apply`` messages.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Agent, Message, StepResult, WorldInfo
+
+
+class Deployment(Agent):
+    kind = "deployment"
+    METRICS = {
+        "actions_in_progress": ("count", "actions accepted and not yet effective"),
+        "step_attempts": ("count", "deployment steps attempted this tick"),
+        "step_failures": ("count", "deployment step attempts that failed (results received this tick)"),
+    }
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        dt = world.dt
+        self.path = list(spec.get("path") or [])
+        self.step_ticks = max(1, round(float(spec.get("step_time", 60.0)) / dt))
+        self.retry_ticks = max(1, round(float(spec.get("retry_delay", 30.0)) / dt))
+        self.timeout = float(spec.get("timeout", 10.0))
+        self.catalogue = {m["name"]: m for m in spec.get("catalogue") or []}
+        self.actions: list[dict] = []
+        self.inflight: dict[int, list[str]] = {}
+
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        failures = 0
+        for msg in inbox:
+            if msg.kind == "action_request":
+                self._accept(tick, msg.src, msg.body)
+            elif msg.kind == "flow_result":
+                ids = self.inflight.pop(int(msg.body["sent"]), [])
+                ok = min(int(msg.body["r_ok"]), len(ids))
+                good = set(self.rng.choice(len(ids), size=ok, replace=False).tolist()) if 0 < ok < len(ids) else set(range(ok))
+                for i, aid in enumerate(ids):
+                    a = self._find(aid)
+                    if a is None:
+                        continue
+                    a["stepping"] = False
+                    if i in good:
+                        a["steps_left"] -= 1
+                        a["next"] = tick + self.step_ticks
+                    else:
+                        failures += 1
+                        a["failed_steps"] += 1
+                        a["next"] = tick + self.retry_ticks
+
+        attempts: list[str] = []
+        for a in self.actions:
+            if tick < a["ready_at"] or a["stepping"]:
+                continue
+            if a["steps_left"] > 0:
+                if tick >= a["next"]:
+                    if self.path:
+                        a["stepping"] = True
+                        attempts.append(a["id"])
+                    else:
+                        a["steps_left"] -= 1
+                        a["next"] = tick + self.step_ticks
+                continue
+            if tick >= a["next"]:
+                self._take_effect(tick, a)
+        self.actions = [a for a in self.actions if not a["done"]]
+        if attempts:
+            self.inflight[tick] = attempts
+            self.send(self.path[0], "flow", {
+                "origin": self.name, "sent": tick, "hops": self.path[1:], "setups": 0, "requests": len(attempts),
+                "coupled": 0, "closes": 0, "ct": self.timeout, "rt": self.timeout,
+                "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0}, tick)
+        return self.finish({"actions_in_progress": len(self.actions), "step_attempts": len(attempts),
+                            "step_failures": failures})
+
+    def _find(self, aid: str):
+        return next((a for a in self.actions if a["id"] == aid), None)
+
+    def _accept(self, tick: int, requester: str, body: dict) -> None:
+        m = self.catalogue.get(body["action"])
+        if m is None:
+            self.event(tick, "action_rejected", action=body["action"], by=requester, reason="not in the catalogue")
+            return
+        params = dict(m.get("params") or {}) | dict(body.get("params") or {})
+        lead = max(0, round(float(m.get("lead_time", 0.0)) / self.world.dt))
+        steps = int(m.get("steps", 1)) if m.get("deploy", True) else 0
+        a = {"id": body["id"], "action": m["name"], "params": params, "by": requester, "asked": tick,
+             "ready_at": tick + lead, "next": tick + lead, "steps_left": steps, "steps": steps, "stepping": False,
+             "failed_steps": 0, "done": False, "effects": m.get("effects") or [], "risk": m.get("risk", "low")}
+        self.actions.append(a)
+        self.event(tick, "action_started", id=a["id"], action=a["action"], by=requester, params=params,
+                   lead_time_s=lead * self.world.dt, steps=steps, risk=a["risk"])
+        self.send(requester, "action_status", {"id": a["id"], "action": a["action"], "state": "started"}, tick)
+
+    def _take_effect(self, tick: int, a: dict) -> None:
+        a["done"] = True
+        for eff in a["effects"]:
+            args = {k: resolve_param(v, a["params"], a["by"]) for k, v in (eff.get("args") or {}).items()}
+            self.send(eff["target"], "apply", {"op": eff["op"], "args": args, "by": a["action"]}, tick)
+        self.event(tick, "action_effective", id=a["id"], action=a["action"], by=a["by"], asked_tick=a["asked"],
+                   failed_steps=a["failed_steps"], risk=a["risk"])
+        self.send(a["by"], "action_status", {"id": a["id"], "action": a["action"], "state": "effective"}, tick)
+
+
+def resolve_param(value, params: dict, requester: str):
+    """``$name`` in an effect's arguments stands for the action's parameter ``name``;
+    ``$requester`` for the operator who asked."""
+    if isinstance(value, str) and value.startswith("$"):
+        key = value[1:]
+        if key == "requester":
+            return requester
+        return params[key]
+    if isinstance(value, list):
+        return [resolve_param(v, params, requester) for v in value]
+    return value

@@ -1,0 +1,252 @@
+"""A pool of identical bridge devices (routers doing NAT between two networks).
+
+Per tick the pool has a CPU budget. Connection setups are the expensive load class,
+forwarded requests are cheap, rejections cheaper still. Admitted work joins a FIFO
+queue (bounded by ``queue.buffer`` seconds of work, the rest is dropped); the delay an
+arrival sees grows with utilisation and with the queue. An item whose delay exceeds
+its caller's timeout fails even though the device spent CPU on it (wasted work): that
+is what makes overload self-sustaining when callers retry. Every setup takes a
+connection-tracking entry; failed setups hold a half-open entry until it times out.
+
+Without protection, overload is shared by all sources in proportion to what they send.
+With protection, each source is admitted up to a max-min fair share of the budget and
+the excess is rejected cheaply and at once, which keeps the queue, and so the delay,
+short.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import Agent, Message, StepResult, WorldInfo
+
+
+def fair_shares(demands: list[float], capacity: float) -> list[float]:
+    """Max-min fair allocation of ``capacity`` over ``demands``."""
+    shares = [0.0] * len(demands)
+    left = capacity
+    active = sorted(range(len(demands)), key=lambda i: demands[i])
+    while active:
+        even = left / len(active)
+        i = active[0]
+        if demands[i] <= even:
+            shares[i] = demands[i]
+            left -= demands[i]
+            active.pop(0)
+        else:
+            for j in active:
+                shares[j] = even
+            break
+    return shares
+
+
+class DevicePool(Agent):
+    kind = "device"
+    METRICS = {
+        "devices": ("count", "devices in service"),
+        "utilisation": ("ratio", "CPU busy share this tick (processed work / budget), at most 1"),
+        "offered_load": ("ratio", "work arriving this tick / budget; above 1 means overload"),
+        "queue_delay_ms": ("ms", "mean delay an arrival sees this tick"),
+        "setups": ("setups", "connection setups offered this tick"),
+        "setup_success_ratio": ("ratio", "setups that completed within their caller's timeout / offered; 1 if none"),
+        "request_success_ratio": ("ratio", "requests forwarded within their caller's timeout / offered; 1 if none"),
+        "rejected": ("items", "items rejected cheaply (protection or full connection table)"),
+        "dropped": ("items", "items dropped because the queue was full"),
+        "wasted_work_ratio": ("ratio", "share of processed work whose caller had already timed out"),
+        "table_used_ratio": ("ratio", "connection-tracking entries in use / capacity"),
+        "connections": ("count", "established connections tracked"),
+        "dropped_by_action": ("count", "established connections dropped by an operator action this tick"),
+    }
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        self.count = int(spec["count"])
+        self.cpu_per_device = float(spec["cpu_per_device"])
+        costs = spec.get("costs") or {}
+        self.c_setup = float(costs.get("setup", 20.0))
+        self.c_request = float(costs.get("request", 1.0))
+        self.c_reject = float(costs.get("reject", 0.5))
+        table = spec.get("conntrack") or {}
+        self.table_per_device = float(table.get("capacity_per_device", 1e9))
+        self.half_open_ticks = max(1, round(float(table.get("half_open_timeout", 30.0)) / world.dt))
+        queue = spec.get("queue") or {}
+        self.buffer_s = float(queue.get("buffer", 5.0))
+        self.base_latency = float(queue.get("base_latency", 0.002))
+        self.protection = bool(spec.get("protection", False))
+        self.protection_queue = float(queue.get("protection_target", 0.05))  # seconds of queue protection allows
+        self.queue = 0.0  # work units waiting
+        self.established: dict[str, int] = {}
+        self.half_open = np.zeros(self.half_open_ticks, dtype=np.int64)  # ring of half-open entries by expiry
+        self.ring_pos = 0
+        self.down_until = -1
+        wiring = spec.get("_wiring") or {}
+        self.monitor = wiring.get("monitor")
+        self.telemetry = list(wiring.get("telemetry", []))
+        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+
+    # -- operations ----------------------------------------------------------------------
+    def op_add_devices(self, tick: int, count: int = 1) -> None:
+        self.count += int(count)
+
+    def op_set_protection(self, tick: int, enabled: bool = True) -> None:
+        self.protection = bool(enabled)
+
+    def op_restart(self, tick: int, duration: float = 60.0) -> None:
+        """Reboot every device: state is lost, connections drop, nothing passes meanwhile."""
+        self.down_until = tick + max(1, round(duration / self.world.dt))
+        self._dropped_by_action = sum(self.established.values())
+        for src, n in sorted(self.established.items()):
+            if n:
+                self.send(src, "conn_event", {"dropped": n, "reason": "restart"}, tick)
+        self.established = {}
+        self.half_open[:] = 0
+        self.queue = 0.0
+
+    # -- the tick --------------------------------------------------------------------------
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        dt = self.world.dt
+        self._dropped_by_action = 0
+        flows = []
+        for msg in inbox:
+            if msg.kind == "flow":
+                flows.append(msg)
+            elif msg.kind == "close":
+                o = msg.body["origin"]
+                self.established[o] = max(0, self.established.get(o, 0) - int(msg.body["count"]))
+            elif msg.kind == "apply":
+                self.handle_apply(tick, msg.body)
+        dropped_by_action = self._dropped_by_action
+
+        # Half-open entries expire.
+        self.ring_pos = (self.ring_pos + 1) % self.half_open_ticks
+        self.half_open[self.ring_pos] = 0
+
+        down = tick < self.down_until or self.count <= 0
+        rate = 0.0 if down else self.count * self.cpu_per_device  # work units per second
+        budget = rate * dt
+        table_cap = self.count * self.table_per_device
+
+        # Closes free entries first.
+        for f in flows:
+            b = f.body
+            if b["closes"]:
+                self.established[b["origin"]] = max(0, self.established.get(b["origin"], 0) - int(b["closes"]))
+
+        n = len(flows)
+        setups = np.array([f.body["setups"] for f in flows], dtype=float)
+        requests = np.array([f.body["requests"] for f in flows], dtype=float)
+        coupled = np.array([f.body["coupled"] for f in flows], dtype=bool)
+        unit = np.where(coupled, 0.0, 1.0)  # coupled flows: one item = setup + request, counted in setups
+        item_cost_s = np.where(coupled, self.c_setup + self.c_request, self.c_setup)
+        work = setups * item_cost_s + requests * self.c_request * unit
+        offered = float(work.sum())
+
+        # Admission: connection table, then protection. Rejections are cheap and fast.
+        adm_s = setups.copy()
+        adm_r = requests * unit
+        used = sum(self.established.values()) + int(self.half_open.sum())
+        free = max(0.0, table_cap - used)
+        total_setups = setups.sum()
+        if total_setups > free and total_setups > 0:
+            adm_s = setups * (free / total_setups)
+        if self.protection and n and budget > 0:
+            # Admit only what can be served this tick without the queue growing past
+            # ``protection_queue`` seconds, shared max-min fairly between sources.
+            adm_work = adm_s * item_cost_s + adm_r * self.c_request
+            reject_cost = float(((setups - adm_s) + (requests * unit)).sum()) * self.c_reject
+            room = budget + self.protection_queue * rate - self.queue - reject_cost
+            shares = fair_shares(list(adm_work), max(0.0, room))
+            for i in range(n):
+                if adm_work[i] > shares[i]:
+                    frac = shares[i] / adm_work[i]
+                    adm_s[i] *= frac
+                    adm_r[i] *= frac
+        rej_s = setups - adm_s
+        rej_r = requests * unit - adm_r
+        rejected = float(rej_s.sum() + rej_r.sum())
+
+        # Queue: what does not fit in the buffer is dropped (callers see a timeout).
+        w_adm = float((adm_s * item_cost_s + adm_r * self.c_request).sum()) + rejected * self.c_reject
+        if down:
+            keep = 0.0
+        else:
+            space = self.buffer_s * rate + budget - self.queue
+            keep = 1.0 if w_adm <= space else max(0.0, space) / w_adm
+        dropped = float((adm_s + adm_r).sum()) * (1 - keep)
+        adm_s *= keep
+        adm_r *= keep
+        w_in = w_adm * keep
+        q_before = self.queue
+        processed = min(budget, q_before + w_in)
+        self.queue = q_before + w_in - processed
+        if down:
+            delay = math.inf
+        else:
+            rho = min(0.95, (q_before + w_in) / budget) if budget else 0.95
+            delay = self.base_latency / (1.0 - rho) + (q_before + max(0.0, w_in - budget) / 2) / rate
+
+        # M/M/1-like sojourn: P(delay <= timeout) = 1 - exp(-timeout / mean delay).
+        s_ok_all = r_ok_all = 0
+        wasted = 0.0
+        expiry = (self.ring_pos - 1) % self.half_open_ticks
+        for i, f in enumerate(flows):
+            b = f.body
+            origin = b["origin"]
+            ps = 0.0 if down else 1.0 - math.exp(-b["ct"] / delay)
+            pr = 0.0 if down else 1.0 - math.exp(-b["rt"] / delay)
+            n_s, n_r = int(round(adm_s[i])), int(round(adm_r[i]))
+            s_rej, r_rej = int(round(rej_s[i])), int(round(rej_r[i]))
+            if coupled[i]:
+                # One item is a setup plus a request (UDP-style flow); it holds an entry until it times out.
+                ok = int(self.rng.binomial(n_s, pr)) if n_s else 0
+                self.half_open[expiry] += n_s
+                wasted += (n_s - ok) * (self.c_setup + self.c_request)
+                s_ok_all += ok
+                r_ok_all += ok
+                total = int(b["setups"])
+                res = {"s_ok": 0, "s_fail": 0, "s_rej": 0, "r_ok": ok, "r_rej": s_rej,
+                       "r_fail": max(0, total - ok - s_rej)}
+            else:
+                s_ok = int(self.rng.binomial(n_s, ps)) if n_s else 0
+                r_ok = int(self.rng.binomial(n_r, pr)) if n_r else 0
+                self.established[origin] = self.established.get(origin, 0) + s_ok
+                self.half_open[expiry] += n_s - s_ok
+                wasted += (n_s - s_ok) * self.c_setup + (n_r - r_ok) * self.c_request
+                s_ok_all += s_ok
+                r_ok_all += r_ok
+                res = {"s_ok": s_ok, "s_rej": s_rej, "s_fail": max(0, int(b["setups"]) - s_ok - s_rej),
+                       "r_ok": r_ok, "r_rej": r_rej, "r_fail": max(0, int(b["requests"]) - r_ok - r_rej)}
+            self._forward(b, res, 0.0 if down else delay, tick)
+
+        setups_offered = float(setups.sum())
+        req_offered = float((requests * unit).sum() + setups[coupled].sum())
+        metrics = {
+            "devices": 0 if down else self.count,
+            "utilisation": processed / budget if budget else (1.0 if offered else 0.0),
+            "offered_load": offered / budget if budget else (1.0 if offered else 0.0),
+            "queue_delay_ms": 1e3 * delay if math.isfinite(delay) else 1e3 * self.buffer_s,
+            "setups": setups_offered,
+            "setup_success_ratio": s_ok_all / setups_offered if setups_offered else 1.0,
+            "request_success_ratio": r_ok_all / req_offered if req_offered else 1.0,
+            "rejected": rejected,
+            "dropped": dropped,
+            "wasted_work_ratio": min(1.0, wasted / processed) if processed else 0.0,
+            "table_used_ratio": (sum(self.established.values()) + int(self.half_open.sum())) / table_cap if table_cap else 1.0,
+            "connections": sum(self.established.values()),
+            "dropped_by_action": dropped_by_action,
+        }
+        if self.monitor and tick % self.telemetry_every == 0:
+            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        return self.finish(metrics)
+
+    def _forward(self, b: dict, res: dict, delay: float, tick: int) -> None:
+        """Pass what got through to the next hop, or report the outcome to the origin."""
+        acc = {k: b.get(k, 0) + res[k] for k in ("s_fail", "s_rej", "r_fail", "r_rej")}
+        if b["hops"]:
+            self.send(b["hops"][0], "flow", b | acc | {
+                "hops": b["hops"][1:], "setups": res["s_ok"] if not b["coupled"] else res["r_ok"],
+                "requests": res["r_ok"], "delay": b["delay"] + delay}, tick)
+        else:
+            self.send(b["origin"], "flow_result", acc | {"sent": b["sent"], "s_ok": res["s_ok"], "r_ok": res["r_ok"],
+                                                        "delay": b["delay"] + delay}, tick)

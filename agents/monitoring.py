@@ -1,0 +1,134 @@
+"""Monitoring as the operators get it, not as it is.
+
+Every component sends telemetry reports here; the reports then have to cross the
+monitoring path (in 2021, the congested bridge) before the operators' view is updated.
+A report that does not make it leaves a gap; the view keeps the last value with its
+age. Ground truth only goes to the journal. Logs are always written but slow: a log
+query answers with ground truth after ``log_delay``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Agent, Message, StepResult, WorldInfo
+
+
+class Monitoring(Agent):
+    kind = "monitoring"
+    METRICS = {
+        "reports_sent": ("count", "telemetry reports sent across the monitoring path this tick"),
+        "reports_arrived": ("count", "telemetry reports that arrived this tick"),
+        "visibility": ("ratio", "share of observed metrics whose value is fresh (age below stale_after)"),
+        "alarms_firing": ("count", "alarms firing in the observed view"),
+    }
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        dt = world.dt
+        self.path = list(spec.get("path") or [])
+        self.timeout = float(spec.get("timeout", 5.0))
+        self.observe = list(spec.get("observe") or [])
+        self.stale_ticks = max(1, round(float(spec.get("stale_after", 180.0)) / dt))
+        self.log_delay_ticks = max(1, round(float(spec.get("log_delay", 600.0)) / dt))
+        self.publish_every = max(1, round(float(spec.get("publish_every", 10.0)) / dt))
+        self.alarms = [dict(a, for_ticks=max(1, round(float(a.get("for", 60.0)) / dt))) for a in spec.get("alarms") or []]
+        self.view: dict[str, tuple[float, int]] = {}  # metric -> (value, tick measured)
+        self.truth: dict[str, tuple[float, int]] = {}
+        self.pending: list[tuple[str, dict, int]] = []  # (agent, values, tick measured) waiting to cross
+        self.inflight: dict[int, list] = {}
+        self.queries: list[dict] = []
+        self.alarm_since: dict[str, int] = {}
+        self.firing: set[str] = set()
+        wiring = spec.get("_wiring") or {}
+        self.operators = list(wiring.get("operators", []))
+
+    def op_query_logs(self, tick: int, reply_to: str = "", metrics: list | None = None, id: str = "") -> None:
+        self.queries.append({"due": tick + self.log_delay_ticks, "reply_to": reply_to, "id": id,
+                             "metrics": list(metrics or self.observe), "asked": tick})
+
+    def op_set_path(self, tick: int, path: list | None = None) -> None:
+        """Out-of-band monitoring: telemetry stops depending on the congested path."""
+        self.path = list(path or [])
+
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        arrived = 0
+        sent = 0
+        for msg in inbox:
+            if msg.kind == "telemetry":
+                vals, at = msg.body["values"], int(msg.body["at"])
+                for k, v in vals.items():
+                    self.truth[f"{msg.src}.{k}"] = (float(v), at)
+                self.pending.append((msg.src, vals, at))
+            elif msg.kind == "flow_result":
+                batch = self.inflight.pop(int(msg.body["sent"]), [])
+                ok = min(int(msg.body["r_ok"]), len(batch))
+                chosen = sorted(self.rng.choice(len(batch), size=ok, replace=False).tolist()) if 0 < ok < len(batch) \
+                    else range(ok)
+                for i in chosen:
+                    self._arrive(batch[i])
+                arrived += ok
+            elif msg.kind == "apply":
+                self.handle_apply(tick, msg.body)
+
+        if self.pending:
+            sent = len(self.pending)
+            if self.path:
+                self.inflight[tick] = self.pending
+                self.send(self.path[0], "flow", {
+                    "origin": self.name, "sent": tick, "hops": self.path[1:], "setups": 0, "requests": sent,
+                    "coupled": 0, "closes": 0, "ct": self.timeout, "rt": self.timeout,
+                    "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0}, tick)
+            else:
+                for rep in self.pending:
+                    self._arrive(rep)
+                arrived += sent
+            self.pending = []
+
+        for q in [q for q in self.queries if q["due"] <= tick]:
+            self.queries.remove(q)
+            values = {m: [self.truth[m][0], (tick - self.truth[m][1]) * self.world.dt] for m in q["metrics"] if m in self.truth}
+            self.send(q["reply_to"], "log_result", {"id": q["id"], "asked": q["asked"], "values": values}, tick)
+            self.event(tick, "log_result", id=q["id"], reply_to=q["reply_to"])
+
+        self._evaluate_alarms(tick)
+        fresh = sum(1 for m in self.observe if m in self.view and tick - self.view[m][1] <= self.stale_ticks)
+        if tick % self.publish_every == 0:
+            view = {m: [v, (tick - at) * self.world.dt] for m, (v, at) in sorted(self.view.items())}
+            for op in self.operators:
+                self.send(op, "observed", {"view": view, "alarms": sorted(self.firing)}, tick)
+        return self.finish({
+            "reports_sent": sent,
+            "reports_arrived": arrived,
+            "visibility": fresh / len(self.observe) if self.observe else 1.0,
+            "alarms_firing": len(self.firing),
+        })
+
+    def _arrive(self, report: tuple) -> None:
+        agent, vals, at = report
+        for k, v in vals.items():
+            key = f"{agent}.{k}"
+            if key not in self.view or self.view[key][1] <= at:
+                self.view[key] = (float(v), at)
+
+    def _evaluate_alarms(self, tick: int) -> None:
+        for a in self.alarms:
+            name, metric = a["name"], a["metric"]
+            seen = self.view.get(metric)
+            if a.get("no_data"):
+                cond = seen is None or tick - seen[1] > self.stale_ticks
+            elif seen is None or tick - seen[1] > self.stale_ticks:
+                cond = False  # an alarm on a value cannot fire without the value
+            elif "above" in a:
+                cond = seen[0] > float(a["above"])
+            else:
+                cond = seen[0] < float(a["below"])
+            if cond:
+                since = self.alarm_since.setdefault(name, tick)
+                if name not in self.firing and tick - since + 1 >= a["for_ticks"]:
+                    self.firing.add(name)
+                    self.event(tick, "alarm_raised", alarm=name, metric=metric)
+            else:
+                self.alarm_since.pop(name, None)
+                if name in self.firing:
+                    self.firing.discard(name)
+                    self.event(tick, "alarm_cleared", alarm=name, metric=metric)

@@ -1,0 +1,132 @@
+"""Operators: one decision interface, several implementations.
+
+An operator sees only what monitoring delivers (the observed view, with ages and gaps),
+the alarms, the results of its log queries and the progress of its own actions; it
+never sees ground truth. ``RunbookOperator`` applies rules ``when -> do``; a console
+(human team) operator plugs into the same interface later.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Agent, Message, StepResult, WorldInfo
+
+
+class Operator(Agent):
+    """Base: keeps the observed view and the action log; decides nothing."""
+
+    kind = "operator"
+    METRICS = {"actions_requested": ("count", "actions this operator has requested so far")}
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        wiring = spec.get("_wiring") or {}
+        self.dispatcher = wiring.get("deployment", "deployment")
+        self.view: dict[str, list] = {}
+        self.view_tick = -1
+        self.alarms: set[str] = set()
+        self.logs: dict[str, list] = {}
+        self.requested: dict[str, int] = {}  # action -> tick first requested
+        self.effective: dict[str, int] = {}
+        self.n_requested = 0
+
+    def observe(self, tick: int, inbox: list[Message]) -> None:
+        for msg in inbox:
+            b = msg.body
+            if msg.kind == "observed":
+                self.view, self.view_tick, self.alarms = b["view"], tick, set(b["alarms"])
+            elif msg.kind == "log_result":
+                self.logs.update(b["values"])
+            elif msg.kind == "action_status" and b["state"] == "effective":
+                self.effective.setdefault(b["action"], tick)
+
+    def request(self, tick: int, action: str, params: dict | None = None, reason: str = "") -> None:
+        self.n_requested += 1
+        self.requested.setdefault(action, tick)
+        aid = f"{self.name}-{self.n_requested}"
+        self.send(self.dispatcher, "action_request", {"id": aid, "action": action, "params": params or {}}, tick)
+        self.event(tick, "action_requested", id=aid, action=action, params=params or {}, reason=reason)
+
+    def decide(self, tick: int) -> None:
+        """Subclasses choose actions here."""
+
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        self.observe(tick, inbox)
+        self.decide(tick)
+        return self.finish({"actions_requested": self.n_requested})
+
+
+class NoOperator(Operator):
+    """Nobody acts: the baseline that shows the loop does not heal itself."""
+
+
+class RunbookOperator(Operator):
+    """Rules over the observed view: time, thresholds, missing data, alarms, earlier actions."""
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        self.rules = spec.get("rules") or []
+        self.fired: dict[int, int] = {}  # rule index -> times fired
+        self.true_since: dict[tuple, int] = {}
+        self.last_fired: dict[int, int] = {}
+
+    def decide(self, tick: int) -> None:
+        for i, rule in enumerate(self.rules):
+            if self.fired.get(i) and not rule.get("repeat"):
+                continue
+            if rule.get("repeat") and self.fired.get(i) and tick - self.last_fired[i] < self._ticks(rule.get("every", 600)):
+                continue
+            if self._holds(tick, rule["when"], (i,)):
+                self.fired[i] = self.fired.get(i, 0) + 1
+                self.last_fired[i] = tick
+                self.event(tick, "rule_fired", rule=rule.get("name", f"rule {i + 1}"), action=rule["do"]["action"])
+                self.request(tick, rule["do"]["action"], rule["do"].get("params"), reason=rule.get("name", ""))
+
+    def _ticks(self, seconds: float) -> int:
+        return max(0, round(float(seconds) / self.world.dt))
+
+    def _holds(self, tick: int, cond: dict, path: tuple) -> bool:
+        """Evaluate one condition; ``for`` makes it hold only after being true that long."""
+        now = self.world.clock(tick)
+        if "all" in cond:
+            ok = all(self._holds(tick, c, path + (j,)) for j, c in enumerate(cond["all"]))
+        elif "any" in cond:
+            ok = any(self._holds(tick, c, path + (j,)) for j, c in enumerate(cond["any"]))
+        elif "not" in cond:
+            ok = not self._holds(tick, cond["not"], path + ("not",))
+        elif "at" in cond:
+            ok = now >= cond["at"]
+        elif "no_data" in cond:
+            seen = self.view.get(cond["no_data"])
+            ok = seen is None or seen[1] + (tick - self.view_tick) * self.world.dt >= float(cond.get("for", 300))
+            return ok  # "for" is the age itself here
+        elif "metric" in cond:
+            seen = self.view.get(cond["metric"])
+            max_age = float(cond.get("max_age", 300))
+            if seen is None or seen[1] + (tick - self.view_tick) * self.world.dt > max_age:
+                ok = False
+            elif "above" in cond:
+                ok = seen[0] > float(cond["above"])
+            else:
+                ok = seen[0] < float(cond["below"])
+        elif "log" in cond:
+            seen = self.logs.get(cond["log"])
+            ok = seen is not None and (seen[0] > float(cond["above"]) if "above" in cond else seen[0] < float(cond["below"]))
+        elif "alarm" in cond:
+            ok = cond["alarm"] in self.alarms
+        elif "done" in cond:
+            when = (self.effective if cond.get("effective") else self.requested).get(cond["done"])
+            ok = when is not None and tick - when >= self._ticks(cond.get("after", 0))
+            return ok
+        elif "not_done" in cond:
+            ok = cond["not_done"] not in self.requested
+        else:  # validation rejects this before a run starts
+            raise ValueError(f"unknown condition {cond!r}")
+        hold = self._ticks(cond.get("for", 0))
+        if not hold:
+            return ok
+        if not ok:
+            self.true_since.pop(path, None)
+            return False
+        since = self.true_since.setdefault(path, tick)
+        return tick - since >= hold

@@ -1,0 +1,385 @@
+"""A client population held as cohorts: counts per state and attempt number, with
+timing wheels for future connection attempts and request retries.
+
+Pooled mode: clients hold a connection (with a lifetime) and send requests on it; a
+failed request makes the client drop its connection and reconnect (``reconnect_on``).
+Per-request mode: every request opens a new flow (a setup) on the path, like DNS over UDP.
+Durable work is kept and retried until done (a backlog); perishable work fails for good
+after ``retry.max_attempts``.
+
+Flows are summarised per tick: one ``flow`` message goes out along the path, one
+``flow_result`` comes back some ticks later, stamped with the tick it was sent.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import Agent, Message, StepResult, WorldInfo
+from .retry import CircuitBreaker, RetryPolicy, TokenBucket
+from .wheel import TimingWheel
+
+
+class Population(Agent):
+    kind = "population"
+    METRICS = {
+        "clients": ("count", "clients in the population"),
+        "connected": ("count", "clients holding an established connection (pooled mode)"),
+        "waiting": ("count", "clients waiting in the timing wheel for their next connection attempt"),
+        "demand": ("requests", "fresh requests wanted this tick (all clients, connected or not)"),
+        "fresh": ("requests", "fresh requests sent or queued this tick"),
+        "attempts": ("requests", "request attempts put on the wire this tick (fresh + retries)"),
+        "conn_attempts": ("setups", "connection attempts (setups) put on the wire this tick"),
+        "ok": ("requests", "request attempts that succeeded (results received this tick)"),
+        "failed": ("requests", "request attempts that failed (results received this tick)"),
+        "errors": ("requests", "requests that failed for good this tick (customer-visible errors)"),
+        "success_ratio": ("ratio", "ok / (ok + failed) of attempts resolved this tick; 1 if none"),
+        "error_ratio": ("ratio", "errors / (ok + errors) this tick; 0 if none"),
+        "setup_ok": ("setups", "connection attempts that succeeded (results received this tick)"),
+        "setup_failed": ("setups", "connection attempts that failed (results received this tick)"),
+        "backlog": ("requests", "durable work not yet done (queued, waiting to retry or in flight)"),
+        "broken_connections": ("count", "connections broken by operator actions this tick"),
+    }
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        dt = world.dt
+        self.clients = int(spec["clients"])
+        self.rate = float(spec["rate"])  # requests per client per second
+        self.pooled = spec.get("mode", "pooled") == "pooled"
+        self.durable = spec.get("work", "perishable") == "durable"
+        self.max_rate = spec.get("max_rate")  # durable dispatch cap, requests/s
+        self.path: list[str] = list(spec.get("path") or [])
+        self.target = spec.get("target")
+        self.depends_on: list[str] = list(spec.get("depends_on") or [])
+        conn = spec.get("connection") or {}
+        self.lifetime = float(conn.get("lifetime", 600.0))
+        self.connect_timeout = float(conn.get("timeout", 3.0))
+        self.reconnect = RetryPolicy.from_spec(conn.get("reconnect"))
+        self.reconnect_on = set(conn.get("reconnect_on", ["timeout"]))
+        self.request_timeout = float((spec.get("request") or {}).get("timeout", 5.0))
+        retry = spec.get("retry") or {}
+        self.retry = RetryPolicy.from_spec(retry)
+        if self.durable:
+            self.retry.max_attempts = 0  # durable work is never given up
+        self.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"].get("capacity", 100.0))) \
+            if retry.get("budget") else None
+        cb = retry.get("circuit_breaker")
+        self.breaker = CircuitBreaker(float(cb.get("threshold", 0.5)), float(cb.get("window", 10.0)),
+                                      float(cb.get("open_for", 30.0)), float(cb.get("probe_fraction", 0.1)), dt) \
+            if cb else None
+        bugs = spec.get("bugs") or {}
+        self.bug_ignores_backoff = bool(bugs.get("reconnect_ignores_backoff", False))
+        self.bug_delay = float(bugs.get("reconnect_delay", self.connect_timeout))
+        self.rate_factor = 1.0
+        self.dispatch_factor = 1.0
+        wiring = spec.get("_wiring") or {}
+        self.health_subscribers: list[str] = list(wiring.get("health_subscribers", []))
+        self.monitor = wiring.get("monitor")
+        self.telemetry = list(wiring.get("telemetry", []))
+        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+
+        horizon = math.ceil(max(self.reconnect.cap, self.retry.cap, self.bug_delay, self.lifetime / 10,
+                                self.connect_timeout, self.request_timeout) / dt) + 4
+        self.conn_wheel = TimingWheel(horizon, self.reconnect.attempt_classes() + 1)
+        self.req_wheel = TimingWheel(horizon, self.retry.attempt_classes() + 1)
+        self.ready = np.zeros(self.req_wheel.classes, dtype=np.int64)  # durable work ready to dispatch
+        # Connected clients by back-off class: class 0 have proven their connection with a
+        # successful request; the others connected after k failed attempts and keep that
+        # back-off state until a request succeeds (a well-tested back-off does not reset
+        # on connect alone).
+        self.conn_by_class = np.zeros(self.conn_wheel.classes, dtype=np.int64)
+        self.conn_by_class[0] = self.clients if self.pooled else 0
+        self.inflight: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}  # sent tick -> (setups, requests, surge setups)
+        self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
+        self.surges: list[dict] = []
+        self.broken = 0
+        self.dropped_after_failure = 0  # connections given up since the last flow, to close on the devices
+        self._offset_cache: dict = {}
+
+    # -- operations a trigger or mitigation can apply --------------------------------
+    def op_set_path(self, tick: int, path: list | None = None, target: str | None = "__keep__") -> None:
+        """Move this traffic onto another path; established connections break."""
+        if self.pooled and self.connected:
+            for device in self.path:  # the old devices forget these connections
+                self.send(device, "close", {"origin": self.name, "count": self.connected}, tick)
+            self._break_connections(self.connected)
+        self.path = list(path or [])
+        if target != "__keep__":
+            self.target = target
+
+    def op_scale_rate(self, tick: int, factor: float) -> None:
+        """Disable (0), throttle (<1) or restore (1) this population's traffic."""
+        self.rate_factor = float(factor)
+
+    def op_scale_dispatch(self, tick: int, factor: float) -> None:
+        """Durable work: pause (0), throttle (<1) or restore (1) delivery; arrivals keep coming."""
+        self.dispatch_factor = float(factor)
+
+    def op_set_bug(self, tick: int, bug: str = "reconnect_ignores_backoff", enabled: bool = True) -> None:
+        if bug != "reconnect_ignores_backoff":
+            raise ValueError(f"unknown bug {bug!r}")
+        self.bug_ignores_backoff = bool(enabled)
+
+    def op_surge(self, tick: int, reconnect_fraction: float = 0.0, extra_setups_per_second: float = 0.0,
+                 duration: float = 60.0) -> None:
+        """A burst of new connections: a share of connected clients re-establish their
+        connections, spread over ``duration``, plus extra setups from elsewhere."""
+        ticks = max(1, round(duration / self.world.dt))
+        self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
+                            "extra": float(extra_setups_per_second)})
+
+    @property
+    def connected(self) -> int:
+        return int(self.conn_by_class.sum())
+
+    def _take_connected(self, n: int) -> np.ndarray:
+        """Remove n connected clients, drawn at random over back-off classes."""
+        n = min(n, self.connected)
+        if n <= 0:
+            return np.zeros_like(self.conn_by_class)
+        taken = self.rng.multivariate_hypergeometric(self.conn_by_class, n) if n < self.connected else self.conn_by_class.copy()
+        self.conn_by_class -= taken
+        return taken
+
+    def _break_connections(self, n: int) -> None:
+        n = int(self._take_connected(n).sum())
+        self.conn_wheel.schedule_one(1, n, 0)
+        self.broken += n
+
+    # -- helpers ----------------------------------------------------------------------
+    def _offsets(self, policy: RetryPolicy, attempt: int, lag: float, ignore_backoff: bool):
+        key = (id(policy), attempt, round(lag, 6), ignore_backoff)
+        hit = self._offset_cache.get(key)
+        if hit is None:
+            if ignore_backoff:  # the latent bug: re-establish after a fixed short delay, whatever the attempt
+                slot = max(1, math.ceil((self.bug_delay - lag) / self.world.dt - 1e-9))
+                hit = (np.array([slot]), np.array([1.0]))
+            else:
+                hit = policy.offsets(attempt, self.world.dt, lag)
+            self._offset_cache[key] = hit
+        return hit
+
+    def _schedule(self, wheel: TimingWheel, policy: RetryPolicy, per_class: np.ndarray, lag: float,
+                  ignore_backoff: bool = False, shift: int = 1) -> None:
+        """Schedule failures of attempt class k as attempt class k + shift."""
+        for k in np.flatnonzero(per_class):
+            n = int(per_class[k])
+            offsets, probs = self._offsets(policy, int(k), lag, ignore_backoff)
+            if len(offsets) == 1:
+                wheel.schedule_one(int(offsets[0]), n, int(k) + shift)
+            else:
+                wheel.schedule(offsets, self.rng.multinomial(n, probs), int(k) + shift)
+
+    def _split(self, per_class: np.ndarray, ok: int) -> tuple[np.ndarray, np.ndarray]:
+        total = int(per_class.sum())
+        ok = min(ok, total)
+        if ok == total:
+            return per_class.copy(), np.zeros_like(per_class)
+        if ok == 0:
+            return np.zeros_like(per_class), per_class.copy()
+        good = self.rng.multivariate_hypergeometric(per_class, ok)
+        return good, per_class - good
+
+    # -- the tick ------------------------------------------------------------------------
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        dt = self.world.dt
+        self.broken = 0
+        res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0}
+        for msg in inbox:
+            if msg.kind == "flow_result":
+                self._on_result(tick, msg.body, res)
+            elif msg.kind == "conn_event":
+                self._break_connections(int(msg.body["dropped"]))
+            elif msg.kind == "health":
+                self.dep_health[msg.src] = float(msg.body["ratio"])
+            elif msg.kind == "apply":
+                self.handle_apply(tick, msg.body)
+
+        # Connection churn: lifetimes end, surges force re-establishment.
+        conn_now = np.zeros(self.conn_wheel.classes, dtype=np.int64)
+        closes = 0
+        extra_setups = 0
+        if self.pooled:
+            closes = int(self.rng.binomial(self.connected, min(1.0, dt / self.lifetime))) if self.connected else 0
+            for s in self.surges:
+                if tick < s["until"]:
+                    forced = int(self.rng.binomial(self.connected - closes, min(1.0, s["fraction"] / s["ticks"])))
+                    closes += forced
+                    extra_setups += int(self.rng.poisson(s["extra"] * dt))
+            self.surges = [s for s in self.surges if tick < s["until"]]
+            closes = int(self._take_connected(closes).sum())  # graceful: they reconnect at once, back-off reset
+            conn_now += self.conn_wheel.pop_due()
+            conn_now[0] += closes
+            closes += self.dropped_after_failure
+            self.dropped_after_failure = 0
+
+        # Fresh demand.
+        demand = int(self.rng.poisson(self.rate * self.rate_factor * dt * self.clients)) if self.rate_factor > 0 else 0
+        if self.pooled and not self.durable:
+            # Only connected clients can send; the others' requests fail at once.
+            fresh = int(self.rng.binomial(demand, self.connected / self.clients)) if self.clients else 0
+            res["errors"] += demand - fresh
+            res["failed"] += demand - fresh
+        else:
+            fresh = demand
+        dep_ok = 1.0
+        for d in self.depends_on:
+            dep_ok *= self.dep_health[d]
+        local_fail = int(self.rng.binomial(fresh, 1.0 - dep_ok)) if dep_ok < 1.0 and fresh else 0
+
+        req_now = self.req_wheel.pop_due()
+        if self.budget is not None:
+            self.budget.earn(fresh)
+            wanted = int(req_now.sum())
+            granted = self.budget.take(wanted)
+            if granted < wanted:
+                kept, dropped = self._split(req_now, granted)
+                req_now = kept
+                if not self.durable:
+                    res["errors"] += int(dropped.sum())
+                else:
+                    self.ready += dropped  # durable work waits for budget
+        req_now[0] += fresh - local_fail
+        if local_fail:
+            lf = np.zeros_like(req_now)
+            lf[0] = local_fail
+            res["failed"] += local_fail
+            self._retry_or_give_up(lf, lag=0.0, res=res)
+
+        if self.breaker is not None:
+            allowed = self.breaker.allowed_fraction(tick)
+            if allowed < 1.0:
+                n = int(req_now.sum())
+                keep = int(self.rng.binomial(n, allowed)) if n else 0
+                kept, blocked = self._split(req_now, keep)
+                req_now = kept
+                res["failed"] += int(blocked.sum())
+                self._retry_or_give_up(blocked, lag=0.0, res=res)
+
+        if self.durable:
+            self.ready += req_now
+            cap = int(self.max_rate * self.dispatch_factor * dt)
+            if self.pooled and self.connected == 0:
+                cap = 0
+            n = min(int(self.ready.sum()), cap)
+            req_now, _ = self._split(self.ready, n)
+            self.ready -= req_now
+
+        requests = int(req_now.sum())
+        # Per-request mode: every request is its own flow, so it is also a setup.
+        setups = int(conn_now.sum()) + extra_setups if self.pooled else requests
+        if setups or requests or closes:
+            self.inflight[tick] = (conn_now, req_now, extra_setups)
+            if not self.path and not self.target:
+                self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()), "s_fail": 0, "s_rej": 0,
+                                       "r_ok": requests, "r_fail": 0, "r_rej": 0}, res)
+            else:
+                hops = self.path + ([self.target] if self.target else [])
+                self.send(hops[0], "flow", {
+                    "origin": self.name, "sent": tick, "hops": hops[1:], "setups": setups, "requests": requests,
+                    "coupled": 0 if self.pooled else 1, "closes": closes,
+                    "ct": self.connect_timeout, "rt": self.request_timeout,
+                    "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0,
+                }, tick)
+
+        resolved = res["ok"] + res["failed"]
+        success_ratio = res["ok"] / resolved if resolved else 1.0
+        final = res["ok"] + res["errors"]
+        inflight_req = sum(int(r.sum()) for _, r, _ in self.inflight.values())
+        metrics = {
+            "clients": self.clients,
+            "connected": self.connected,
+            "waiting": self.conn_wheel.pending,
+            "demand": demand,
+            "fresh": fresh,
+            "attempts": requests,
+            "conn_attempts": setups,
+            "ok": res["ok"],
+            "failed": res["failed"],
+            "errors": res["errors"],
+            "success_ratio": success_ratio,
+            "error_ratio": res["errors"] / final if final else 0.0,
+            "setup_ok": res["setup_ok"],
+            "setup_failed": res["setup_failed"],
+            "backlog": int(self.ready.sum() + self.req_wheel.pending + inflight_req) if self.durable else 0,
+            "broken_connections": self.broken,
+        }
+        for sub in self.health_subscribers:
+            self.send(sub, "health", {"ratio": success_ratio}, tick)
+        if self.monitor and tick % self.telemetry_every == 0:
+            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        return self.finish(metrics)
+
+    def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict) -> None:
+        """Failed attempts of class k retry as class k+1 unless attempts are exhausted."""
+        limit = self.retry.max_attempts
+        if limit and not self.durable:
+            give_up = int(failed[limit - 1:].sum())
+            res["errors"] += give_up
+            failed = failed.copy()
+            failed[limit - 1:] = 0
+        if failed.any():
+            self._schedule(self.req_wheel, self.retry, failed, lag)
+
+    def _on_result(self, tick: int, body: dict, res: dict) -> None:
+        sent = int(body["sent"])
+        conn, req, extra = self.inflight.pop(sent, (None, None, 0))
+        if conn is None:
+            return
+        if extra:
+            # Surge connections have no client of ours behind them: they close again at once.
+            s_ok_all = min(int(body["s_ok"]), extra + int(conn.sum()))
+            extra_ok = int(self.rng.hypergeometric(extra, int(conn.sum()), s_ok_all)) if s_ok_all else 0
+            self.dropped_after_failure += extra_ok
+            body = dict(body, s_ok=s_ok_all - extra_ok)
+        elapsed = (tick - sent) * self.world.dt
+        # Connection attempts (pooled mode). Extra surge setups have no client behind them.
+        if self.pooled and conn.any():
+            s_ok = min(int(body["s_ok"]), int(conn.sum()))
+            good, bad = self._split(conn, s_ok)
+            self.conn_by_class += good
+            res["setup_ok"] += int(good.sum())
+            res["setup_failed"] += int(bad.sum())
+            if bad.any():
+                rej = min(int(body["s_rej"]), int(bad.sum()))
+                fast, slow = self._split(bad, rej)
+                self._schedule(self.conn_wheel, self.reconnect, fast, lag=elapsed, ignore_backoff=self.bug_ignores_backoff)
+                self._schedule(self.conn_wheel, self.reconnect, slow, lag=elapsed - self.connect_timeout,
+                               ignore_backoff=self.bug_ignores_backoff)
+        if not req.any():
+            return
+        r_ok = min(int(body["r_ok"]), int(req.sum()))
+        good, bad = self._split(req, r_ok)
+        res["ok"] += int(good.sum())
+        n_good = int(good.sum())
+        if self.pooled and n_good and self.conn_by_class[1:].any():
+            # Clients with a successful request have proven their connection: back-off resets.
+            proven = int(self.rng.binomial(self.connected, 1.0 - math.exp(-n_good / max(1, self.connected))))
+            moved = self._take_connected(proven)
+            self.conn_by_class[0] += int(moved.sum())
+        n_bad = int(bad.sum())
+        res["failed"] += n_bad
+        if self.breaker is not None:
+            self.breaker.record(tick, int(req.sum()), n_bad)
+        if not n_bad:
+            return
+        rej = min(int(body["r_rej"]), n_bad)
+        fast, slow = self._split(bad, rej)
+        self._retry_or_give_up(fast, lag=elapsed, res=res)
+        self._retry_or_give_up(slow, lag=elapsed - self.request_timeout, res=res)
+        if self.pooled and self.connected and (("timeout" in self.reconnect_on and slow.any())
+                                                or ("reject" in self.reconnect_on and fast.any())):
+            fails = int(slow.sum()) * ("timeout" in self.reconnect_on) + int(fast.sum()) * ("reject" in self.reconnect_on)
+            # Clients that saw at least one failure (Poisson occupancy of failures over clients).
+            p = 1.0 - math.exp(-fails / self.connected)
+            dropped = self._take_connected(int(self.rng.binomial(self.connected, p)))
+            self.dropped_after_failure += int(dropped.sum())
+            # A proven client starts its back-off afresh; one that never proved its
+            # connection carries on from the attempt it connected on.
+            first = np.zeros_like(dropped)
+            first[0] = dropped[0]
+            dropped[0] = 0
+            self._schedule(self.conn_wheel, self.reconnect, first, lag=0.0, ignore_backoff=self.bug_ignores_backoff, shift=0)
+            self._schedule(self.conn_wheel, self.reconnect, dropped, lag=0.0, ignore_backoff=self.bug_ignores_backoff)

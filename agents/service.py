@@ -1,0 +1,101 @@
+"""A service: capacity, dependencies, and servers that can break and need recycling.
+
+A service answers the requests that reach it as the last hop of a flow. Its own
+success is limited by its capacity, by the health of the things it depends on, and by
+the share of its servers that are broken. ``recycling`` models servers that break when a
+dependency stays unhealthy and can only be recycled while another service (the control
+plane) works: recovery that depends on the thing that is itself impaired.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Agent, Message, StepResult, WorldInfo
+
+
+class Service(Agent):
+    kind = "service"
+    METRICS = {
+        "offered": ("requests", "requests that reached the service this tick"),
+        "success_ratio": ("ratio", "share of requests the service answered well; without traffic, its readiness"),
+        "utilisation": ("ratio", "offered / capacity this tick"),
+        "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
+        "dependency_health": ("ratio", "product of the success ratios of its dependencies"),
+    }
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        self.capacity = float(spec.get("capacity", 1e12))  # requests per second
+        self.depends_on = list(spec.get("depends_on") or [])
+        rec = spec.get("recycling") or {}
+        self.rec_when = rec.get("breaks_when")  # dependency whose failure breaks servers
+        self.rec_threshold = float(rec.get("below", 0.5))
+        self.rec_break_rate = float(rec.get("break_rate", 0.01))  # share of servers per second
+        self.rec_max = float(rec.get("max_broken", 0.8))
+        self.rec_needs = rec.get("needs")  # service whose health recycling requires
+        self.rec_repair_rate = float(rec.get("repair_rate", 0.001))  # share per second
+        self.health: dict[str, float] = {d: 1.0 for d in self.depends_on}
+        for extra in (self.rec_when, self.rec_needs):
+            if extra:
+                self.health.setdefault(extra, 1.0)
+        self.broken = 0.0
+        self.capacity_factor = 1.0
+        wiring = spec.get("_wiring") or {}
+        self.health_subscribers = list(wiring.get("health_subscribers", []))
+        self.monitor = wiring.get("monitor")
+        self.telemetry = list(wiring.get("telemetry", []))
+        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+
+    def op_scale_capacity(self, tick: int, factor: float) -> None:
+        self.capacity_factor = float(factor)
+
+    def op_recycle(self, tick: int, fraction: float = 1.0) -> None:
+        """Recycle broken servers by hand (only works while ``needs`` is healthy)."""
+        if not self.rec_needs or self.health.get(self.rec_needs, 1.0) >= 0.9:
+            self.broken *= 1.0 - float(fraction)
+
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        dt = self.world.dt
+        flows = []
+        for msg in inbox:
+            if msg.kind == "flow":
+                flows.append(msg.body)
+            elif msg.kind == "health":
+                self.health[msg.src] = float(msg.body["ratio"])
+            elif msg.kind == "apply":
+                self.handle_apply(tick, msg.body)
+
+        if self.rec_when:
+            if self.health[self.rec_when] < self.rec_threshold:
+                self.broken = min(self.rec_max, self.broken + self.rec_break_rate * dt)
+            elif self.broken > 0 and (not self.rec_needs or self.health[self.rec_needs] >= 0.9):
+                self.broken = max(0.0, self.broken - self.rec_repair_rate * dt)
+
+        dep = 1.0
+        for d in self.depends_on:
+            dep *= self.health[d]
+        offered = sum(int(b["requests"]) for b in flows)
+        cap = self.capacity * self.capacity_factor * (1.0 - self.broken) * dt
+        p = dep * (1.0 - self.broken) * (min(1.0, cap / offered) if offered else 1.0)
+        ok_total = 0
+        for b in flows:
+            n = int(b["requests"])
+            ok = int(self.rng.binomial(n, p)) if n else 0
+            ok_total += ok
+            self.send(b["origin"], "flow_result", {
+                "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
+                "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
+                "r_fail": b["r_fail"] + n - ok, "r_rej": b["r_rej"], "delay": b["delay"]}, tick)
+        ratio = ok_total / offered if offered else p
+        for sub in self.health_subscribers:
+            self.send(sub, "health", {"ratio": ratio}, tick)
+        metrics = {
+            "offered": offered,
+            "success_ratio": ratio,
+            "utilisation": offered / cap if cap else (1.0 if offered else 0.0),
+            "broken_fraction": self.broken,
+            "dependency_health": dep,
+        }
+        if self.monitor and tick % self.telemetry_every == 0:
+            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        return self.finish(metrics)

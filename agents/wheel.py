@@ -1,0 +1,47 @@
+"""A timing wheel of cohorts: counts of clients (or requests) per future slot and
+per attempt number. Its cost depends on the horizon, never on the counts."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class TimingWheel:
+    def __init__(self, horizon_slots: int, attempt_classes: int):
+        self.size = max(2, int(horizon_slots) + 2)
+        self.classes = attempt_classes
+        self.slots = np.zeros((self.size, attempt_classes), dtype=np.int64)
+        self.pos = 0
+        self.pending = 0
+
+    def schedule(self, offsets: np.ndarray, counts: np.ndarray, attempt: int) -> None:
+        """Add ``counts[i]`` entries at ``offsets[i]`` slots ahead for attempt class ``attempt``."""
+        attempt = min(attempt, self.classes - 1)
+        idx = (self.pos + np.minimum(offsets, self.size - 1)) % self.size
+        np.add.at(self.slots[:, attempt], idx, counts)
+        self.pending += int(counts.sum())
+
+    def schedule_one(self, offset: int, count: int, attempt: int) -> None:
+        if count <= 0:
+            return
+        attempt = min(attempt, self.classes - 1)
+        self.slots[(self.pos + min(offset, self.size - 1)) % self.size, attempt] += count
+        self.pending += count
+
+    def pop_due(self) -> np.ndarray:
+        """Entries due now, per attempt class; the wheel advances by one slot."""
+        row = self.slots[self.pos].copy()
+        self.slots[self.pos] = 0
+        self.pos = (self.pos + 1) % self.size
+        self.pending -= int(row.sum())
+        return row
+
+    def remove(self, count: int, rng: np.random.Generator) -> int:
+        """Take ``count`` waiting entries out (e.g. clients leaving), spread over the wheel."""
+        count = min(count, self.pending)
+        if count <= 0:
+            return 0
+        flat = self.slots.reshape(-1)
+        taken = rng.multivariate_hypergeometric(flat, count, method="marginals")
+        flat -= taken
+        self.pending -= count
+        return count

@@ -1,0 +1,29 @@
+"""The Python API, for notebooks and scripts.
+
+    >>> import orchestrator
+    >>> r = orchestrator.run(runbook="none", seed=3, duration="4h", out="runs/none-s3")
+    >>> r.score["loop_broken"], r.metrics["bridge.utilisation"].max()
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from reports.rundir import RunData
+from .runner import RunSpec, execute, read_vars_file
+from .timefmt import parse_duration
+
+
+def run(playbook: str = "us-east-1-2021", runbook: str = "historical", seed: int = 1, sets: dict | None = None,
+        vars_file: str | None = None, out: str | Path | None = None, duration=None, tick=None,
+        progress: bool = False) -> RunData:
+    """Run a world in process and return its run data: ``metrics`` and ``events`` as
+    pandas DataFrames, ``score`` as a dict, ``dir`` the run directory (a new temporary
+    directory when ``out`` is not given)."""
+    values = read_vars_file(vars_file) if vars_file else {}
+    values.update(sets or {})
+    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=values,
+                   duration=parse_duration(duration) if duration is not None else None,
+                   tick=parse_duration(tick) if tick is not None else None)
+    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-run-"))
+    return execute(spec, out, progress=progress)

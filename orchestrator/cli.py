@@ -1,0 +1,153 @@
+"""The ``gameday`` command line."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from reports.summary import summary_table
+from .errors import GamedayError
+from .playbook import (builtin_playbooks, builtin_runbooks, describe, find_playbook, parse_yaml, read_template, render,
+                       resolve_variables, validate_playbook)
+from .runner import RunSpec, execute, parse_sets, read_vars_file
+from .timefmt import format_clock, parse_duration
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "GAMEDAY"}
+
+
+class GamedayGroup(click.Group):
+    """Turns the project's own errors into a message and exit code 2, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GamedayError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+
+def _duration(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 30s, 15m, 2h30m)") from None
+
+
+def _variables(sets: tuple, vars_file: str | None) -> dict:
+    values = read_vars_file(vars_file) if vars_file else {}
+    values.update(parse_sets(list(sets)))
+    return values
+
+
+@click.group(cls=GamedayGroup, context_settings=CONTEXT)
+@click.version_option(package_name="gameday")
+def main():
+    """Chaos game days for feedback-loop outages: simulate, respond, score, report."""
+
+
+@main.command()
+@click.argument("playbook", default="us-east-1-2021")
+@click.option("--runbook", "-r", default="historical", show_default=True,
+              help="Built-in runbook name (see `gameday playbooks show`) or a runbook YAML file.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed; same seed, same run.")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a playbook variable (repeatable).")
+@click.option("--vars", "vars_file", type=click.Path(dir_okay=False), help="YAML file of variable overrides.")
+@click.option("--out", type=click.Path(file_okay=False), help="Run directory to create [default: runs/<playbook>-<runbook>-s<seed>-<time>].")
+@click.option("--duration", callback=_duration, help="Simulated time to run (e.g. 6h); default from the playbook.")
+@click.option("--tick", callback=_duration, help="Simulated seconds per tick; default from the playbook.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
+def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, progress, as_json):
+    """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook, in process.
+
+    Writes a run directory (rendered playbook and runbook, seed and versions,
+    events.jsonl, metrics.csv, columns.json, score.json) and prints the score beside par.
+    """
+    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=_variables(sets, vars_file),
+                   duration=duration, tick=tick)
+    if out is None:
+        name = Path(playbook).name.split(".")[0]
+        out = Path("runs") / f"{name}-{Path(runbook).stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    data = execute(spec, Path(out), progress=progress)
+    if as_json:
+        click.echo(json.dumps(data.score, indent=2, sort_keys=True))
+    else:
+        click.echo(summary_table(data))
+        click.echo(f"\nrun directory: {data.dir}")
+
+
+@main.group()
+def playbooks():
+    """List, show, render and validate playbooks."""
+
+
+@playbooks.command("list")
+def playbooks_list():
+    """List the built-in playbooks."""
+    for name in builtin_playbooks():
+        info = describe(read_template(find_playbook(name)))
+        click.echo(f"{name:20s} {info['title']}")
+
+
+@playbooks.command("show")
+@click.argument("name")
+def playbooks_show(name):
+    """Description, variables with defaults, mitigations and runbooks of NAME."""
+    info = describe(read_template(find_playbook(name)))
+    click.echo(f"{info['name']}: {info['title']}\n")
+    click.echo(info["description"].strip() + "\n")
+    click.echo("variables (override with --set NAME=VALUE or --vars FILE):")
+    for var, decl in info["variables"].items():
+        click.echo(f"  {var} = {decl.get('default')!r}\n      {decl.get('description', '')}")
+    click.echo("\nmitigations:")
+    for m in info["mitigations"]:
+        lead = f"lead {m['lead_time'] / 60:g} min" if m["lead_time"] else "no lead time"
+        dep = f"{m['steps']} deployment steps" if m["deploy"] else "no deployment"
+        params = ", ".join(f"{k}={v!r}" for k, v in m["params"].items())
+        click.echo(f"  {m['name']:28s} risk {m['risk']:6s} {lead}, {dep}" + (f"; params {params}" if params else ""))
+        if m["description"]:
+            click.echo(f"      {m['description']}")
+    if info["par"]:
+        click.echo("\npar (the historical response):")
+        for k, v in info["par"].items():
+            click.echo(f"  {k:32s} {v}")
+    click.echo("\nrunbooks: " + (", ".join(info["runbooks"]) or "none"))
+
+
+@playbooks.command("render")
+@click.argument("name")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE")
+@click.option("--vars", "vars_file", type=click.Path(dir_okay=False))
+def playbooks_render(name, sets, vars_file):
+    """Print NAME (a built-in playbook or a file) rendered with its variables."""
+    tpl = read_template(find_playbook(name))
+    click.echo(render(tpl, resolve_variables(tpl, _variables(sets, vars_file), tpl.source)), nl=False)
+
+
+@playbooks.command("validate")
+@click.argument("file")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE")
+@click.option("--vars", "vars_file", type=click.Path(dir_okay=False))
+@click.option("--runbook", "-r", "runbooks", multiple=True, help="Also validate these runbooks against it.")
+def playbooks_validate(file, sets, vars_file, runbooks):
+    """Render, parse and validate FILE; report every error with its location."""
+    from .playbook import load_playbook, load_runbook
+
+    pb = load_playbook(file, _variables(sets, vars_file))
+    click.echo(f"{pb.source}: valid ({len(pb.data['populations'])} populations, {len(pb.data['devices'])} device pools, "
+               f"{len(pb.data['mitigations'])} mitigations)")
+    for rb in runbooks:
+        load_runbook(rb, pb)
+        click.echo(f"{rb}: valid")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,51 @@
+"""The project's exception tree. Anything a user can get wrong raises one of these,
+and the CLI turns it into a message and exit code 2, never a traceback."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class GamedayError(Exception):
+    """Base of every error the CLI reports as a user mistake."""
+
+    exit_code = 2
+
+
+@dataclass
+class Issue:
+    location: str
+    value: object
+    expected: str
+
+    def __str__(self) -> str:
+        shown = repr(self.value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return f"{self.location}: got {shown}; expected {self.expected}"
+
+
+class InvalidInput(GamedayError):
+    """A playbook, runbook, variable or option that cannot be used; lists every issue found."""
+
+    def __init__(self, source: str, stage: str, issues: list[Issue]):
+        self.source, self.stage, self.issues = source, stage, issues
+        n = len(issues)
+        lines = [f"{source}: {n} error{'s' if n != 1 else ''} ({stage})"]
+        lines += [f"  {i}" for i in issues]
+        super().__init__("\n".join(lines))
+
+
+class InvalidPlaybook(InvalidInput):
+    pass
+
+
+class InvalidRunbook(InvalidInput):
+    pass
+
+
+class NotFound(GamedayError):
+    pass
+
+
+class RunDirectoryError(GamedayError):
+    pass

@@ -1,0 +1,176 @@
+"""Scoring from ground truth, tick by tick (DESIGN.md section 6).
+
+Milestones are found online so that they can be journalled as they happen: a milestone
+holds from the first tick of a window in which its condition stayed true for ``hold``
+seconds, after the condition had been false at some point since the trigger.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from .timefmt import format_clock
+
+WINDOW_S = 60.0  # ratios are computed over a sliding minute, since per-tick counts are noisy
+
+
+class Rolling:
+    def __init__(self, ticks: int):
+        self.q: deque = deque()
+        self.ticks = ticks
+        self.num = 0.0
+        self.den = 0.0
+
+    def add(self, num: float, den: float) -> None:
+        self.q.append((num, den))
+        self.num += num
+        self.den += den
+        if len(self.q) > self.ticks:
+            a, b = self.q.popleft()
+            self.num -= a
+            self.den -= b
+
+    def ratio(self, empty: float) -> float:
+        return self.num / self.den if self.den > 0 else empty
+
+
+class Milestone:
+    """Condition must have been false after the trigger, then true for ``hold`` ticks."""
+
+    def __init__(self, name: str, hold_ticks: int):
+        self.name = name
+        self.hold = hold_ticks
+        self.broken_seen = False
+        self.since: int | None = None
+        self.at: int | None = None
+
+    def update(self, tick: int, ok: bool, armed: bool) -> int | None:
+        """Returns the milestone's tick the moment it is confirmed."""
+        if self.at is not None or not armed:
+            return None
+        if not ok:
+            self.broken_seen = True
+            self.since = None
+            return None
+        if not self.broken_seen:
+            return None
+        if self.since is None:
+            self.since = tick
+        if tick - self.since >= self.hold:
+            self.at = self.since
+            return self.at
+        return None
+
+
+class Scorer:
+    def __init__(self, data: dict, dt: float, start_s: float):
+        self.dt, self.start_s = dt, start_s
+        sc = data["scoring"]
+        self.sc = sc
+        w = max(1, round(WINDOW_S / dt))
+        self.loop_devices = sc["loop"]["devices"]
+        self.loop_pops = sc["loop"]["populations"]
+        self.setup = Rolling(w)
+        self.amp = Rolling(w)
+        self.healthy_devices = sc["healthy"]["devices"] or self.loop_devices
+        self.dev_util = {d: Rolling(w) for d in self.healthy_devices}
+        self.dev_ok = {d: Rolling(w) for d in self.healthy_devices}
+        self.pop_ok = {p: Rolling(w) for p in sc["recovered"]["populations"]}
+        hold = lambda s: max(0, round(s / dt))  # noqa: E731
+        self.milestones = {"loop_broken": Milestone("loop_broken", hold(sc["loop"]["hold"])),
+                           "devices_healthy": Milestone("devices_healthy", hold(sc["healthy"]["hold"]))}
+        if sc["backlog"]["populations"]:
+            self.milestones["backlog_drained"] = Milestone("backlog_drained", hold(sc["backlog"]["hold"]))
+        for p in sc["recovered"]["populations"]:
+            self.milestones[f"recovered:{p}"] = Milestone(f"recovered:{p}", hold(sc["recovered"]["hold"]))
+        self.arrival = {p["name"]: p["rate"] * p["clients"] for p in data["populations"]}
+        self.impact_w = sc["impact"]
+        self.impact = {p: 0.0 for p in self.impact_w}
+        self.trigger_tick: int | None = None
+        self.first_update: int | None = None
+        self.actions = 0
+        self.collateral = 0
+        self.peak_backlog = {p: 0 for p in sc["backlog"]["populations"]}
+        self.par = data.get("par") or {}
+        self.last_tick = -1
+
+    def update(self, tick: int, metrics: dict[str, dict[str, float]], events: list[dict]) -> list[dict]:
+        """Feed one tick; returns the milestone events confirmed at this tick."""
+        self.last_tick = tick
+        for e in events:
+            if e["event"] == "trigger" and self.trigger_tick is None:
+                self.trigger_tick = tick
+            elif e["event"] == "status_posted" and self.first_update is None and self.trigger_tick is not None:
+                self.first_update = tick
+            elif e["event"] == "action_requested":
+                self.actions += 1
+        setups = sum(metrics[d]["setups"] for d in self.loop_devices)
+        ok = sum(metrics[d]["setups"] * metrics[d]["setup_success_ratio"] for d in self.loop_devices)
+        self.setup.add(ok, setups)
+        attempts = sum(metrics[p]["attempts"] + metrics[p]["conn_attempts"] for p in self.loop_pops)
+        demand = sum(metrics[p]["demand"] for p in self.loop_pops)
+        self.amp.add(attempts, demand)
+        for d in self.healthy_devices:
+            self.dev_util[d].add(metrics[d]["utilisation"], 1)
+            self.dev_ok[d].add(metrics[d]["request_success_ratio"] * metrics[d]["setup_success_ratio"], 1)
+        for p, r in self.pop_ok.items():
+            r.add(metrics[p]["ok"], metrics[p]["ok"] + metrics[p]["failed"])
+        for p in self.impact:
+            self.impact[p] += metrics[p]["error_ratio"] * self.dt / 60.0
+        self.collateral += int(sum(m.get("broken_connections", 0) for m in metrics.values()))
+        for p in self.peak_backlog:
+            self.peak_backlog[p] = max(self.peak_backlog[p], int(metrics[p]["backlog"]))
+
+        armed = self.trigger_tick is not None
+        loop = self.sc["loop"]
+        conds = {
+            "loop_broken": self.setup.ratio(1.0) >= loop["setup_success_min"] and self.amp.ratio(1.0) <= loop["amplification_max"],
+            "devices_healthy": all(self.dev_util[d].ratio(0.0) <= self.sc["healthy"]["utilisation_max"]
+                                   and self.dev_ok[d].ratio(1.0) >= self.sc["healthy"]["success_min"] for d in self.healthy_devices),
+        }
+        if "backlog_drained" in self.milestones:
+            thr = self.sc["backlog"]["threshold"]
+            conds["backlog_drained"] = all(metrics[p]["backlog"] <= thr * self.arrival[p] for p in self.sc["backlog"]["populations"])
+        for p, r in self.pop_ok.items():
+            conds[f"recovered:{p}"] = r.ratio(1.0) >= self.sc["recovered"]["success_min"]
+        out = []
+        for name, ms in self.milestones.items():
+            at = ms.update(tick, conds[name], armed)
+            if at is not None:
+                out.append({"tick": tick, "agent": "scorer", "event": "milestone", "milestone": name,
+                            "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
+        return out
+
+    def _when(self, tick: int | None, par_key: str | None = None) -> dict:
+        out: dict = {"reached": tick is not None}
+        if tick is not None:
+            clock = self.start_s + tick * self.dt
+            out["clock"] = format_clock(clock)
+            out["seconds_after_start"] = tick * self.dt
+            if self.trigger_tick is not None:
+                out["seconds_after_trigger"] = (tick - self.trigger_tick) * self.dt
+        if par_key and par_key in self.par:
+            out["par_clock"] = format_clock(self.par[par_key])
+            if tick is not None:
+                out["vs_par_s"] = self.start_s + tick * self.dt - self.par[par_key]
+        return out
+
+    def score(self) -> dict:
+        ms = self.milestones
+        loop_formed = ms["loop_broken"].broken_seen
+        result = {
+            "trigger": self._when(self.trigger_tick, "trigger"),
+            "loop_formed": loop_formed,
+            "loop_broken": self._when(ms["loop_broken"].at, "loop_broken"),
+            "devices_healthy": self._when(ms["devices_healthy"].at, "devices_healthy"),
+            "first_customer_update": self._when(self.first_update, "first_customer_update"),
+            "recovered": {k.split(":", 1)[1]: self._when(m.at, k) for k, m in ms.items() if k.startswith("recovered:")},
+            "impact": {"error_minutes": {p: round(v, 3) for p, v in self.impact.items()},
+                       "weighted_total": round(sum(v * self.impact_w[p] for p, v in self.impact.items()), 3)},
+            "collateral": {"connections_broken_by_actions": self.collateral},
+            "actions_taken": self.actions,
+            "simulated_until": format_clock(self.start_s + (self.last_tick + 1) * self.dt),
+        }
+        if "backlog_drained" in ms:
+            result["backlog_drained"] = self._when(ms["backlog_drained"].at, "backlog_drained")
+            result["backlog_peak"] = self.peak_backlog
+        return result

@@ -1,0 +1,1 @@
+"""Built-in playbooks (Jinja-templated YAML) and their runbooks: data, no code."""

@@ -1,0 +1,1 @@
+"""After-action reporting: reads run directories, knows nothing of the engine."""

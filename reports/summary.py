@@ -1,0 +1,49 @@
+"""The table printed at the end of a run: each measure beside par."""
+from __future__ import annotations
+
+from .rundir import RunData
+
+
+def _fmt_delta(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    sign = "+" if seconds >= 0 else "-"
+    s = int(round(abs(seconds)))
+    return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def summary_table(run: RunData) -> str:
+    s = run.score or {}
+    meta = run.meta
+    lines = [f"{meta.get('playbook')} / runbook {meta.get('runbook')} / seed {meta.get('seed')}"
+             f"  ({meta.get('status')}, simulated until {s.get('simulated_until', '?')})", ""]
+    rows = [("measure", "yours", "par", "vs par")]
+
+    def add(label: str, m: dict | None):
+        if not m:
+            return
+        yours = m.get("clock", "not reached") if m.get("reached") else "not reached"
+        rows.append((label, yours, m.get("par_clock", ""), _fmt_delta(m.get("vs_par_s"))))
+
+    add("trigger", s.get("trigger"))
+    add("first customer update", s.get("first_customer_update"))
+    for pop, m in (s.get("recovered") or {}).items():
+        add(f"{pop} recovered", m)
+    if s.get("loop_formed") is False:
+        rows.append(("loop broken", "loop never formed", "", ""))
+    else:
+        add("loop broken", s.get("loop_broken"))
+    add("devices healthy", s.get("devices_healthy"))
+    add("backlog drained", s.get("backlog_drained"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for i, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    impact = s.get("impact") or {}
+    lines += ["", f"impact (error-minutes, weighted): {impact.get('weighted_total', 0):.1f}"]
+    for pop, v in (impact.get("error_minutes") or {}).items():
+        lines.append(f"  {pop:24s} {v:10.1f}")
+    lines.append(f"collateral (connections broken by actions): {(s.get('collateral') or {}).get('connections_broken_by_actions', 0)}")
+    lines.append(f"actions taken: {s.get('actions_taken', 0)}")
+    return "\n".join(lines)
