@@ -76,7 +76,7 @@ class DevicePool(Agent):
         self.protection = bool(spec.get("protection", False))
         self.protection_queue = float(queue.get("protection_target", 0.05))  # seconds of queue protection allows
         self.queue = 0.0  # work units waiting
-        self.established: dict[str, int] = {}
+        self.established: dict[str, int] = dict((spec.get("_wiring") or {}).get("initial_connections") or {})
         self.half_open = np.zeros(self.half_open_ticks, dtype=np.int64)  # ring of half-open entries by expiry
         self.ring_pos = 0
         self.down_until = -1

@@ -98,8 +98,8 @@ class RunbookOperator(Operator):
             ok = now >= cond["at"]
         elif "no_data" in cond:
             seen = self.view.get(cond["no_data"])
-            ok = seen is None or seen[1] + (tick - self.view_tick) * self.world.dt >= float(cond.get("for", 300))
-            return ok  # "for" is the age itself here
+            age = tick * self.world.dt if seen is None else seen[1] + (tick - self.view_tick) * self.world.dt
+            return age >= float(cond.get("for", 300))  # "for" is the age itself here
         elif "metric" in cond:
             seen = self.view.get(cond["metric"])
             max_age = float(cond.get("max_age", 300))

@@ -80,8 +80,9 @@ class Population(Agent):
         self.telemetry = list(wiring.get("telemetry", []))
         self.telemetry_every = int(wiring.get("telemetry_every", 1))
 
-        horizon = math.ceil(max(self.reconnect.cap, self.retry.cap, self.bug_delay, self.lifetime / 10,
-                                self.connect_timeout, self.request_timeout) / dt) + 4
+        # Far enough ahead for the longest delay plus the timeout that precedes it.
+        horizon = math.ceil((max(self.reconnect.cap, self.retry.cap, self.bug_delay)
+                             + self.connect_timeout + self.request_timeout) / dt) + 4
         self.conn_wheel = TimingWheel(horizon, self.reconnect.attempt_classes() + 1)
         self.req_wheel = TimingWheel(horizon, self.retry.attempt_classes() + 1)
         self.ready = np.zeros(self.req_wheel.classes, dtype=np.int64)  # durable work ready to dispatch
@@ -91,6 +92,7 @@ class Population(Agent):
         # on connect alone).
         self.conn_by_class = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         self.conn_by_class[0] = self.clients if self.pooled else 0
+        self.n_connected = int(self.conn_by_class[0])  # == conn_by_class.sum(), kept to avoid summing
         self.inflight: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}  # sent tick -> (setups, requests, surge setups)
         self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         self.surges: list[dict] = []
@@ -132,15 +134,16 @@ class Population(Agent):
 
     @property
     def connected(self) -> int:
-        return int(self.conn_by_class.sum())
+        return self.n_connected
 
     def _take_connected(self, n: int) -> np.ndarray:
         """Remove n connected clients, drawn at random over back-off classes."""
-        n = min(n, self.connected)
+        n = min(n, self.n_connected)
         if n <= 0:
             return np.zeros_like(self.conn_by_class)
-        taken = self.rng.multivariate_hypergeometric(self.conn_by_class, n) if n < self.connected else self.conn_by_class.copy()
+        taken = self.rng.multivariate_hypergeometric(self.conn_by_class, n) if n < self.n_connected else self.conn_by_class.copy()
         self.conn_by_class -= taken
+        self.n_connected -= n
         return taken
 
     def _break_connections(self, n: int) -> None:
@@ -150,7 +153,7 @@ class Population(Agent):
 
     # -- helpers ----------------------------------------------------------------------
     def _offsets(self, policy: RetryPolicy, attempt: int, lag: float, ignore_backoff: bool):
-        key = (id(policy), attempt, round(lag, 6), ignore_backoff)
+        key = (id(policy), attempt, lag, ignore_backoff)
         hit = self._offset_cache.get(key)
         if hit is None:
             if ignore_backoff:  # the latent bug: re-establish after a fixed short delay, whatever the attempt
@@ -164,13 +167,20 @@ class Population(Agent):
     def _schedule(self, wheel: TimingWheel, policy: RetryPolicy, per_class: np.ndarray, lag: float,
                   ignore_backoff: bool = False, shift: int = 1) -> None:
         """Schedule failures of attempt class k as attempt class k + shift."""
-        for k in np.flatnonzero(per_class):
-            n = int(per_class[k])
-            offsets, probs = self._offsets(policy, int(k), lag, ignore_backoff)
+        lag = round(lag, 6)
+        if ignore_backoff:
+            # The bug's delay does not depend on the attempt: one slot for every class.
+            offsets, _ = self._offsets(policy, 0, lag, True)
+            wheel.schedule_classes(int(offsets[0]), per_class, shift)
+            return
+        for k, n in enumerate(per_class.tolist()):
+            if not n:
+                continue
+            offsets, probs = self._offsets(policy, k, lag, ignore_backoff)
             if len(offsets) == 1:
-                wheel.schedule_one(int(offsets[0]), n, int(k) + shift)
+                wheel.schedule_one(int(offsets[0]), n, k + shift)
             else:
-                wheel.schedule(offsets, self.rng.multinomial(n, probs), int(k) + shift)
+                wheel.schedule(offsets, self.rng.multinomial(n, probs), k + shift, n)
 
     def _split(self, per_class: np.ndarray, ok: int) -> tuple[np.ndarray, np.ndarray]:
         total = int(per_class.sum())
@@ -231,9 +241,8 @@ class Population(Agent):
 
         req_now = self.req_wheel.pop_due()
         if self.budget is not None:
-            self.budget.earn(fresh)
             wanted = int(req_now.sum())
-            granted = self.budget.take(wanted)
+            granted = self.budget.spend(fresh, wanted)
             if granted < wanted:
                 kept, dropped = self._split(req_now, granted)
                 req_now = kept
@@ -339,7 +348,9 @@ class Population(Agent):
         if self.pooled and conn.any():
             s_ok = min(int(body["s_ok"]), int(conn.sum()))
             good, bad = self._split(conn, s_ok)
+            s_ok_good = int(good.sum())
             self.conn_by_class += good
+            self.n_connected += s_ok_good
             res["setup_ok"] += int(good.sum())
             res["setup_failed"] += int(bad.sum())
             if bad.any():
@@ -357,8 +368,9 @@ class Population(Agent):
         if self.pooled and n_good and self.conn_by_class[1:].any():
             # Clients with a successful request have proven their connection: back-off resets.
             proven = int(self.rng.binomial(self.connected, 1.0 - math.exp(-n_good / max(1, self.connected))))
-            moved = self._take_connected(proven)
-            self.conn_by_class[0] += int(moved.sum())
+            self._take_connected(proven)
+            self.conn_by_class[0] += proven
+            self.n_connected += proven
         n_bad = int(bad.sum())
         res["failed"] += n_bad
         if self.breaker is not None:

@@ -98,12 +98,12 @@ class TokenBucket:
         self.capacity = capacity
         self.tokens = capacity
 
-    def earn(self, fresh: int) -> None:
-        self.tokens = min(self.capacity, self.tokens + fresh * self.ratio)
-
-    def take(self, wanted: int) -> int:
-        granted = min(wanted, int(self.tokens))
-        self.tokens -= granted
+    def spend(self, fresh: int, wanted: int) -> int:
+        """Earn for this tick's fresh requests, grant what retries the tokens allow; only
+        the tokens left over are capped (so the cap bounds bursts, not the steady rate)."""
+        available = self.tokens + fresh * self.ratio
+        granted = min(wanted, int(available))
+        self.tokens = min(self.capacity, available - granted)
         return granted
 
 

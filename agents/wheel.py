@@ -13,12 +13,12 @@ class TimingWheel:
         self.pos = 0
         self.pending = 0
 
-    def schedule(self, offsets: np.ndarray, counts: np.ndarray, attempt: int) -> None:
+    def schedule(self, offsets: np.ndarray, counts: np.ndarray, attempt: int, total: int | None = None) -> None:
         """Add ``counts[i]`` entries at ``offsets[i]`` slots ahead for attempt class ``attempt``."""
         attempt = min(attempt, self.classes - 1)
         idx = (self.pos + np.minimum(offsets, self.size - 1)) % self.size
         np.add.at(self.slots[:, attempt], idx, counts)
-        self.pending += int(counts.sum())
+        self.pending += int(counts.sum()) if total is None else total
 
     def schedule_one(self, offset: int, count: int, attempt: int) -> None:
         if count <= 0:
@@ -26,6 +26,19 @@ class TimingWheel:
         attempt = min(attempt, self.classes - 1)
         self.slots[(self.pos + min(offset, self.size - 1)) % self.size, attempt] += count
         self.pending += count
+
+    def schedule_classes(self, offset: int, per_class: np.ndarray, shift: int) -> None:
+        """Add every class k of ``per_class`` as class k + shift, all ``offset`` slots ahead."""
+        total = int(per_class.sum())
+        if not total:
+            return
+        row = self.slots[(self.pos + min(offset, self.size - 1)) % self.size]
+        n = len(per_class)
+        last = self.classes - 1
+        for k in range(n):  # few classes; shifted past the last one they merge into it
+            if per_class[k]:
+                row[min(k + shift, last)] += per_class[k]
+        self.pending += total
 
     def pop_due(self) -> np.ndarray:
         """Entries due now, per attempt class; the wheel advances by one slot."""

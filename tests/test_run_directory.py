@@ -1,0 +1,79 @@
+"""The run directory survives a kill, records an interrupt, and the built-in playbooks
+ship with a normal (non-editable) install."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reports.rundir import load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _start_run(out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "--runbook", "none", "--duration", "4h",
+                             "--out", str(out), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_ticks(out: Path, ticks: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    metrics = out / "metrics.csv"
+    while time.monotonic() < deadline:
+        if metrics.exists() and metrics.stat().st_size > 0:
+            with open(metrics, "rb") as f:
+                if sum(1 for _ in f) > ticks:
+                    return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("run did not get far enough")
+
+
+def test_a_run_killed_halfway_leaves_a_readable_directory(tmp_path):
+    out = tmp_path / "killed"
+    proc = _start_run(out)
+    _wait_for_ticks(out, 7000, proc)  # past the 07:30 trigger, into the storm
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    run = load_run(out)
+    assert run.meta["status"] == "running" and not run.complete
+    m = run.metrics
+    assert len(m) >= 7000
+    assert list(m["tick"]) == list(range(len(m)))  # no gaps, no torn last row
+    assert not m.isna().any().any()
+    assert (run.events["event"] == "trigger").sum() == 1
+    assert run.events["tick"].max() <= m["tick"].max() + 1
+    assert run.score is None
+
+
+def test_ctrl_c_exits_130_and_marks_the_run_interrupted(tmp_path):
+    out = tmp_path / "interrupted"
+    proc = _start_run(out)
+    _wait_for_ticks(out, 2000, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+    run = load_run(out)
+    assert run.meta["status"] == "interrupted"
+    assert run.score is not None and run.score["trigger"]["reached"] in (True, False)
+    assert len(run.metrics) == run.meta["ticks_done"]
+
+
+def test_builtin_playbooks_are_found_after_a_non_editable_install(tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(target), str(ROOT)], check=True, capture_output=True)
+    code = ("import orchestrator.playbook as p, json; "
+            "print(json.dumps([p.builtin_playbooks(), p.builtin_runbooks('us-east-1-2021'), p.__file__]))")
+    env = dict(os.environ, PYTHONPATH=str(target))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
+    playbooks, runbooks, where = json.loads(out.stdout)
+    assert "us-east-1-2021" in playbooks
+    assert {"none", "historical"} <= set(runbooks)
+    assert where.startswith(str(target))
