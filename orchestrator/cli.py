@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -36,14 +37,22 @@ def _duration(ctx, param, value):
     if value is None:
         return None
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a duration (e.g. 30s, 15m, 2h30m)") from None
+        seconds = math.nan
+    if not math.isfinite(seconds):  # "inf" and "nan" parse as numbers but no run can last that long
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 30s, 15m, 2h30m)")
+    return seconds
 
 
-def _variables(sets: tuple, vars_file: str | None) -> dict:
+def _variables(playbook: str, sets: tuple, vars_file: str | None) -> dict:
     values = read_vars_file(vars_file) if vars_file else {}
-    values.update(parse_sets(list(sets)))
+    where = {name: f"{name} (--vars {vars_file})" for name in values}
+    for name, value in parse_sets(list(sets)).items():
+        values[name], where[name] = value, f"--set {name}"
+    # checked here, while it is known which values came from the vars file, so an error names the right place
+    tpl = read_template(find_playbook(playbook))
+    resolve_variables(tpl, values, tpl.source, where)
     return values
 
 
@@ -57,7 +66,8 @@ def main():
 @click.argument("playbook", default="us-east-1-2021")
 @click.option("--runbook", "-r", default="historical", show_default=True,
               help="Built-in runbook name (see `gameday playbooks show`) or a runbook YAML file.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Random seed; same seed, same run.")
+# IntRange: numpy refuses negative seeds, and only after the run directory exists
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Random seed; same seed, same run.")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a playbook variable (repeatable).")
 @click.option("--vars", "vars_file", type=click.Path(dir_okay=False), help="YAML file of variable overrides.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory to create [default: runs/<playbook>-<runbook>-s<seed>-<time>].")
@@ -71,7 +81,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, progress,
     Writes a run directory (rendered playbook and runbook, seed and versions,
     events.jsonl, metrics.csv, columns.json, score.json) and prints the score beside par.
     """
-    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=_variables(sets, vars_file),
+    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=_variables(playbook, sets, vars_file),
                    duration=duration, tick=tick)
     if out is None:
         name = Path(playbook).name.split(".")[0]
@@ -129,7 +139,7 @@ def playbooks_show(name):
 def playbooks_render(name, sets, vars_file):
     """Print NAME (a built-in playbook or a file) rendered with its variables."""
     tpl = read_template(find_playbook(name))
-    click.echo(render(tpl, resolve_variables(tpl, _variables(sets, vars_file), tpl.source)), nl=False)
+    click.echo(render(tpl, resolve_variables(tpl, _variables(name, sets, vars_file), tpl.source)), nl=False)
 
 
 @playbooks.command("validate")
@@ -141,7 +151,7 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     """Render, parse and validate FILE; report every error with its location."""
     from .playbook import load_playbook, load_runbook
 
-    pb = load_playbook(file, _variables(sets, vars_file))
+    pb = load_playbook(file, _variables(file, sets, vars_file))
     click.echo(f"{pb.source}: valid ({len(pb.data['populations'])} populations, {len(pb.data['devices'])} device pools, "
                f"{len(pb.data['mitigations'])} mitigations)")
     for rb in runbooks:

@@ -134,6 +134,8 @@ PLAYBOOK = M(
     par=Field("dict", default=dict, values=Field("clock")),
 )
 
+EMPTY_RUNBOOK = "name: none\ndescription: Nobody acts.\nrules: []\n"
+
 CONDITION_KEYS = ("all", "any", "not", "at", "no_data", "metric", "log", "alarm", "done", "not_done")
 
 RUNBOOK = M(
@@ -170,6 +172,7 @@ class Template:
     source: str
     header: dict  # variables declared: name -> {default, description}
     body: str
+    body_line: int = 1  # line of the file the body starts on, so errors name the file's lines
 
 
 # -- finding ------------------------------------------------------------------------------
@@ -204,16 +207,26 @@ def find_runbook(ref: str, playbook: str) -> Path:
     cand = builtin_dir() / "runbooks" / playbook / f"{ref}.yaml"
     if cand.is_file():
         return cand
-    known = ", ".join(builtin_runbooks(playbook)) or "none"
+    known = ", ".join(sorted(set(builtin_runbooks(playbook)) | {"none"}))
     raise NotFound(f"no runbook {ref!r}: not a file, and the built-in runbooks of {playbook} are: {known}")
 
 
 # -- render -------------------------------------------------------------------------------
 
+def _read(path: Path, error_cls) -> str:
+    """A playbook or runbook file's text; one that cannot be read is the user's mistake, not a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error_cls(str(path), "read", [Issue(f"byte {e.start}", e.object[e.start:e.end], "UTF-8 text")]) from None
+    except OSError as e:
+        raise error_cls(str(path), "read", [Issue("file", str(path), f"a readable file ({e.strerror})")]) from None
+
+
 def read_template(path: Path) -> Template:
-    text = path.read_text(encoding="utf-8")
+    text = _read(path, InvalidPlaybook)
     name = path.name.split(".")[0]
-    header, body = {}, text
+    header, body, body_line = {}, text, 1
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
         if line.rstrip() == "---":
@@ -222,18 +235,37 @@ def read_template(path: Path) -> Template:
                 try:
                     doc = yaml.safe_load(head) or {}
                 except yaml.YAMLError as e:
-                    raise InvalidPlaybook(str(path), "parse of the variables header", [Issue(_yaml_loc(e), "", str(getattr(e, "problem", e)))])
+                    raise InvalidPlaybook(str(path), "parse of the variables header", [_yaml_issue(e)])
                 header = doc.get("variables") or {}
                 if not isinstance(header, dict):
                     raise InvalidPlaybook(str(path), "variables header", [Issue("variables", header, "a mapping of name -> {default, description}")])
-                body = "".join(lines[i + 1:])
+                body, body_line = "".join(lines[i + 1:]), i + 2
             break
-    return Template(name=name, source=str(path), header=header, body=body)
+    return Template(name=name, source=str(path), header=header, body=body, body_line=body_line)
 
 
-def _yaml_loc(e: yaml.YAMLError) -> str:
+def _yaml_loc(e: yaml.YAMLError, first_line: int = 1) -> str:
     mark = getattr(e, "problem_mark", None)
-    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "yaml"
+    return f"line {mark.line + first_line}, column {mark.column + 1}" if mark else "yaml"
+
+
+def _yaml_issue(e: yaml.YAMLError, first_line: int = 1) -> Issue:
+    # PyYAML notices a problem where it stops; its context (an unclosed "[" ...) is often the real mistake
+    expected = "valid YAML"
+    ctx, mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if ctx and mark:
+        expected += f" ({ctx} at line {mark.line + first_line}, column {mark.column + 1})"
+    return Issue(_yaml_loc(e, first_line), getattr(e, "problem", "") or str(e).splitlines()[0], expected)
+
+
+def _template_line(e: Exception, tpl: Template) -> str:
+    """The file line a rendering error happened on (Jinja puts template frames in the traceback)."""
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"line {line + tpl.body_line - 1}" if line else "template"
 
 
 def coerce_value(text: str):
@@ -244,7 +276,8 @@ def coerce_value(text: str):
         return text
 
 
-def resolve_variables(tpl: Template, overrides: dict, source: str) -> dict:
+def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict | None = None) -> dict:
+    """``where``: name -> the location to report for that override (default ``--set NAME``)."""
     issues = []
     values = {}
     for name, decl in tpl.header.items():
@@ -253,13 +286,14 @@ def resolve_variables(tpl: Template, overrides: dict, source: str) -> dict:
             continue
         values[name] = decl["default"]
     for name, value in overrides.items():
+        loc = (where or {}).get(name) or f"--set {name}"
         if name not in tpl.header:
             known = ", ".join(sorted(tpl.header)) or "none"
-            issues.append(Issue(f"--set {name}", value, f"one of the playbook's variables ({known})"))
+            issues.append(Issue(loc, value, f"one of the playbook's variables ({known})"))
             continue
         default = values.get(name)
         if default is not None and not _same_type(default, value):
-            issues.append(Issue(f"--set {name}", value, f"a value of the same type as the default {default!r}"))
+            issues.append(Issue(loc, value, f"a value of the same type as the default {default!r}"))
             continue
         values[name] = value
     if issues:
@@ -282,21 +316,24 @@ def render(tpl: Template, values: dict) -> str:
     try:
         return env.from_string(tpl.body).render(**values)
     except jinja2.exceptions.SecurityError as e:
-        raise InvalidPlaybook(tpl.source, "render", [Issue("template", "", f"no access to unsafe attributes ({e})")])
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "no access to unsafe attributes")])
     except jinja2.exceptions.UndefinedError as e:
         known = ", ".join(sorted(values)) or "none"
-        raise InvalidPlaybook(tpl.source, "render", [Issue("template", str(e), f"only defined variables ({known})")])
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), f"only defined variables ({known})")])
     except jinja2.exceptions.TemplateSyntaxError as e:
-        raise InvalidPlaybook(tpl.source, "render", [Issue(f"line {e.lineno}", e.message, "valid Jinja2 syntax")])
+        raise InvalidPlaybook(tpl.source, "render", [Issue(f"line {e.lineno + tpl.body_line - 1}", e.message, "valid Jinja2 syntax")])
     except jinja2.exceptions.TemplateError as e:
-        raise InvalidPlaybook(tpl.source, "render", [Issue("template", str(e), "a template that renders")])
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "a template that renders")])
+    except Exception as e:  # the template's own arithmetic and calls ({{ n // 0 }}) are the user's mistake too
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), f"{type(e).__name__}: {e}", "a template that renders")])
 
 
-def parse_yaml(text: str, source: str, error_cls=InvalidPlaybook):
+def parse_yaml(text: str, source: str, error_cls=InvalidPlaybook, first_line: int = 1):
+    """``first_line``: the file line ``text`` starts on (a playbook's body follows its header)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise error_cls(source, "parse", [Issue(_yaml_loc(e), getattr(e, "problem", "") or "", "valid YAML")])
+        raise error_cls(source, "parse", [_yaml_issue(e, first_line)])
     if not isinstance(doc, dict):
         raise error_cls(source, "parse", [Issue("document", doc, "a YAML mapping")])
     return doc
@@ -433,15 +470,21 @@ def load_playbook(ref: str, overrides: dict | None = None) -> Playbook:
     tpl = read_template(path)
     values = resolve_variables(tpl, dict(overrides or {}), str(path))
     text = render(tpl, values)
-    doc = parse_yaml(text, str(path))
+    doc = parse_yaml(text, str(path), first_line=tpl.body_line)
     data = validate_playbook(doc, str(path))
     return Playbook(name=data["name"], source=str(path), text=text, data=data, variables=values)
 
 
 def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
     """Returns (yaml text, validated runbook). ``none`` is the built-in empty runbook."""
-    path = find_runbook(ref, playbook.name)
-    text = path.read_text(encoding="utf-8")
+    try:
+        path = find_runbook(ref, playbook.name)
+    except NotFound:
+        if ref != "none":
+            raise
+        # every playbook has the empty runbook, whether or not it ships a none.yaml
+        return EMPTY_RUNBOOK, {"name": "none", "description": "Nobody acts.", "rules": []}
+    text = _read(path, InvalidRunbook)
     doc = parse_yaml(text, str(path), InvalidRunbook)
     issues: list[Issue] = []
     rb = check(doc, RUNBOOK, "", issues)
@@ -525,7 +568,7 @@ def _check_condition(c, loc: str, observed: set, alarms: set, actions: set, issu
 def describe(tpl: Template) -> dict:
     """What ``gameday playbooks show`` prints: description, variables, mitigations."""
     values = resolve_variables(tpl, {}, tpl.source)
-    data = validate_playbook(parse_yaml(render(tpl, values), tpl.source), tpl.source)
+    data = validate_playbook(parse_yaml(render(tpl, values), tpl.source, first_line=tpl.body_line), tpl.source)
     return {"name": data["name"], "title": data["title"], "description": data["description"],
             "variables": tpl.header, "mitigations": data["mitigations"], "par": {k: format_clock(v) for k, v in data["par"].items()},
             "runbooks": builtin_runbooks(data["name"])}

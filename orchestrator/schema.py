@@ -7,6 +7,7 @@ durations and clock times converted to seconds.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -63,6 +64,9 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
                 issues.append(Issue(loc, value, "an integer" if t == "int" else "a number"))
                 return None
             num = int(value) if t == "int" else float(value)
+        if not math.isfinite(num):  # YAML's .nan and .inf pass every range check below, then break the model
+            issues.append(Issue(loc, value, "a finite " + {"int": "integer", "number": "number", "duration": "duration"}[t]))
+            return None
         too_low = spec.min is not None and (num <= spec.min if spec.exclusive_min else num < spec.min)
         too_high = spec.max is not None and num > spec.max
         if too_low or too_high:
@@ -104,7 +108,10 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
             elif sub.required:
                 issues.append(Issue(_loc(loc, key), None, f"a value (required; {sub.doc or sub.type})"))
             elif sub.default is not _MISSING:
-                out[key] = sub.default() if callable(sub.default) else sub.default
+                default = sub.default() if callable(sub.default) else sub.default
+                # an omitted section gets its fields' defaults too (``deployment: {}`` has a path),
+                # so code reading the normalised data never meets a missing key
+                out[key] = check(default, sub, _loc(loc, key), issues) if sub.type == "map" else default
         value = out
     elif t == "dict":
         if not isinstance(value, dict):

@@ -49,6 +49,12 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
         for d in dict.fromkeys(deps):
             subscribers.setdefault(d, []).append(item["name"])
     every = max(1, round(mon["telemetry_every"] / dt))
+    # Pooled populations start connected: their connections already occupy the devices' tables.
+    initial: dict[str, dict[str, int]] = {}
+    for p in data["populations"]:
+        if p["mode"] == "pooled":
+            for d in p["path"]:
+                initial.setdefault(d, {})[p["name"]] = int(p["clients"])
 
     def wired(item: dict) -> dict:
         spec = dict(item)
@@ -58,7 +64,10 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
 
     plan = WorldPlan(info=info, ticks=int(round(total / dt)))
     plan.agents.append(AgentPlan("automation", "triggers", {"triggers": data["triggers"]}))
-    plan.agents += [AgentPlan("device", d["name"], wired(d)) for d in data["devices"]]
+    for d in data["devices"]:
+        spec = wired(d)
+        spec["_wiring"]["initial_connections"] = initial.get(d["name"], {})
+        plan.agents.append(AgentPlan("device", d["name"], spec))
     plan.agents += [AgentPlan("service", s["name"], wired(s)) for s in data["services"]]
     plan.agents += [AgentPlan("population", p["name"], wired(p)) for p in data["populations"]]
     plan.agents.append(AgentPlan("monitoring", "monitoring", mon | {"_wiring": {"operators": [OPERATOR]}}))

@@ -182,3 +182,20 @@ def test_with_out_of_band_monitoring_the_utilisation_alarm_fires(run_2021, runbo
     assert window(r.metrics, "08:00", "10:00")["monitoring.visibility"].min() == 1.0
     assert rule_fired(r, "utilisation alarm")
     assert not rule_fired(r, "no data for 5 minutes")
+
+
+# -- ticks converge --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [1])
+def test_loop_broken_time_converges_as_the_tick_shrinks(run_2021, runbook_file, seed):
+    """Protection switched on at 08:00 by a deployment that does not cross the bridge (so
+    the action lands at the same simulated time whatever the tick): the time the loop
+    takes to break is the physics', and must not depend on the tick."""
+    rb = runbook_file("protect-at-8", [{"when": {"at": "08:00"}, "do": "enable_protection"}])
+    sets = {"out_of_band_deployment": True}
+    coarse = run_2021(f"tick1-{seed}", runbook=rb, duration="100m", seed=seed, sets=sets)
+    fine = run_2021(f"tick025-{seed}", runbook=rb, duration="100m", seed=seed, sets=sets, tick="0.25s")
+    a = coarse.score["loop_broken"]["seconds_after_trigger"]
+    b = fine.score["loop_broken"]["seconds_after_trigger"]
+    assert abs(a - b) / a <= 0.05, (a, b)
+    assert len(fine.metrics) == 4 * len(coarse.metrics)

@@ -1,0 +1,262 @@
+"""Bad input gets one clear message naming the location, the value and what was expected,
+exit code 2, no traceback, and no run directory.
+
+Every broken file in tests/corpus/ is named after its defect and differs from
+valid_minimal.yaml.j2 (playbooks) or valid_runbook.yaml (runbooks) by that one defect
+(several_errors.yaml.j2 has five). Every case runs ``gameday run`` and ``gameday playbooks
+validate`` in process with click's CliRunner; the cases the issue names also run the real
+command line in a subprocess (a dozen, at once: each costs about half a second of imports).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+
+CORPUS = Path(__file__).parent / "corpus"
+VALID = CORPUS / "valid_minimal.yaml.j2"
+VALID_RUNBOOK = CORPUS / "valid_runbook.yaml"
+
+
+@dataclass
+class Case:
+    id: str
+    args: list[str]  # after ``gameday run``; --out is added
+    expect: list[str]  # substrings of stderr: location, offending value, what was expected
+    header: str | None = "1 error"  # the "<source>: N errors (stage)" line; None for click's own usage errors
+    validate: list[str] | None = field(default=None)  # after ``gameday playbooks validate``; None: same as run
+
+
+def playbook(name: str, *expect: str, header="1 error") -> Case:
+    path = str(CORPUS / name)
+    return Case(name, [path, "--runbook", "none"], [path, *expect], header, [path])
+
+
+def runbook(name: str, *expect: str, header="1 error") -> Case:
+    path = str(CORPUS / name)
+    return Case(name, [str(VALID), "--runbook", path], [path, *expect], header, [str(VALID), "--runbook", path])
+
+
+def variables(id: str, opts: list[str], *expect: str, header="1 error") -> Case:
+    return Case(id, [str(VALID), "--runbook", "none", *opts], list(expect), header, [str(VALID), *opts])
+
+
+SEVERAL_ERRORS = [
+    "clock.tick: got 'often'; expected a duration",
+    "devices[0].count: got -1; expected an integer >= 0",
+    "devices[0].cpu_per_device: got 'fast'; expected a number",
+    "populations[0].colour: got 'blue'; expected one of the known fields",
+    "populations[0].clients: got 0; expected an integer > 0",
+]
+
+CASES = [
+    # playbooks: render, parse, validate
+    playbook("yaml_syntax_error.yaml.j2", "(parse)", "line 30, column 9", "expected ',' or ']', but got ':'",
+             "while parsing a flow sequence at line 29, column 11"),
+    playbook("undefined_variable.yaml.j2", "(render)", "line 22:", "'device_cpu_per_second' is undefined",
+             "only defined variables (bridge_devices, device_cpu, latent_bug)"),
+    playbook("unknown_field.yaml.j2", "devices[0].cuont: got 3; expected one of the known fields (conntrack, costs, count"),
+    playbook("wrong_type.yaml.j2", "devices[0].cpu_per_device: got 'fast'; expected a number"),
+    playbook("negative_capacity.yaml.j2", "devices[0].conntrack.capacity_per_device: got -250000; expected a number > 0"),
+    playbook("dunder_class_access.yaml.j2", "(render)", "line 14:", "'__class__'", "unsafe"),
+    playbook("dunder_attribute_via_filter.yaml.j2", "(render)", "line 14:", "'__class__'", "unsafe"),
+    playbook("unknown_path_device.yaml.j2", "populations[0].path[1]: got 'gateway'; expected a device pool (bridge)"),
+    playbook("unknown_mitigation_target.yaml.j2", "mitigations[0].effects[0].target: got 'brige'; expected a part of the world"),
+    playbook("unknown_mitigation_op.yaml.j2",
+             "mitigations[0].effects[0].op: got 'add_servers'; expected an operation of a device (add_devices, restart"),
+    playbook("jinja_syntax_error.yaml.j2", "(render)", "line 21: got \"unexpected '}'\"; expected valid Jinja2 syntax"),
+    playbook("template_runtime_error.yaml.j2", "(render)", "line 21:", "ZeroDivisionError", "a template that renders"),
+    playbook("missing_required_field.yaml.j2", "devices[0].cpu_per_device: got None; expected a value (required"),
+    playbook("bad_duration.yaml.j2", "clock.duration: got 'ten minutes'; expected a duration such as 30s"),
+    playbook("non_finite_number.yaml.j2", "devices[0].cpu_per_device: got nan; expected a finite number"),
+    playbook("bad_variables_header.yaml.j2", "(variables)", "variables.device_cpu:",
+             "expected a mapping with 'default' and 'description'"),
+    playbook("variables_header_yaml_error.yaml.j2", "(parse of the variables header)", "line 5, column 16",
+             "while parsing a flow sequence at line 4, column 14"),
+    playbook("several_errors.yaml.j2", "(validate)", *SEVERAL_ERRORS, header="5 errors"),
+    # runbooks, against the valid playbook
+    runbook("runbook_unknown_mitigation.yaml",
+            "rules[0].do.action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),
+    runbook("runbook_unknown_metric.yaml",
+            "rules[1].when.metric: got 'clients.latency_p99'; expected a metric the playbook's monitoring observes"),
+    runbook("runbook_bad_condition.yaml", "rules[1].when: got {'metric': 'clients.error_ratio', 'above': 0.1, 'below': 0.5",
+            "expected exactly one of above, below"),
+    runbook("runbook_yaml_syntax_error.yaml", "(parse)", "line 7, column 7", "expected ',' or '}', but got ':'",
+            "while parsing a flow mapping at line 6, column 11"),
+    runbook("runbook_unknown_param.yaml", "rules[1].do.params.servers: got 4; expected a parameter of add_capacity (devices)"),
+    runbook("runbook_wrong_type.yaml", "rules[1].when.for: got 'a while'; expected a duration",
+            "rules[1].when.above: got 'high'; expected a number", header="2 errors"),
+    runbook("runbook_unknown_rule_field.yaml", "rules[0].wehn: got {'alarm': 'bridge-hot'}; expected one of the known fields",
+            "rules[0].when: got None; expected a value (required", header="2 errors"),
+    Case("runbook_not_found", [str(VALID), "--runbook", "nope"],
+         ["no runbook 'nope': not a file, and the built-in runbooks of valid-minimal are: none"], None,
+         [str(VALID), "--runbook", "nope"]),
+    # variables: --set and --vars
+    variables("set_unknown_variable", ["--set", "nope=1"],
+              "--set nope: got 1; expected one of the playbook's variables (bridge_devices, device_cpu, latent_bug)"),
+    variables("set_wrong_type", ["--set", "bridge_devices=many"],
+              "--set bridge_devices: got 'many'; expected a value of the same type as the default 2"),
+    variables("set_wrong_type_bool", ["--set", "latent_bug=3"],
+              "--set latent_bug: got 3; expected a value of the same type as the default True"),
+    variables("set_without_equals", ["--set", "bridge_devices"], "--set: got 'bridge_devices'; expected name=value"),
+    variables("set_negative_capacity", ["--set", "device_cpu=-5"],
+              "devices[0].cpu_per_device: got -5; expected a number > 0"),
+    variables("vars_wrong_type", ["--vars", str(CORPUS / "vars_wrong_type.yaml")],
+              f"bridge_devices (--vars {CORPUS / 'vars_wrong_type.yaml'}): got 'many'; expected a value of the same type"),
+    variables("vars_unknown_variable", ["--vars", str(CORPUS / "vars_unknown_variable.yaml")],
+              f"bridge_count (--vars {CORPUS / 'vars_unknown_variable.yaml'}): got 3; expected one of the playbook's variables"),
+    variables("vars_yaml_syntax_error", ["--vars", str(CORPUS / "vars_yaml_syntax_error.yaml")],
+              str(CORPUS / "vars_yaml_syntax_error.yaml"), "(vars file)", "expected valid YAML"),
+    variables("vars_not_a_mapping", ["--vars", str(CORPUS / "vars_not_a_mapping.yaml")],
+              "document: got ['bridge_devices', 3]; expected a mapping of variable -> value"),
+    variables("vars_missing_file", ["--vars", str(CORPUS / "no_such_vars.yaml")],
+              "file: got", "no_such_vars.yaml", "expected a readable file"),
+    # options (click reports these itself, also with exit code 2)
+    Case("duration_not_a_duration", [str(VALID), "--runbook", "none", "--duration", "soon"],
+         ["Invalid value for '--duration': 'soon' is not a duration"], None),
+    Case("duration_infinite", [str(VALID), "--runbook", "none", "--duration", "inf"],
+         ["Invalid value for '--duration': 'inf' is not a duration"], None),
+    Case("tick_nan", [str(VALID), "--runbook", "none", "--tick", "nan"],
+         ["Invalid value for '--tick': 'nan' is not a duration"], None),
+    Case("duration_zero", [str(VALID), "--runbook", "none", "--duration", "0"],
+         ["--duration: got 0.0; expected a duration > 0"]),
+    Case("negative_seed", [str(VALID), "--runbook", "none", "--seed", "-1"],
+         ["Invalid value for '--seed': -1 is not in the range x>=0"], None),
+    Case("playbook_not_found", [str(CORPUS / "no_such_playbook.yaml.j2")],
+         ["no playbook", "no_such_playbook.yaml.j2", "built-in playbooks are: us-east-1-2021"], None),
+]
+PLAYBOOK_FILES = {c.id for c in CASES if c.id.endswith(".yaml.j2")}
+#: run in a real subprocess as well: the defects the issue lists, and one of each other kind
+REAL = ["yaml_syntax_error.yaml.j2", "undefined_variable.yaml.j2", "unknown_field.yaml.j2", "wrong_type.yaml.j2",
+        "negative_capacity.yaml.j2", "dunder_class_access.yaml.j2", "several_errors.yaml.j2",
+        "runbook_unknown_mitigation.yaml", "runbook_yaml_syntax_error.yaml", "set_unknown_variable", "set_wrong_type",
+        "vars_wrong_type", "negative_seed"]
+REAL_CASES = [c for c in CASES if c.id in REAL]
+
+
+def test_every_broken_file_in_the_corpus_has_a_case():
+    files = {p.name for p in CORPUS.iterdir()} - {VALID.name, VALID_RUNBOOK.name}
+    covered = {c.id for c in CASES} | {Path(a).name for c in CASES for a in c.args}
+    assert files <= covered, f"corpus files without a case: {sorted(files - covered)}"
+
+
+def test_each_broken_playbook_differs_from_the_valid_one_by_one_defect():
+    import difflib
+
+    base = VALID.read_text().splitlines()[1:]  # line 1 is the comment naming the defect
+    for name in sorted(PLAYBOOK_FILES - {"several_errors.yaml.j2"}):
+        broken = (CORPUS / name).read_text().splitlines()[1:]
+        changed = [ln for ln in difflib.unified_diff(base, broken, lineterm="", n=0)
+                   if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+        assert 1 <= len(changed) <= 3, (name, changed)  # one edit: a line changed, added or removed
+
+
+# -- the real command line, in subprocesses ------------------------------------------------
+
+def _gameday(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """Every case's ``gameday run`` at once: case id -> (result, its working directory, its --out)."""
+    def one(case: Case):
+        cwd = tmp_path_factory.mktemp("case")
+        out = cwd / "run"
+        return case.id, (_gameday(["run", *case.args, "--out", str(out), "--no-progress"], cwd), cwd, out)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(pool.map(one, REAL_CASES))
+
+
+def _assert_clear_error(exit_code: int, stdout: str, stderr: str, case: Case, stdout_ok: str = "") -> None:
+    assert exit_code == 2, (exit_code, stdout, stderr)
+    assert "Traceback" not in stdout + stderr, stderr
+    assert stdout == stdout_ok, stdout  # nothing but the message, and that on stderr
+    for text in case.expect:
+        assert text in stderr, f"{text!r} not in:\n{stderr}"
+    if case.header is not None:
+        # exactly one message: one "error:" line with its count, then the issues, one per line
+        assert stderr.startswith("error: ") and stderr.count("error: ") == 1, stderr
+        first = stderr.splitlines()[0]
+        assert f": {case.header} (" in first, first
+        n = int(case.header.split()[0])
+        assert len(stderr.strip().splitlines()) == 1 + n, stderr
+
+
+@pytest.mark.parametrize("case", REAL_CASES, ids=[c.id for c in REAL_CASES])
+def test_real_command_line_reports_bad_input_clearly_and_creates_no_run_directory(case, cli_runs):
+    result, cwd, out = cli_runs[case.id]
+    _assert_clear_error(result.returncode, result.stdout, result.stderr, case)
+    assert not out.exists()
+    assert list(cwd.iterdir()) == []  # nor anything else (no default runs/ directory)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_run_reports_bad_input_clearly_and_creates_no_run_directory(case, tmp_path):
+    runner = CliRunner()
+    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
+        result = runner.invoke(main, ["run", *case.args, "--out", "run", "--no-progress"])
+        assert isinstance(result.exception, SystemExit), result.exc_info  # not an uncaught exception
+        _assert_clear_error(result.exit_code, result.stdout, result.stderr, case)
+        assert list(Path(cwd).iterdir()) == []  # no run directory, nor a default runs/ one
+
+
+def test_several_errors_are_reported_together_in_one_message(cli_runs):
+    result, _, _ = cli_runs["several_errors.yaml.j2"]
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == f"error: {CORPUS / 'several_errors.yaml.j2'}: 5 errors (validate)"
+    for expected, line in zip(SEVERAL_ERRORS, lines[1:]):
+        assert line.strip().startswith(expected), (expected, line)
+
+
+def test_the_valid_files_run_through_the_real_command_line(tmp_path):
+    out = tmp_path / "run"
+    result = _gameday(["run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "2m", "--out", str(out),
+                       "--json", "--no-progress"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (out / "score.json").is_file()
+
+
+# -- in process, through `gameday playbooks validate` ---------------------------------------
+
+def test_validate_accepts_the_valid_minimal_playbook_and_runbook():
+    result = CliRunner().invoke(main, ["playbooks", "validate", str(VALID), "--runbook", str(VALID_RUNBOOK)])
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.stdout and result.stderr == ""
+
+
+VALIDATE_CASES = [c for c in CASES if c.validate is not None]
+
+
+@pytest.mark.parametrize("case", VALIDATE_CASES, ids=[c.id for c in VALIDATE_CASES])
+def test_validate_rejects_each_broken_input(case):
+    result = CliRunner().invoke(main, ["playbooks", "validate", *case.validate])
+    assert isinstance(result.exception, SystemExit), result.exc_info  # not an uncaught exception
+    # with --runbook, validate first says the playbook itself is valid
+    ok = f"{VALID}: valid (1 populations, 1 device pools, 1 mitigations)\n" if "--runbook" in case.validate else ""
+    _assert_clear_error(result.exit_code, result.stdout, result.stderr, case, stdout_ok=ok)
+
+
+@pytest.mark.parametrize("content", [b"name: caf\xe9\n", b"\xff\xfe\x00n\x00"], ids=["latin1", "utf16"])
+def test_files_that_are_not_utf8_are_reported_not_raised(tmp_path, content):
+    bad = tmp_path / "not_utf8.yaml.j2"
+    bad.write_bytes(content)
+    rb = tmp_path / "not_utf8_runbook.yaml"
+    rb.write_bytes(content)
+    for args, source in ((["playbooks", "validate", str(bad)], bad),
+                         (["run", str(VALID), "--runbook", str(rb), "--out", str(tmp_path / "run")], rb)):
+        result = CliRunner().invoke(main, args)
+        assert isinstance(result.exception, SystemExit), result.exc_info
+        assert result.exit_code == 2
+        assert f"error: {source}: 1 error (read)" in result.stderr
+        assert "expected UTF-8 text" in result.stderr
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,184 @@
+"""The ``gameday`` command line, in process with click's CliRunner."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.playbook import builtin_runbooks, find_playbook, read_template
+
+CORPUS = Path(__file__).parent / "corpus"
+VALID = CORPUS / "valid_minimal.yaml.j2"
+VALID_RUNBOOK = CORPUS / "valid_runbook.yaml"
+FLAGSHIP = "us-east-1-2021"
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(main, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # show the traceback of an unexpected error
+    return result
+
+
+def test_playbooks_list_shows_the_flagship():
+    result = invoke("playbooks", "list")
+    assert result.exit_code == 0, result.output
+    assert FLAGSHIP in result.stdout
+    assert "AWS us-east-1, 2021-12-07" in result.stdout
+
+
+def test_playbooks_show_lists_variables_mitigations_par_and_runbooks():
+    result = invoke("playbooks", "show", FLAGSHIP)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    header = read_template(find_playbook(FLAGSHIP)).header
+    assert len(header) >= 10
+    for name, decl in header.items():
+        assert f"  {name} = {decl['default']!r}\n" in out, name
+        assert decl["description"] in out
+    playbook = yaml.safe_load(invoke("playbooks", "render", FLAGSHIP).stdout)
+    names = [m["name"] for m in playbook["mitigations"]]
+    assert "enable_protection" in names and "deploy_backoff_fix" in names
+    mitigations = out.split("\nmitigations:\n", 1)[1]
+    for name in names:
+        assert f"  {name} " in mitigations, name
+    par = out.split("\npar (the historical response):\n", 1)[1]
+    assert "loop_broken" in par and "13:34" in par and "backlog_drained" in par and "18:40" in par
+    runbooks = builtin_runbooks(FLAGSHIP)
+    assert {"none", "historical", "protect-early", "shed-load", "restart-devices"} <= set(runbooks)
+    assert "runbooks: " + ", ".join(runbooks) in out
+
+
+def _bug_flags(rendered: str) -> dict:
+    doc = yaml.safe_load(rendered)
+    return {p["name"]: p["bugs"]["reconnect_ignores_backoff"] for p in doc["populations"] if "bugs" in p}
+
+
+def test_playbooks_render_applies_set():
+    default = invoke("playbooks", "render", FLAGSHIP)
+    assert default.exit_code == 0, default.output
+    assert _bug_flags(default.stdout) == {"internal-clients": True, "top-talker": True}
+    off = invoke("playbooks", "render", FLAGSHIP, "--set", "latent_bug=false")
+    assert off.exit_code == 0, off.output
+    assert _bug_flags(off.stdout) == {"internal-clients": False, "top-talker": False}
+
+
+def test_playbooks_render_applies_a_vars_file(tmp_path):
+    vars_file = tmp_path / "vars.yaml"
+    vars_file.write_text("bridge_devices: 12\nlatent_bug: false\n")
+    result = invoke("playbooks", "render", FLAGSHIP, "--vars", str(vars_file), "--set", "bridge_devices=10")
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(result.stdout)
+    assert doc["devices"][0]["count"] == 10  # --set wins over the vars file
+    assert _bug_flags(result.stdout)["internal-clients"] is False
+
+
+def _commands(group: click.Group, prefix=()):
+    yield prefix
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, prefix + (name,))
+        else:
+            yield prefix + (name,)
+
+
+COMMANDS = list(_commands(main))
+
+
+def test_every_command_is_covered():
+    assert {("run",), ("playbooks",), ("playbooks", "list"), ("playbooks", "show"), ("playbooks", "render"),
+            ("playbooks", "validate")} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "gameday" for c in COMMANDS])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_of_every_command(command, flag):
+    result = invoke(*command, flag)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Usage: ")
+    assert " ".join(("main",) + command) in result.stdout.splitlines()[0]
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0 and "version" in result.stdout
+
+
+def _snapshot(d: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_run_writes_a_run_directory_and_refuses_to_overwrite_it(tmp_path):
+    out = tmp_path / "run"
+    args = ["run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "5m", "--out", str(out), "--json"]
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    score = json.loads(first.stdout)
+    assert "loop_broken" in score and score["simulated_until"] == "07:05"
+    for name in ("meta.json", "playbook.yaml", "runbook.yaml", "metrics.csv", "columns.json", "events.jsonl",
+                 "score.json"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "meta.json").read_text())["status"] == "complete"
+    assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 5 * 60  # header + one row per 1 s tick
+    before = _snapshot(out)
+
+    again = invoke(*args)
+    assert again.exit_code == 2
+    assert isinstance(again.exception, SystemExit)
+    assert again.stdout == ""
+    assert again.stderr == f"error: run directory {out} exists and is not empty; choose another --out\n"
+    assert _snapshot(out) == before  # the first run is intact
+
+
+def test_run_into_an_existing_empty_directory_is_fine(tmp_path):
+    result = invoke("run", str(VALID), "--runbook", "none", "--duration", "1m", "--out", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "score.json").is_file()
+
+
+def test_the_empty_runbook_none_exists_for_every_playbook(tmp_path):
+    result = invoke("run", str(VALID), "--runbook", "none", "--duration", "1m", "--out", str(tmp_path / "run"), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["actions_taken"] == 0
+    assert yaml.safe_load((tmp_path / "run" / "runbook.yaml").read_text())["rules"] == []
+
+
+def test_run_prints_a_summary_and_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    result = invoke("run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "2m", "--out", str(out),
+                    "--seed", "7")
+    assert result.exit_code == 0, result.output
+    assert f"run directory: {out}" in result.stdout
+    assert json.loads((out / "meta.json").read_text())["seed"] == 7
+
+
+def test_validate_also_validates_runbooks():
+    result = invoke("playbooks", "validate", str(VALID), "--runbook", str(VALID_RUNBOOK), "--runbook", "none")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1:] == [f"{VALID_RUNBOOK}: valid", "none: valid"]
+
+
+def test_validate_the_flagship_and_all_its_runbooks():
+    runbooks = builtin_runbooks(FLAGSHIP)
+    result = invoke("playbooks", "validate", FLAGSHIP, *[a for r in runbooks for a in ("-r", r)])
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 1 + len(runbooks)
+
+
+def test_options_from_the_environment(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", str(VALID), "--runbook", "none", "--duration", "1m", "--out", str(out)],
+                                env={"GAMEDAY_RUN_SEED": "5"})
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "meta.json").read_text())["seed"] == 5
+
+
+def test_unknown_playbook_for_show_is_a_clear_error():
+    result = invoke("playbooks", "show", "no-such-playbook")
+    assert result.exit_code == 2
+    assert "no playbook 'no-such-playbook'" in result.stderr and FLAGSHIP in result.stderr
