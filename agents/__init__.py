@@ -6,6 +6,7 @@ from .device import DevicePool
 from .monitoring import Monitoring
 from .operator import NoOperator, Operator, RunbookOperator
 from .population import Population
+from .reference import ClientByClientPopulation
 from .service import Service
 from .status import StatusDashboard
 
@@ -13,6 +14,7 @@ from .status import StatusDashboard
 AGENT_CLASSES: dict[str, type[Agent]] = {
     "automation": Automation,
     "population": Population,
+    "population:reference": ClientByClientPopulation,
     "device": DevicePool,
     "service": Service,
     "monitoring": Monitoring,

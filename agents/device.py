@@ -195,8 +195,11 @@ class DevicePool(Agent):
             origin = b["origin"]
             ps = 0.0 if down else 1.0 - math.exp(-b["ct"] / delay)
             pr = 0.0 if down else 1.0 - math.exp(-b["rt"] / delay)
-            n_s, n_r = int(round(adm_s[i])), int(round(adm_r[i]))
-            s_rej, r_rej = int(round(rej_s[i])), int(round(rej_r[i]))
+            # Whole items: each is rejected, then admitted to the queue, independently.
+            n_setups, n_reqs = int(setups[i]), int(requests[i] * unit[i])
+            s_rej = self._some(n_setups, rej_s[i] / n_setups if n_setups else 0.0)
+            r_rej = self._some(n_reqs, rej_r[i] / n_reqs if n_reqs else 0.0)
+            n_s, n_r = self._some(n_setups - s_rej, keep), self._some(n_reqs - r_rej, keep)
             if coupled[i]:
                 # One item is a setup plus a request (UDP-style flow); it holds an entry until it times out.
                 ok = int(self.rng.binomial(n_s, pr)) if n_s else 0
@@ -239,6 +242,12 @@ class DevicePool(Agent):
         if self.monitor and tick % self.telemetry_every == 0:
             self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
         return self.finish(metrics)
+
+    def _some(self, n: int, p: float) -> int:
+        """How many of n items an event with probability p hits."""
+        if n <= 0 or p <= 0.0:
+            return 0
+        return n if p >= 1.0 else int(self.rng.binomial(n, p))
 
     def _forward(self, b: dict, res: dict, delay: float, tick: int) -> None:
         """Pass what got through to the next hop, or report the outcome to the origin."""

@@ -13,12 +13,25 @@ Flows are summarised per tick: one ``flow`` message goes out along the path, one
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
+from .draws import draw_without_replacement
 from .retry import CircuitBreaker, RetryPolicy, TokenBucket
 from .wheel import TimingWheel
+
+
+@dataclass
+class Batch:
+    """What one tick sent, waiting for its result."""
+
+    setups: np.ndarray  # connection attempts per back-off class
+    requests: np.ndarray  # request attempts per attempt class
+    extra: int  # surge setups, with no client of ours behind them
+    senders: int  # clients connected when it was sent
+    holding: float  # of those, how many still hold that connection
 
 
 class Population(Agent):
@@ -93,7 +106,10 @@ class Population(Agent):
         self.conn_by_class = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         self.conn_by_class[0] = self.clients if self.pooled else 0
         self.n_connected = int(self.conn_by_class[0])  # == conn_by_class.sum(), kept to avoid summing
-        self.inflight: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}  # sent tick -> (setups, requests, surge setups)
+        self.inflight: dict[int, Batch] = {}  # by the tick it was sent
+        # Retries of requests whose failure made their client drop its connection (pooled,
+        # perishable work): when they fall due the client has no connection to send them on.
+        self.orphan_wheel = TimingWheel(horizon, self.retry.attempt_classes() + 1)
         self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         self.surges: list[dict] = []
         self.broken = 0
@@ -141,13 +157,27 @@ class Population(Agent):
         n = min(n, self.n_connected)
         if n <= 0:
             return np.zeros_like(self.conn_by_class)
-        taken = self.rng.multivariate_hypergeometric(self.conn_by_class, n) if n < self.n_connected else self.conn_by_class.copy()
+        taken = draw_without_replacement(self.rng, self.conn_by_class, n)
         self.conn_by_class -= taken
         self.n_connected -= n
         return taken
 
+    def _left(self, n: int, pool: int, failed_batch: int | None = None) -> None:
+        """``n`` of ``pool`` connected clients left their connections. Churn and breaks hit
+        every client alike; drops after the failures of batch ``failed_batch`` hit its own
+        senders, who were all still connected when each later batch was sent."""
+        if n <= 0 or pool <= 0:
+            return
+        for sent, batch in self.inflight.items():
+            if failed_batch is None:
+                batch.holding -= batch.holding * n / pool
+            elif sent > failed_batch:
+                batch.holding = max(0.0, batch.holding - n)
+
     def _break_connections(self, n: int) -> None:
+        pool = self.n_connected
         n = int(self._take_connected(n).sum())
+        self._left(n, pool)
         self.conn_wheel.schedule_one(1, n, 0)
         self.broken += n
 
@@ -189,7 +219,7 @@ class Population(Agent):
             return per_class.copy(), np.zeros_like(per_class)
         if ok == 0:
             return np.zeros_like(per_class), per_class.copy()
-        good = self.rng.multivariate_hypergeometric(per_class, ok)
+        good = draw_without_replacement(self.rng, per_class, ok)
         return good, per_class - good
 
     # -- the tick ------------------------------------------------------------------------
@@ -219,7 +249,9 @@ class Population(Agent):
                     closes += forced
                     extra_setups += int(self.rng.poisson(s["extra"] * dt))
             self.surges = [s for s in self.surges if tick < s["until"]]
+            pool = self.n_connected
             closes = int(self._take_connected(closes).sum())  # graceful: they reconnect at once, back-off reset
+            self._left(closes, pool)
             conn_now += self.conn_wheel.pop_due()
             conn_now[0] += closes
             closes += self.dropped_after_failure
@@ -240,6 +272,9 @@ class Population(Agent):
         local_fail = int(self.rng.binomial(fresh, 1.0 - dep_ok)) if dep_ok < 1.0 and fresh else 0
 
         req_now = self.req_wheel.pop_due()
+        orphans = int(self.orphan_wheel.pop_due().sum())  # no connection to send them on: they fail for good
+        res["errors"] += orphans
+        res["failed"] += orphans
         if self.budget is not None:
             wanted = int(req_now.sum())
             granted = self.budget.spend(fresh, wanted)
@@ -280,7 +315,7 @@ class Population(Agent):
         # Per-request mode: every request is its own flow, so it is also a setup.
         setups = int(conn_now.sum()) + extra_setups if self.pooled else requests
         if setups or requests or closes:
-            self.inflight[tick] = (conn_now, req_now, extra_setups)
+            self.inflight[tick] = Batch(conn_now, req_now, extra_setups, self.n_connected, float(self.n_connected))
             if not self.path and not self.target:
                 self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()), "s_fail": 0, "s_rej": 0,
                                        "r_ok": requests, "r_fail": 0, "r_rej": 0}, res)
@@ -296,7 +331,7 @@ class Population(Agent):
         resolved = res["ok"] + res["failed"]
         success_ratio = res["ok"] / resolved if resolved else 1.0
         final = res["ok"] + res["errors"]
-        inflight_req = sum(int(r.sum()) for _, r, _ in self.inflight.values())
+        inflight_req = sum(int(b.requests.sum()) for b in self.inflight.values())
         metrics = {
             "clients": self.clients,
             "connected": self.connected,
@@ -321,8 +356,9 @@ class Population(Agent):
             self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
         return self.finish(metrics)
 
-    def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict) -> None:
-        """Failed attempts of class k retry as class k+1 unless attempts are exhausted."""
+    def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict, orphan: bool = False) -> None:
+        """Failed attempts of class k retry as class k+1 unless attempts are exhausted;
+        ``orphan``: their client dropped its connection, so the retry will find none."""
         limit = self.retry.max_attempts
         if limit and not self.durable:
             give_up = int(failed[limit - 1:].sum())
@@ -330,13 +366,14 @@ class Population(Agent):
             failed = failed.copy()
             failed[limit - 1:] = 0
         if failed.any():
-            self._schedule(self.req_wheel, self.retry, failed, lag)
+            self._schedule(self.orphan_wheel if orphan else self.req_wheel, self.retry, failed, lag)
 
     def _on_result(self, tick: int, body: dict, res: dict) -> None:
         sent = int(body["sent"])
-        conn, req, extra = self.inflight.pop(sent, (None, None, 0))
-        if conn is None:
+        batch = self.inflight.pop(sent, None)
+        if batch is None:
             return
+        conn, req, extra = batch.setups, batch.requests, batch.extra
         if extra:
             # Surge connections have no client of ours behind them: they close again at once.
             s_ok_all = min(int(body["s_ok"]), extra + int(conn.sum()))
@@ -365,9 +402,11 @@ class Population(Agent):
         good, bad = self._split(req, r_ok)
         res["ok"] += int(good.sum())
         n_good = int(good.sum())
+        # Of the clients connected when the batch was sent, those still on that connection.
+        holding = min(self.n_connected, int(round(batch.holding)))
         if self.pooled and n_good and self.conn_by_class[1:].any():
             # Clients with a successful request have proven their connection: back-off resets.
-            proven = int(self.rng.binomial(self.connected, 1.0 - math.exp(-n_good / max(1, self.connected))))
+            proven = int(self.rng.binomial(holding, 1.0 - math.exp(-n_good / max(1, batch.senders))))
             self._take_connected(proven)
             self.conn_by_class[0] += proven
             self.n_connected += proven
@@ -379,19 +418,24 @@ class Population(Agent):
             return
         rej = min(int(body["r_rej"]), n_bad)
         fast, slow = self._split(bad, rej)
-        self._retry_or_give_up(fast, lag=elapsed, res=res)
-        self._retry_or_give_up(slow, lag=elapsed - self.request_timeout, res=res)
-        if self.pooled and self.connected and (("timeout" in self.reconnect_on and slow.any())
-                                                or ("reject" in self.reconnect_on and fast.any())):
-            fails = int(slow.sum()) * ("timeout" in self.reconnect_on) + int(fast.sum()) * ("reject" in self.reconnect_on)
-            # Clients that saw at least one failure (Poisson occupancy of failures over clients).
-            p = 1.0 - math.exp(-fails / self.connected)
-            dropped = self._take_connected(int(self.rng.binomial(self.connected, p)))
+        drops = self.pooled and not self.durable
+        on_timeout, on_reject = "timeout" in self.reconnect_on, "reject" in self.reconnect_on
+        self._retry_or_give_up(fast, lag=elapsed, res=res, orphan=drops and on_reject)
+        self._retry_or_give_up(slow, lag=elapsed - self.request_timeout, res=res, orphan=drops and on_timeout)
+        fails = int(slow.sum()) * on_timeout + int(fast.sum()) * on_reject
+        if self.pooled and holding and fails:
+            # Senders that saw at least one failure (Poisson occupancy of failures over senders).
+            p = 1.0 - math.exp(-fails / max(1, batch.senders))
+            pool = self.n_connected
+            dropped = self._take_connected(int(self.rng.binomial(holding, p)))
+            self._left(int(dropped.sum()), pool, failed_batch=sent)
             self.dropped_after_failure += int(dropped.sum())
+            # The client reconnects once it has noticed the failure (after the timeout).
+            lag = elapsed - self.request_timeout if slow.any() and on_timeout else elapsed
             # A proven client starts its back-off afresh; one that never proved its
             # connection carries on from the attempt it connected on.
             first = np.zeros_like(dropped)
             first[0] = dropped[0]
             dropped[0] = 0
-            self._schedule(self.conn_wheel, self.reconnect, first, lag=0.0, ignore_backoff=self.bug_ignores_backoff, shift=0)
-            self._schedule(self.conn_wheel, self.reconnect, dropped, lag=0.0, ignore_backoff=self.bug_ignores_backoff)
+            self._schedule(self.conn_wheel, self.reconnect, first, lag=lag, ignore_backoff=self.bug_ignores_backoff, shift=0)
+            self._schedule(self.conn_wheel, self.reconnect, dropped, lag=lag, ignore_backoff=self.bug_ignores_backoff)

@@ -47,14 +47,3 @@ class TimingWheel:
         self.pos = (self.pos + 1) % self.size
         self.pending -= int(row.sum())
         return row
-
-    def remove(self, count: int, rng: np.random.Generator) -> int:
-        """Take ``count`` waiting entries out (e.g. clients leaving), spread over the wheel."""
-        count = min(count, self.pending)
-        if count <= 0:
-            return 0
-        flat = self.slots.reshape(-1)
-        taken = rng.multivariate_hypergeometric(flat, count, method="marginals")
-        flat -= taken
-        self.pending -= count
-        return count

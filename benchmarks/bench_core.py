@@ -22,10 +22,10 @@ import tempfile
 import time
 
 SIZES = {"10^3": 1_000, "10^5": 100_000, "10^7": 10_000_000}
-# the default world has 110,000 clients in its two large (bugged) populations; the
+# the default world has 125,000 clients in its two large (bugged) populations; the
 # playbook's ``scale`` variable multiplies every population and every capacity, so each
 # size plays the same incident
-BUGGED = 110_000
+BUGGED = 125_000
 
 
 CHILD = r"""
@@ -65,7 +65,7 @@ def main() -> None:
         return min(results[name], key=lambda r: r["wall"])
 
     d = best("default")
-    print(f"full 2021 scenario, historical runbook, {args.duration} at 1 s ticks (152,500 clients, 110,000 of them bugged):")
+    print(f"full 2021 scenario, historical runbook, {args.duration} at 1 s ticks (167,500 clients, 125,000 of them bugged):")
     print(f"  wall {d['wall']:.1f} s  ->  {d['sim'] / d['wall']:.0f} simulated s per wall s"
           f"  (loop broken {d['loop_broken']}, peak RSS {d['rss_mb']:.0f} MiB)")
     print("\nsame scenario at other sizes (scale: clients in the two bugged populations; cost should not depend on it):")

@@ -14,10 +14,11 @@ from .runner import RunSpec, execute, read_vars_file
 from .timefmt import parse_duration
 
 
-def run(playbook: str = "us-east-1-2021", runbook: str = "historical", seed: int = 1, sets: dict | None = None,
+def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int = 1, sets: dict | None = None,
         vars_file: str | None = None, out: str | Path | None = None, duration=None, tick=None,
         progress: bool = False) -> RunData:
-    """Run a world in process and return its run data: ``metrics`` and ``events`` as
+    """Run a world in process (``runbook`` None: the playbook's ``historical`` runbook if
+    it has one, else ``none``) and return its run data: ``metrics`` and ``events`` as
     pandas DataFrames, ``score`` as a dict, ``dir`` the run directory (a new temporary
     directory when ``out`` is not given)."""
     values = read_vars_file(vars_file) if vars_file else {}

@@ -64,8 +64,9 @@ def main():
 
 @main.command()
 @click.argument("playbook", default="us-east-1-2021")
-@click.option("--runbook", "-r", default="historical", show_default=True,
-              help="Built-in runbook name (see `gameday playbooks show`) or a runbook YAML file.")
+@click.option("--runbook", "-r", default=None,
+              help="Built-in runbook name (see `gameday playbooks show`) or a runbook YAML file "
+                   "[default: the playbook's 'historical' runbook if it has one, else 'none'].")
 # IntRange: numpy refuses negative seeds, and only after the run directory exists
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Random seed; same seed, same run.")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a playbook variable (repeatable).")
@@ -85,7 +86,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, progress,
                    duration=duration, tick=tick)
     if out is None:
         name = Path(playbook).name.split(".")[0]
-        out = Path("runs") / f"{name}-{Path(runbook).stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = Path("runs") / f"{name}-{Path(runbook or 'default').stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     data = execute(spec, Path(out), progress=progress)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))

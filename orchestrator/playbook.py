@@ -151,6 +151,9 @@ def _ops(cls) -> set[str]:
     return {n[3:] for n in dir(cls) if n.startswith("op_")}
 
 
+MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
+MAX_TICKS = 2_000_000  # a run longer than this is almost certainly a typo in --tick
+
 #: kinds of agent that send telemetry to monitoring
 TELEMETRY_KINDS = ("device", "service", "population")
 
@@ -213,7 +216,7 @@ def find_runbook(ref: str, playbook: str) -> Path:
 
 # -- render -------------------------------------------------------------------------------
 
-def _read(path: Path, error_cls) -> str:
+def read_text(path: Path, error_cls) -> str:
     """A playbook or runbook file's text; one that cannot be read is the user's mistake, not a traceback."""
     try:
         return path.read_text(encoding="utf-8")
@@ -224,7 +227,7 @@ def _read(path: Path, error_cls) -> str:
 
 
 def read_template(path: Path) -> Template:
-    text = _read(path, InvalidPlaybook)
+    text = read_text(path, InvalidPlaybook)
     name = path.name.split(".")[0]
     header, body, body_line = {}, text, 1
     lines = text.splitlines(keepends=True)
@@ -328,14 +331,17 @@ def render(tpl: Template, values: dict) -> str:
         raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), f"{type(e).__name__}: {e}", "a template that renders")])
 
 
-def parse_yaml(text: str, source: str, error_cls=InvalidPlaybook, first_line: int = 1):
+def parse_yaml(text: str, source: str, error_cls=InvalidPlaybook, first_line: int = 1, allow_empty: bool = False,
+               stage: str = "parse", expected: str = "a YAML mapping"):
     """``first_line``: the file line ``text`` starts on (a playbook's body follows its header)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise error_cls(source, "parse", [_yaml_issue(e, first_line)])
+        raise error_cls(source, stage, [_yaml_issue(e, first_line)])
+    if doc is None and allow_empty:
+        return None
     if not isinstance(doc, dict):
-        raise error_cls(source, "parse", [Issue("document", doc, "a YAML mapping")])
+        raise error_cls(source, stage, [Issue("document", doc, expected)])
     return doc
 
 
@@ -412,10 +418,10 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
         if sum(k in a and a[k] not in (None, False) for k in ("above", "below", "no_data")) != 1:
             issues.append(Issue(f"monitoring.alarms[{j}]", a["name"], "exactly one of above, below, no_data"))
     tick = data["clock"]["tick"]
-    if tick > 60:
-        issues.append(Issue("clock.tick", tick, "a tick of at most 60 seconds"))
-    elif data["clock"]["duration"] / tick > 2_000_000:
-        issues.append(Issue("clock.duration", data["clock"]["duration"], "at most 2,000,000 ticks per run"))
+    if tick > MAX_TICK_S:
+        issues.append(Issue("clock.tick", tick, f"a tick of at most {MAX_TICK_S:g} seconds"))
+    elif data["clock"]["duration"] / tick > MAX_TICKS:
+        issues.append(Issue("clock.duration", data["clock"]["duration"], f"at most {MAX_TICKS:,} ticks per run"))
     for i, t in enumerate(data["triggers"]):
         for j, e in enumerate(t["effects"]):
             _check_effect(e, f"triggers[{i}].effects[{j}]", all_kinds, issues)
@@ -484,7 +490,7 @@ def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
             raise
         # every playbook has the empty runbook, whether or not it ships a none.yaml
         return EMPTY_RUNBOOK, {"name": "none", "description": "Nobody acts.", "rules": []}
-    text = _read(path, InvalidRunbook)
+    text = read_text(path, InvalidRunbook)
     doc = parse_yaml(text, str(path), InvalidRunbook)
     issues: list[Issue] = []
     rb = check(doc, RUNBOOK, "", issues)

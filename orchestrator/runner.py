@@ -5,14 +5,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from reports.rundir import RunData, load_run
 from .clock import SimulatedClock
 from .errors import InvalidPlaybook, Issue
 from .hosting import InProcessHost
 from .journal import RunWriter
-from .playbook import Playbook, coerce_value, load_playbook, load_runbook
+from .playbook import MAX_TICK_S, MAX_TICKS, Playbook, builtin_runbooks, coerce_value, load_playbook, load_runbook, parse_yaml, read_text
 from .scoring import Scorer
 from .world import build_plan
 
@@ -20,7 +18,7 @@ from .world import build_plan
 @dataclass
 class RunSpec:
     playbook: str = "us-east-1-2021"
-    runbook: str = "historical"
+    runbook: str | None = None  # None: the playbook's "historical" runbook if it has one, else "none"
     seed: int = 1
     sets: dict | None = None
     duration: float | None = None
@@ -28,17 +26,10 @@ class RunSpec:
 
 
 def read_vars_file(path: str) -> dict:
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InvalidPlaybook(path, "vars file", [Issue("file", path, f"a readable file ({e.strerror})")]) from None
-    except yaml.YAMLError as e:
-        raise InvalidPlaybook(path, "vars file", [Issue("yaml", str(e).splitlines()[0], "valid YAML")]) from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise InvalidPlaybook(path, "vars file", [Issue("document", doc, "a mapping of variable -> value")])
-    return doc
+    text = read_text(Path(path), InvalidPlaybook)
+    doc = parse_yaml(text, path, InvalidPlaybook, allow_empty=True, stage="vars file",
+                     expected="a mapping of variable -> value")
+    return doc or {}
 
 
 def parse_sets(pairs: list[str]) -> dict:
@@ -54,11 +45,21 @@ def parse_sets(pairs: list[str]) -> dict:
 def prepare(spec: RunSpec):
     """Everything that can fail on bad input happens here, before any file is written."""
     pb: Playbook = load_playbook(spec.playbook, spec.sets or {})
-    rb_text, rb = load_runbook(spec.runbook, pb)
-    if spec.tick is not None and spec.tick <= 0:
-        raise InvalidPlaybook("--tick", "options", [Issue("--tick", spec.tick, "a duration > 0")])
+    runbook = spec.runbook or ("historical" if "historical" in builtin_runbooks(pb.name) else "none")
+    rb_text, rb = load_runbook(runbook, pb)
+    issues = []
+    if spec.tick is not None and not 0 < spec.tick <= MAX_TICK_S:
+        issues.append(Issue("--tick", spec.tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
     if spec.duration is not None and spec.duration <= 0:
-        raise InvalidPlaybook("--duration", "options", [Issue("--duration", spec.duration, "a duration > 0")])
+        issues.append(Issue("--duration", spec.duration, "a duration > 0"))
+    if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or spec.seed < 0:
+        issues.append(Issue("seed", spec.seed, "an integer >= 0"))
+    if not issues:
+        ticks = (spec.duration or pb.data["clock"]["duration"]) / (spec.tick or pb.data["clock"]["tick"])
+        if ticks > MAX_TICKS:
+            issues.append(Issue("--duration / --tick", round(ticks), f"at most {MAX_TICKS:,} ticks per run"))
+    if issues:
+        raise InvalidPlaybook("options", "options", issues)
     plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick)
     return pb, rb_text, rb, plan
 

@@ -168,8 +168,11 @@ def _gameday(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
     """Every case's ``gameday run`` at once: case id -> (result, its working directory, its --out)."""
+    # the directories are made here, not in the threads: tmp_path_factory is not thread-safe
+    cwds = {case.id: tmp_path_factory.mktemp("case") for case in REAL_CASES}
+
     def one(case: Case):
-        cwd = tmp_path_factory.mktemp("case")
+        cwd = cwds[case.id]
         out = cwd / "run"
         return case.id, (_gameday(["run", *case.args, "--out", str(out), "--no-progress"], cwd), cwd, out)
 

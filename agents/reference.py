@@ -1,0 +1,490 @@
+"""A client population simulated one client at a time: the reference for the cohort model.
+
+``Population`` holds clients as counts per state and attempt class and moves them with
+binomial and multinomial draws. This class keeps one object per client instead (its
+connection state, its back-off attempt, its next connection attempt) and one record per
+request in flight (its client and attempt number), and lets each client schedule its own
+next connection attempt, request and retry, in seconds, on an event heap. It speaks the
+same messages and reports the same metrics as ``Population``, so a world can swap one for
+the other (agent kind ``population:reference``); it exists only to check the cohort model
+on small populations, so it is written to be read, not to be fast.
+
+Per-client behaviour (the intended behaviour ``Population`` approximates):
+
+- Fresh requests: every client sends requests as a Poisson process of rate ``rate``.
+  In pooled mode a client without an established connection cannot send: its request
+  fails at once, for good (a customer-visible error). Durable work is queued instead and
+  dispatched at most ``max_rate`` per second, in pooled mode by whichever clients hold a
+  connection at the time.
+- Pooled connections last an exponential ``lifetime``; when one ends the client
+  reconnects at once with its back-off reset. A surge makes a share of the connected
+  clients do the same, spread over its duration.
+- A client that connected after k failed attempts keeps that back-off state (class k)
+  until one of its requests succeeds on the connection; then it is back to class 0.
+- A failed connection attempt of class k is retried as class k + 1 after a delay drawn
+  from the reconnect policy for attempt k, counted from when the failure is detected:
+  at once for a rejection, ``connection.timeout`` after sending for a timeout. The latent
+  bug (``reconnect_ignores_backoff``) replaces that delay by a fixed ``reconnect_delay``.
+- A request that fails (timeout, or rejection if ``reconnect_on`` says so) makes its
+  client drop the connection it was sent on, if the client still holds it, and reconnect:
+  a client of class 0 starts afresh (delay for attempt 0, then an attempt of class 0); a
+  client of class k carries on (delay for attempt k, then class k + 1). The bug again
+  replaces the delay by ``reconnect_delay`` after detection.
+- A failed request attempt k is retried as attempt k + 1 after a delay drawn from the
+  retry policy, counted from detection, unless ``max_attempts`` are used up (then it is
+  an error). A retry belongs to its client: in pooled mode it goes on the client's
+  connection, and if the client holds none when the retry is due it fails at once, for
+  good, like a fresh request (see ``RETRY_WITHOUT_CONNECTION``).
+
+Device outcomes come back as counts per batch (the flows sent at one tick); they are
+handed to the batch's clients and requests uniformly at random.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from .base import Agent, Message, StepResult, WorldInfo
+from .population import Population
+from .retry import CircuitBreaker, RetryPolicy, TokenBucket
+
+# Client connection states (pooled mode).
+CONNECTED, CONNECTING, WAITING = "connected", "connecting", "waiting"
+
+#: What a pooled client does with a retry that falls due while it holds no connection:
+#: "error": it cannot send, so the retry fails at once, for good, like a fresh request
+#: ("Only connected clients can send; the others' requests fail at once"); "send": it is
+#: put on the wire anyway, as the cohort model does with every retry.
+RETRY_WITHOUT_CONNECTION = "error"
+
+_EPS = 1e-9
+
+
+class Client:
+    """One client: its connection and its back-off state."""
+
+    __slots__ = ("cid", "state", "backoff", "conn")
+
+    def __init__(self, cid: int, state: str):
+        self.cid = cid
+        self.state = state  # CONNECTED, CONNECTING or WAITING; change it with ClientByClientPopulation._set_state
+        self.backoff = 0  # attempt class: failed connection attempts since it last proved a connection
+        self.conn = 0  # generation of its connection (or pending attempt); stale events carry an older one
+
+
+class ClientByClientPopulation(Agent):
+    kind = "population"
+    METRICS = Population.METRICS
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        self.clients = int(spec["clients"])
+        self.rate = float(spec["rate"])
+        self.pooled = spec.get("mode", "pooled") == "pooled"
+        self.durable = spec.get("work", "perishable") == "durable"
+        self.max_rate = spec.get("max_rate")
+        self.path: list[str] = list(spec.get("path") or [])
+        self.target = spec.get("target")
+        self.depends_on: list[str] = list(spec.get("depends_on") or [])
+        conn = spec.get("connection") or {}
+        self.lifetime = float(conn.get("lifetime", 600.0))
+        self.connect_timeout = float(conn.get("timeout", 3.0))
+        self.reconnect = RetryPolicy.from_spec(conn.get("reconnect"))
+        self.reconnect_on = set(conn.get("reconnect_on", ["timeout"]))
+        self.request_timeout = float((spec.get("request") or {}).get("timeout", 5.0))
+        retry = spec.get("retry") or {}
+        self.retry = RetryPolicy.from_spec(retry)
+        if self.durable:
+            self.retry.max_attempts = 0  # durable work is never given up
+        self.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"].get("capacity", 100.0))) \
+            if retry.get("budget") else None
+        cb = retry.get("circuit_breaker")
+        self.breaker = CircuitBreaker(float(cb.get("threshold", 0.5)), float(cb.get("window", 10.0)),
+                                      float(cb.get("open_for", 30.0)), float(cb.get("probe_fraction", 0.1)),
+                                      world.dt) if cb else None
+        bugs = spec.get("bugs") or {}
+        self.bug_ignores_backoff = bool(bugs.get("reconnect_ignores_backoff", False))
+        self.bug_delay = float(bugs.get("reconnect_delay", self.connect_timeout))
+        self.rate_factor = 1.0
+        self.dispatch_factor = 1.0
+        wiring = spec.get("_wiring") or {}
+        self.health_subscribers: list[str] = list(wiring.get("health_subscribers", []))
+        self.monitor = wiring.get("monitor")
+        self.telemetry = list(wiring.get("telemetry", []))
+        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+        # Past this class every back-off delay is the same (and 2.0 ** k stays finite).
+        self.max_conn_class = self.reconnect.attempt_classes()
+        self.max_req_class = self.retry.attempt_classes()
+
+        # One object per client; every pooled client starts connected and proven.
+        self.people = [Client(i, CONNECTED if self.pooled else None) for i in range(self.clients)]
+        self.n_state = {CONNECTED: self.clients if self.pooled else 0, CONNECTING: 0, WAITING: 0,
+                        None: 0 if self.pooled else self.clients}
+        self._uniforms: list[float] = []  # uniform draws from self.rng, taken in blocks (one call each is slow)
+        # The event heap: (time in seconds, sequence, what, client id, generation, attempt).
+        self.events: list[tuple] = []
+        self._eseq = 0
+        # Each client's next fresh request, in seconds (its own Poisson stream); tick t
+        # handles what falls in ((t - 1) dt, t dt].
+        self.next_request = np.full(self.clients, math.inf)
+        self._redraw_requests(-world.dt)
+        if self.pooled:
+            for c in self.people:
+                self._start_lifetime(c, 0.0)
+        self.ready: list[tuple[int, int]] = []  # durable work waiting for dispatch: (client, attempt)
+        #: sent tick -> (setups: client id or -1 for a surge setup with no client behind it,
+        #:               requests: (client id, attempt, connection generation))
+        self.inflight: dict[int, tuple[list[int], list[tuple[int, int, int]]]] = {}
+        self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
+        self.surges: list[dict] = []
+        self.broken = 0
+        self.pending_closes = 0  # connections given up since the last flow, to close on the devices
+
+    # -- the event heap -------------------------------------------------------------
+    def _push(self, when: float, what: str, cid: int, gen: int = 0, attempt: int = 0) -> None:
+        self._eseq += 1
+        heapq.heappush(self.events, (when, self._eseq, what, cid, gen, attempt))
+
+    def _later(self, tick: int, when: float) -> float:
+        """Something scheduled during tick ``tick`` happens at ``when``, but no earlier than the next tick."""
+        return max(when, (tick + 1) * self.world.dt)
+
+    def _redraw_requests(self, after: float) -> None:
+        """Every client's next request after ``after`` (Poisson streams are memoryless)."""
+        rate = self.rate * self.rate_factor
+        self.next_request[:] = after + self.rng.exponential(1.0 / rate, self.clients) if rate > 0 else math.inf
+
+    def _requests_due(self, now: float) -> list[int]:
+        """The clients whose requests fall due by ``now``, once per request."""
+        due: list[int] = []
+        rate = self.rate * self.rate_factor
+        while True:
+            idx = np.flatnonzero(self.next_request <= now + _EPS)
+            if not idx.size:
+                return due
+            due += idx.tolist()
+            self.next_request[idx] += self.rng.exponential(1.0 / rate, idx.size)
+
+    def _random(self) -> float:
+        """One uniform draw in [0, 1) from the agent's RNG."""
+        if not self._uniforms:
+            self._uniforms = self.rng.random(4096).tolist()
+        return self._uniforms.pop()
+
+    def _start_lifetime(self, c: Client, at: float) -> None:
+        """The connection lasts an exponential lifetime."""
+        self._push(at - self.lifetime * math.log(1.0 - self._random()), "expire", c.cid, c.conn)
+
+    def _delay(self, policy: RetryPolicy, attempt: int) -> float:
+        """A back-off delay: uniform over the policy's range for this attempt."""
+        lo, hi = policy.delay_range(attempt)
+        return lo + (hi - lo) * self._random()
+
+    # -- connection state changes ---------------------------------------------------------
+    def _set_state(self, c: Client, state: str) -> None:
+        self.n_state[c.state] -= 1
+        self.n_state[state] += 1
+        c.state = state
+
+    @property
+    def connected(self) -> int:
+        return self.n_state[CONNECTED]
+
+    def _connected_clients(self) -> list[Client]:
+        return [c for c in self.people if c.state == CONNECTED]
+
+    def _reconnect_now(self, c: Client, setups: list[int]) -> None:
+        """A graceful close (lifetime, surge): reconnect in this tick, back-off reset."""
+        c.conn += 1
+        self._set_state(c, CONNECTING)
+        c.backoff = 0
+        self.pending_closes += 1
+        setups.append(c.cid)
+
+    def _wait_then_connect(self, c: Client, when: float, attempt: int) -> None:
+        c.conn += 1
+        self._set_state(c, WAITING)
+        c.backoff = min(attempt, self.max_conn_class)
+        self._push(when, "connect", c.cid, c.conn)
+
+    def _drop_after_failure(self, tick: int, c: Client, detected: float) -> None:
+        """The client gives up the connection a request failed on and reconnects."""
+        self.pending_closes += 1
+        k = c.backoff
+        if self.bug_ignores_backoff:
+            delay = self.bug_delay
+        else:
+            delay = self._delay(self.reconnect, k)
+        # A proven client starts afresh; an unproven one carries on from the attempt it connected on.
+        self._wait_then_connect(c, self._later(tick, detected + delay), 0 if k == 0 else k + 1)
+
+    def _break(self, tick: int, n: int) -> None:
+        """Connections broken from outside (device restart, path change): reconnect next tick."""
+        conn = self._connected_clients()
+        n = min(n, len(conn))
+        if n <= 0:
+            return
+        for i in self.rng.choice(len(conn), size=n, replace=False):
+            c = conn[int(i)]
+            self._wait_then_connect(c, (tick + 1) * self.world.dt, 0)
+        self.broken += n
+
+    # -- operations a trigger or mitigation can apply --------------------------------------
+    def op_set_path(self, tick: int, path: list | None = None, target: str | None = "__keep__") -> None:
+        n = self.connected
+        if self.pooled and n:
+            for device in self.path:
+                self.send(device, "close", {"origin": self.name, "count": n}, tick)
+            self._break(tick, n)
+        self.path = list(path or [])
+        if target != "__keep__":
+            self.target = target
+
+    def op_scale_rate(self, tick: int, factor: float) -> None:
+        self.rate_factor = float(factor)
+        self._redraw_requests(tick * self.world.dt)
+
+    def op_scale_dispatch(self, tick: int, factor: float) -> None:
+        self.dispatch_factor = float(factor)
+
+    def op_set_bug(self, tick: int, bug: str = "reconnect_ignores_backoff", enabled: bool = True) -> None:
+        if bug != "reconnect_ignores_backoff":
+            raise ValueError(f"unknown bug {bug!r}")
+        self.bug_ignores_backoff = bool(enabled)
+
+    def op_surge(self, tick: int, reconnect_fraction: float = 0.0, extra_setups_per_second: float = 0.0,
+                 duration: float = 60.0) -> None:
+        ticks = max(1, round(duration / self.world.dt))
+        self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
+                            "extra": float(extra_setups_per_second)})
+
+    # -- the tick ----------------------------------------------------------------------------
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        dt = self.world.dt
+        now = tick * dt
+        self.broken = 0
+        res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0}
+        for msg in inbox:
+            if msg.kind == "flow_result":
+                self._on_result(tick, msg.body, res)
+            elif msg.kind == "conn_event":
+                self._break(tick, int(msg.body["dropped"]))
+            elif msg.kind == "health":
+                self.dep_health[msg.src] = float(msg.body["ratio"])
+            elif msg.kind == "apply":
+                self.handle_apply(tick, msg.body)
+
+        # Everything the clients planned for up to the end of this tick.
+        due: dict[str, list[tuple]] = {"expire": [], "connect": [], "retry": []}
+        while self.events and self.events[0][0] <= now + _EPS:
+            ev = heapq.heappop(self.events)
+            due[ev[2]].append(ev)
+
+        setups: list[int] = []
+        extra = 0
+        if self.pooled:
+            # Connection churn: lifetimes end (reconnect at once, back-off reset) ...
+            for _, _, _, cid, gen, _ in due["expire"]:
+                c = self.people[cid]
+                if c.state == CONNECTED and c.conn == gen:
+                    self._reconnect_now(c, setups)
+            # ... and surges make a share of the connected clients do the same.
+            for s in self.surges:
+                if tick < s["until"]:
+                    p = min(1.0, s["fraction"] / s["ticks"])
+                    for c in self._connected_clients():
+                        if self._random() < p:
+                            self._reconnect_now(c, setups)
+                    extra += int(self.rng.poisson(s["extra"] * dt))
+            self.surges = [s for s in self.surges if tick < s["until"]]
+            for _, _, _, cid, gen, _ in due["connect"]:
+                c = self.people[cid]
+                if c.state == WAITING and c.conn == gen:
+                    self._set_state(c, CONNECTING)
+                    setups.append(cid)
+        closes = self.pending_closes
+        self.pending_closes = 0
+
+        # Fresh demand: every client's own Poisson stream.
+        wanted = self._requests_due(now)
+        demand = len(wanted)
+        fresh: list[int] = []
+        for cid in wanted:
+            if self.pooled and not self.durable and self.people[cid].state != CONNECTED:
+                res["errors"] += 1  # no connection to send it on: it fails at once, for good
+                res["failed"] += 1
+            else:
+                fresh.append(cid)
+        dep_ok = 1.0
+        for d in self.depends_on:
+            dep_ok *= self.dep_health[d]
+        batch: list[tuple[int, int, int]] = []  # (client, attempt, connection generation)
+        for cid in fresh:
+            if dep_ok < 1.0 and self._random() >= dep_ok:
+                res["failed"] += 1  # a dependency failed locally
+                self._retry_or_give_up(tick, cid, 0, now, res)
+            else:
+                batch.append((cid, 0, self.people[cid].conn))
+
+        # Retries due now. A pooled client cannot send one
+        # without a connection; the others spend the retry budget, if there is one.
+        retries = []
+        for _, _, _, cid, _, attempt in due["retry"]:  # in the order they fell due
+            if self.pooled and not self.durable and self.people[cid].state != CONNECTED \
+                    and RETRY_WITHOUT_CONNECTION == "error":
+                res["errors"] += 1  # like a fresh request, it fails at once, for good
+                res["failed"] += 1
+            else:
+                retries.append((cid, attempt))
+        granted = len(retries) if self.budget is None else self.budget.spend(len(fresh), len(retries))
+        for cid, attempt in retries[:granted]:
+            batch.append((cid, attempt, self.people[cid].conn))
+        for cid, attempt in retries[granted:]:  # no retry budget left
+            if self.durable:
+                self.ready.append((cid, attempt))
+            else:
+                res["errors"] += 1
+
+        if self.breaker is not None:
+            allowed = self.breaker.allowed_fraction(tick)
+            if allowed < 1.0:
+                kept = []
+                for item in batch:
+                    if self._random() < allowed:
+                        kept.append(item)
+                    else:
+                        res["failed"] += 1
+                        self._retry_or_give_up(tick, item[0], item[1], now, res)
+                batch = kept
+
+        if self.durable:
+            self.ready += [(cid, attempt) for cid, attempt, _ in batch]
+            cap = int(self.max_rate * self.dispatch_factor * dt)
+            if self.pooled and self.connected == 0:
+                cap = 0
+            n = min(len(self.ready), cap)
+            pick = set(self.rng.choice(len(self.ready), size=n, replace=False).tolist()) if n < len(self.ready) \
+                else set(range(n))
+            batch = [(cid, a, self.people[cid].conn) for i, (cid, a) in enumerate(self.ready) if i in pick]
+            self.ready = [w for i, w in enumerate(self.ready) if i not in pick]
+            if self.pooled and batch:
+                # Queued work is delivered by whichever clients hold a connection now.
+                holders = self._connected_clients()
+                batch = [(c.cid, a, c.conn) for (_, a, _), c in
+                         zip(batch, (holders[int(i)] for i in self.rng.integers(len(holders), size=len(batch))))]
+
+        # Surge setups have no client of ours behind them (-1).
+        setup_list = setups + [-1] * extra if self.pooled else []
+        n_setups = len(setup_list) if self.pooled else len(batch)
+        if n_setups or batch or closes:
+            self.inflight[tick] = (setup_list, batch)
+            if not self.path and not self.target:
+                self._on_result(tick, {"sent": tick, "s_ok": len(setups), "s_fail": 0, "s_rej": 0,
+                                       "r_ok": len(batch), "r_fail": 0, "r_rej": 0}, res)
+            else:
+                hops = self.path + ([self.target] if self.target else [])
+                self.send(hops[0], "flow", {
+                    "origin": self.name, "sent": tick, "hops": hops[1:], "setups": n_setups, "requests": len(batch),
+                    "coupled": 0 if self.pooled else 1, "closes": closes,
+                    "ct": self.connect_timeout, "rt": self.request_timeout,
+                    "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0,
+                }, tick)
+
+        resolved = res["ok"] + res["failed"]
+        success_ratio = res["ok"] / resolved if resolved else 1.0
+        final = res["ok"] + res["errors"]
+        if self.durable:
+            waiting_retries = sum(1 for ev in self.events if ev[2] == "retry")
+            inflight_req = sum(len(r) for _, r in self.inflight.values())
+        metrics = {
+            "clients": self.clients,
+            "connected": self.connected,
+            "waiting": self.n_state[WAITING],
+            "demand": demand,
+            "fresh": len(fresh),
+            "attempts": len(batch),
+            "conn_attempts": n_setups,
+            "ok": res["ok"],
+            "failed": res["failed"],
+            "errors": res["errors"],
+            "success_ratio": success_ratio,
+            "error_ratio": res["errors"] / final if final else 0.0,
+            "setup_ok": res["setup_ok"],
+            "setup_failed": res["setup_failed"],
+            "backlog": len(self.ready) + waiting_retries + inflight_req if self.durable else 0,
+            "broken_connections": self.broken,
+        }
+        for sub in self.health_subscribers:
+            self.send(sub, "health", {"ratio": success_ratio}, tick)
+        if self.monitor and tick % self.telemetry_every == 0:
+            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        return self.finish(metrics)
+
+    # -- outcomes ------------------------------------------------------------------------------
+    def _retry_or_give_up(self, tick: int, cid: int, attempt: int, detected: float, res: dict) -> None:
+        """Attempt ``attempt`` of a request failed (detected at ``detected`` seconds)."""
+        limit = self.retry.max_attempts
+        if limit and not self.durable and attempt + 1 >= limit:
+            res["errors"] += 1
+            return
+        when = self._later(tick, detected + self._delay(self.retry, min(attempt, self.max_req_class)))
+        self._push(when, "retry", cid, 0, attempt + 1)
+
+    def _deal(self, n: int, ok: int, rej: int) -> list[str]:
+        """Outcomes for n items of one batch: ``ok`` successes and ``rej`` rejections, the
+        rest timeouts, dealt to the items uniformly at random."""
+        ok = min(ok, n)
+        rej = min(rej, n - ok)
+        outcome = np.array(["ok"] * ok + ["rej"] * rej + ["timeout"] * (n - ok - rej), dtype=object)
+        return list(outcome[self.rng.permutation(n)]) if n else []
+
+    def _on_result(self, tick: int, body: dict, res: dict) -> None:
+        sent = int(body["sent"])
+        if sent not in self.inflight:
+            return
+        setup_list, batch = self.inflight.pop(sent)
+        t_sent = sent * self.world.dt
+        # Connection attempts.
+        for cid, outcome in zip(setup_list, self._deal(len(setup_list), int(body["s_ok"]), int(body["s_rej"]))):
+            if cid < 0:  # a surge setup: if it got through, it closes again at once
+                if outcome == "ok":
+                    self.pending_closes += 1
+                continue
+            c = self.people[cid]
+            if c.state != CONNECTING:
+                continue
+            if outcome == "ok":
+                self._set_state(c, CONNECTED)
+                c.conn += 1
+                self._start_lifetime(c, tick * self.world.dt)
+                res["setup_ok"] += 1
+                continue
+            res["setup_failed"] += 1
+            detected = t_sent if outcome == "rej" else t_sent + self.connect_timeout
+            k = c.backoff
+            delay = self.bug_delay if self.bug_ignores_backoff else self._delay(self.reconnect, k)
+            self._wait_then_connect(c, self._later(tick, detected + delay), k + 1)
+
+        # Requests.
+        if not batch:
+            return
+        n_bad = 0
+        for (cid, attempt, gen), outcome in zip(batch, self._deal(len(batch), int(body["r_ok"]), int(body["r_rej"]))):
+            c = self.people[cid]
+            on_it = self.pooled and c.state == CONNECTED and c.conn == gen  # still on the connection it used
+            if outcome == "ok":
+                res["ok"] += 1
+                if on_it:
+                    c.backoff = 0  # the client has proven its connection: back-off resets
+                continue
+            n_bad += 1
+            res["failed"] += 1
+            detected = t_sent if outcome == "rej" else t_sent + self.request_timeout
+            self._retry_or_give_up(tick, cid, attempt, detected, res)
+            reason = "reject" if outcome == "rej" else "timeout"
+            if on_it and reason in self.reconnect_on:
+                self._drop_after_failure(tick, c, detected)
+        if self.breaker is not None:
+            self.breaker.record(tick, len(batch), n_bad)
