@@ -4,7 +4,7 @@ from .base import PROTOCOL_VERSION, Agent, Message, StepResult, WorldInfo, agent
 from .deployment import Deployment
 from .device import DevicePool
 from .monitoring import Monitoring
-from .operator import NoOperator, Operator, RunbookOperator
+from .operator import NoOperator, RunbookOperator
 from .population import Population
 from .reference import ClientByClientPopulation
 from .service import Service

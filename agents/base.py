@@ -85,6 +85,30 @@ class Agent:
         self._outbox, self._events = [], []
         return out
 
+    def read_wiring(self, spec: dict) -> dict:
+        """How the world builder connected this agent: who gets its health and its
+        telemetry (which metrics, every how many ticks)."""
+        wiring = spec.get("_wiring") or {}
+        self.health_subscribers: list[str] = list(wiring.get("health_subscribers", []))
+        self.monitor = wiring.get("monitor")
+        self.telemetry: list[str] = list(wiring.get("telemetry", []))
+        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+        return wiring
+
+    def report(self, tick: int, metrics: dict[str, float]) -> None:
+        """Send this tick's telemetry to monitoring, if it is due."""
+        if self.monitor and self.telemetry and tick % self.telemetry_every == 0:
+            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+
+    def send_flow(self, hops: list, tick: int, requests: int, setups: int = 0, coupled: int = 0, closes: int = 0,
+                  ct: float = 5.0, rt: float = 5.0) -> None:
+        """One tick's traffic of this agent along ``hops`` (devices, then maybe a service);
+        ct and rt are the callers' connect and request timeouts."""
+        self.send(hops[0], "flow", {
+            "origin": self.name, "sent": tick, "hops": hops[1:], "setups": setups, "requests": requests,
+            "coupled": coupled, "closes": closes, "ct": ct, "rt": rt,
+            "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0}, tick)
+
     def handle_apply(self, tick: int, body: dict) -> None:
         op = body.get("op")
         handler = getattr(self, f"op_{op}", None)

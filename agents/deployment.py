@@ -72,10 +72,7 @@ class Deployment(Agent):
         self.actions = [a for a in self.actions if not a["done"]]
         if attempts:
             self.inflight[tick] = attempts
-            self.send(self.path[0], "flow", {
-                "origin": self.name, "sent": tick, "hops": self.path[1:], "setups": 0, "requests": len(attempts),
-                "coupled": 0, "closes": 0, "ct": self.timeout, "rt": self.timeout,
-                "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0}, tick)
+            self.send_flow(self.path, tick, len(attempts), ct=self.timeout, rt=self.timeout)
         return self.finish({"actions_in_progress": len(self.actions), "step_attempts": len(attempts),
                             "step_failures": failures})
 

@@ -80,10 +80,7 @@ class DevicePool(Agent):
         self.half_open = np.zeros(self.half_open_ticks, dtype=np.int64)  # ring of half-open entries by expiry
         self.ring_pos = 0
         self.down_until = -1
-        wiring = spec.get("_wiring") or {}
-        self.monitor = wiring.get("monitor")
-        self.telemetry = list(wiring.get("telemetry", []))
-        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+        self.read_wiring(spec)
 
     # -- operations ----------------------------------------------------------------------
     def op_add_devices(self, tick: int, count: int = 1) -> None:
@@ -239,8 +236,7 @@ class DevicePool(Agent):
             "connections": sum(self.established.values()),
             "dropped_by_action": dropped_by_action,
         }
-        if self.monitor and tick % self.telemetry_every == 0:
-            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        self.report(tick, metrics)
         return self.finish(metrics)
 
     def _some(self, n: int, p: float) -> int:

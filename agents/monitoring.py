@@ -74,10 +74,7 @@ class Monitoring(Agent):
             sent = len(self.pending)
             if self.path:
                 self.inflight[tick] = self.pending
-                self.send(self.path[0], "flow", {
-                    "origin": self.name, "sent": tick, "hops": self.path[1:], "setups": 0, "requests": sent,
-                    "coupled": 0, "closes": 0, "ct": self.timeout, "rt": self.timeout,
-                    "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0}, tick)
+                self.send_flow(self.path, tick, sent, ct=self.timeout, rt=self.timeout)
             else:
                 for rep in self.pending:
                     self._arrive(rep)

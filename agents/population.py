@@ -23,6 +23,41 @@ from .retry import CircuitBreaker, RetryPolicy, TokenBucket
 from .wheel import TimingWheel
 
 
+def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
+    """Set a population agent's configuration from its playbook section: the cohort model
+    and the client-by-client reference read it through this one function."""
+    agent.clients = int(spec["clients"])
+    agent.rate = float(spec["rate"])  # requests per client per second
+    agent.pooled = spec.get("mode", "pooled") == "pooled"
+    agent.durable = spec.get("work", "perishable") == "durable"
+    agent.max_rate = spec.get("max_rate")  # durable dispatch cap, requests/s
+    agent.path = list(spec.get("path") or [])
+    agent.target = spec.get("target")
+    agent.depends_on = list(spec.get("depends_on") or [])
+    conn = spec.get("connection") or {}
+    agent.lifetime = float(conn.get("lifetime", 600.0))
+    agent.connect_timeout = float(conn.get("timeout", 3.0))
+    agent.reconnect = RetryPolicy.from_spec(conn.get("reconnect"))
+    agent.reconnect_on = set(conn.get("reconnect_on", ["timeout"]))
+    agent.request_timeout = float((spec.get("request") or {}).get("timeout", 5.0))
+    retry = spec.get("retry") or {}
+    agent.retry = RetryPolicy.from_spec(retry)
+    if agent.durable:
+        agent.retry.max_attempts = 0  # durable work is never given up
+    agent.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"].get("capacity", 100.0))) \
+        if retry.get("budget") else None
+    cb = retry.get("circuit_breaker")
+    agent.breaker = CircuitBreaker(float(cb.get("threshold", 0.5)), float(cb.get("window", 10.0)),
+                                  float(cb.get("open_for", 30.0)), float(cb.get("probe_fraction", 0.1)), dt) \
+        if cb else None
+    bugs = spec.get("bugs") or {}
+    agent.bug_ignores_backoff = bool(bugs.get("reconnect_ignores_backoff", False))
+    agent.bug_delay = float(bugs.get("reconnect_delay", agent.connect_timeout))
+    agent.rate_factor = 1.0
+    agent.dispatch_factor = 1.0
+    agent.read_wiring(spec)
+
+
 @dataclass
 class Batch:
     """What one tick sent, waiting for its result."""
@@ -58,40 +93,7 @@ class Population(Agent):
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
         dt = world.dt
-        self.clients = int(spec["clients"])
-        self.rate = float(spec["rate"])  # requests per client per second
-        self.pooled = spec.get("mode", "pooled") == "pooled"
-        self.durable = spec.get("work", "perishable") == "durable"
-        self.max_rate = spec.get("max_rate")  # durable dispatch cap, requests/s
-        self.path: list[str] = list(spec.get("path") or [])
-        self.target = spec.get("target")
-        self.depends_on: list[str] = list(spec.get("depends_on") or [])
-        conn = spec.get("connection") or {}
-        self.lifetime = float(conn.get("lifetime", 600.0))
-        self.connect_timeout = float(conn.get("timeout", 3.0))
-        self.reconnect = RetryPolicy.from_spec(conn.get("reconnect"))
-        self.reconnect_on = set(conn.get("reconnect_on", ["timeout"]))
-        self.request_timeout = float((spec.get("request") or {}).get("timeout", 5.0))
-        retry = spec.get("retry") or {}
-        self.retry = RetryPolicy.from_spec(retry)
-        if self.durable:
-            self.retry.max_attempts = 0  # durable work is never given up
-        self.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"].get("capacity", 100.0))) \
-            if retry.get("budget") else None
-        cb = retry.get("circuit_breaker")
-        self.breaker = CircuitBreaker(float(cb.get("threshold", 0.5)), float(cb.get("window", 10.0)),
-                                      float(cb.get("open_for", 30.0)), float(cb.get("probe_fraction", 0.1)), dt) \
-            if cb else None
-        bugs = spec.get("bugs") or {}
-        self.bug_ignores_backoff = bool(bugs.get("reconnect_ignores_backoff", False))
-        self.bug_delay = float(bugs.get("reconnect_delay", self.connect_timeout))
-        self.rate_factor = 1.0
-        self.dispatch_factor = 1.0
-        wiring = spec.get("_wiring") or {}
-        self.health_subscribers: list[str] = list(wiring.get("health_subscribers", []))
-        self.monitor = wiring.get("monitor")
-        self.telemetry = list(wiring.get("telemetry", []))
-        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+        read_population_spec(self, spec, dt)
 
         # Far enough ahead for the longest delay plus the timeout that precedes it.
         horizon = math.ceil((max(self.reconnect.cap, self.retry.cap, self.bug_delay)
@@ -194,6 +196,23 @@ class Population(Agent):
             self._offset_cache[key] = hit
         return hit
 
+    def _offset_table(self, policy: RetryPolicy, lag: float, classes: int):
+        """Every class's delay distribution in one (classes x slots) table, padded with zeros."""
+        key = (id(policy), "table", lag, classes)
+        hit = self._offset_cache.get(key)
+        if hit is None:
+            rows = [self._offsets(policy, k, lag, False) for k in range(classes)]
+            width = max(len(o) for o, _ in rows)
+            offsets = np.ones((classes, width), dtype=np.int64)
+            probs = np.zeros((classes, width))
+            for k, (o, p) in enumerate(rows):
+                offsets[k, :len(o)] = o
+                offsets[k, len(o):] = o[-1]
+                probs[k, :len(p)] = p
+            hit = (offsets, probs)
+            self._offset_cache[key] = hit
+        return hit
+
     def _schedule(self, wheel: TimingWheel, policy: RetryPolicy, per_class: np.ndarray, lag: float,
                   ignore_backoff: bool = False, shift: int = 1) -> None:
         """Schedule failures of attempt class k as attempt class k + shift."""
@@ -203,14 +222,20 @@ class Population(Agent):
             offsets, _ = self._offsets(policy, 0, lag, True)
             wheel.schedule_classes(int(offsets[0]), per_class, shift)
             return
-        for k, n in enumerate(per_class.tolist()):
-            if not n:
-                continue
-            offsets, probs = self._offsets(policy, k, lag, ignore_backoff)
+        rows = per_class.nonzero()[0]
+        if len(rows) == 1:
+            k = int(rows[0])
+            n = int(per_class[k])
+            offsets, probs = self._offsets(policy, k, lag, False)
             if len(offsets) == 1:
                 wheel.schedule_one(int(offsets[0]), n, k + shift)
             else:
                 wheel.schedule(offsets, self.rng.multinomial(n, probs), k + shift, n)
+        elif len(rows):
+            # Several classes at once: one multinomial draw over a padded table of their delays.
+            offsets, probs = self._offset_table(policy, lag, len(per_class))
+            counts = self.rng.multinomial(per_class[rows], probs[rows])
+            wheel.schedule_rows(offsets[rows], counts, rows + shift)
 
     def _split(self, per_class: np.ndarray, ok: int) -> tuple[np.ndarray, np.ndarray]:
         total = int(per_class.sum())
@@ -321,12 +346,8 @@ class Population(Agent):
                                        "r_ok": requests, "r_fail": 0, "r_rej": 0}, res)
             else:
                 hops = self.path + ([self.target] if self.target else [])
-                self.send(hops[0], "flow", {
-                    "origin": self.name, "sent": tick, "hops": hops[1:], "setups": setups, "requests": requests,
-                    "coupled": 0 if self.pooled else 1, "closes": closes,
-                    "ct": self.connect_timeout, "rt": self.request_timeout,
-                    "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0,
-                }, tick)
+                self.send_flow(hops, tick, requests, setups=setups, coupled=0 if self.pooled else 1, closes=closes,
+                               ct=self.connect_timeout, rt=self.request_timeout)
 
         resolved = res["ok"] + res["failed"]
         success_ratio = res["ok"] / resolved if resolved else 1.0
@@ -352,8 +373,7 @@ class Population(Agent):
         }
         for sub in self.health_subscribers:
             self.send(sub, "health", {"ratio": success_ratio}, tick)
-        if self.monitor and tick % self.telemetry_every == 0:
-            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        self.report(tick, metrics)
         return self.finish(metrics)
 
     def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict, orphan: bool = False) -> None:

@@ -47,8 +47,8 @@ import math
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
-from .population import Population
-from .retry import CircuitBreaker, RetryPolicy, TokenBucket
+from .population import Population, read_population_spec
+from .retry import RetryPolicy
 
 # Client connection states (pooled mode).
 CONNECTED, CONNECTING, WAITING = "connected", "connecting", "waiting"
@@ -80,40 +80,7 @@ class ClientByClientPopulation(Agent):
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
-        self.clients = int(spec["clients"])
-        self.rate = float(spec["rate"])
-        self.pooled = spec.get("mode", "pooled") == "pooled"
-        self.durable = spec.get("work", "perishable") == "durable"
-        self.max_rate = spec.get("max_rate")
-        self.path: list[str] = list(spec.get("path") or [])
-        self.target = spec.get("target")
-        self.depends_on: list[str] = list(spec.get("depends_on") or [])
-        conn = spec.get("connection") or {}
-        self.lifetime = float(conn.get("lifetime", 600.0))
-        self.connect_timeout = float(conn.get("timeout", 3.0))
-        self.reconnect = RetryPolicy.from_spec(conn.get("reconnect"))
-        self.reconnect_on = set(conn.get("reconnect_on", ["timeout"]))
-        self.request_timeout = float((spec.get("request") or {}).get("timeout", 5.0))
-        retry = spec.get("retry") or {}
-        self.retry = RetryPolicy.from_spec(retry)
-        if self.durable:
-            self.retry.max_attempts = 0  # durable work is never given up
-        self.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"].get("capacity", 100.0))) \
-            if retry.get("budget") else None
-        cb = retry.get("circuit_breaker")
-        self.breaker = CircuitBreaker(float(cb.get("threshold", 0.5)), float(cb.get("window", 10.0)),
-                                      float(cb.get("open_for", 30.0)), float(cb.get("probe_fraction", 0.1)),
-                                      world.dt) if cb else None
-        bugs = spec.get("bugs") or {}
-        self.bug_ignores_backoff = bool(bugs.get("reconnect_ignores_backoff", False))
-        self.bug_delay = float(bugs.get("reconnect_delay", self.connect_timeout))
-        self.rate_factor = 1.0
-        self.dispatch_factor = 1.0
-        wiring = spec.get("_wiring") or {}
-        self.health_subscribers: list[str] = list(wiring.get("health_subscribers", []))
-        self.monitor = wiring.get("monitor")
-        self.telemetry = list(wiring.get("telemetry", []))
-        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+        read_population_spec(self, spec, world.dt)
         # Past this class every back-off delay is the same (and 2.0 ** k stays finite).
         self.max_conn_class = self.reconnect.attempt_classes()
         self.max_req_class = self.retry.attempt_classes()
@@ -385,12 +352,8 @@ class ClientByClientPopulation(Agent):
                                        "r_ok": len(batch), "r_fail": 0, "r_rej": 0}, res)
             else:
                 hops = self.path + ([self.target] if self.target else [])
-                self.send(hops[0], "flow", {
-                    "origin": self.name, "sent": tick, "hops": hops[1:], "setups": n_setups, "requests": len(batch),
-                    "coupled": 0 if self.pooled else 1, "closes": closes,
-                    "ct": self.connect_timeout, "rt": self.request_timeout,
-                    "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0,
-                }, tick)
+                self.send_flow(hops, tick, len(batch), setups=n_setups, coupled=0 if self.pooled else 1, closes=closes,
+                               ct=self.connect_timeout, rt=self.request_timeout)
 
         resolved = res["ok"] + res["failed"]
         success_ratio = res["ok"] / resolved if resolved else 1.0
@@ -418,8 +381,7 @@ class ClientByClientPopulation(Agent):
         }
         for sub in self.health_subscribers:
             self.send(sub, "health", {"ratio": success_ratio}, tick)
-        if self.monitor and tick % self.telemetry_every == 0:
-            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        self.report(tick, metrics)
         return self.finish(metrics)
 
     # -- outcomes ------------------------------------------------------------------------------

@@ -40,11 +40,7 @@ class Service(Agent):
                 self.health.setdefault(extra, 1.0)
         self.broken = 0.0
         self.capacity_factor = 1.0
-        wiring = spec.get("_wiring") or {}
-        self.health_subscribers = list(wiring.get("health_subscribers", []))
-        self.monitor = wiring.get("monitor")
-        self.telemetry = list(wiring.get("telemetry", []))
-        self.telemetry_every = int(wiring.get("telemetry_every", 1))
+        self.read_wiring(spec)
 
     def op_scale_capacity(self, tick: int, factor: float) -> None:
         self.capacity_factor = float(factor)
@@ -96,6 +92,5 @@ class Service(Agent):
             "broken_fraction": self.broken,
             "dependency_health": dep,
         }
-        if self.monitor and tick % self.telemetry_every == 0:
-            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        self.report(tick, metrics)
         return self.finish(metrics)

@@ -41,10 +41,7 @@ class StatusDashboard(Agent):
         self.pending.append({"message": message, "asked": tick, "by": by})
 
     def _send_flow(self, tick: int, path: list, n: int) -> None:
-        self.send(path[0], "flow", {
-            "origin": self.name, "sent": tick, "hops": path[1:], "setups": 0, "requests": n, "coupled": 0,
-            "closes": 0, "ct": self.timeout, "rt": self.timeout, "s_fail": 0, "s_rej": 0, "r_fail": 0,
-            "r_rej": 0, "delay": 0.0}, tick)
+        self.send_flow(path, tick, n, ct=self.timeout, rt=self.timeout)
 
     def _posted(self, tick: int, updates: list[dict]) -> None:
         for u in updates:

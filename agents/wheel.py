@@ -27,6 +27,13 @@ class TimingWheel:
         self.slots[(self.pos + min(offset, self.size - 1)) % self.size, attempt] += count
         self.pending += count
 
+    def schedule_rows(self, offsets: np.ndarray, counts: np.ndarray, attempts: np.ndarray) -> None:
+        """Add ``counts[r, i]`` entries at ``offsets[r, i]`` slots ahead for class ``attempts[r]``."""
+        idx = (self.pos + np.minimum(offsets, self.size - 1)) % self.size
+        cls = np.minimum(attempts, self.classes - 1)[:, None]
+        np.add.at(self.slots, (idx, np.broadcast_to(cls, idx.shape)), counts)
+        self.pending += int(counts.sum())
+
     def schedule_classes(self, offset: int, per_class: np.ndarray, shift: int) -> None:
         """Add every class k of ``per_class`` as class k + shift, all ``offset`` slots ahead."""
         total = int(per_class.sum())

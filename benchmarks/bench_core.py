@@ -18,8 +18,6 @@ import json
 import resource
 import subprocess
 import sys
-import tempfile
-import time
 
 SIZES = {"10^3": 1_000, "10^5": 100_000, "10^7": 10_000_000}
 # the default world has 125,000 clients in its two large (bugged) populations; the

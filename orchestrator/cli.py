@@ -11,10 +11,9 @@ import click
 
 from reports.summary import summary_table
 from .errors import GamedayError
-from .playbook import (builtin_playbooks, builtin_runbooks, describe, find_playbook, parse_yaml, read_template, render,
-                       resolve_variables, validate_playbook)
+from .playbook import builtin_playbooks, describe, find_playbook, read_template, render, resolve_variables
 from .runner import RunSpec, execute, parse_sets, read_vars_file
-from .timefmt import format_clock, parse_duration
+from .timefmt import parse_duration
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "GAMEDAY"}
 

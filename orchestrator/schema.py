@@ -8,7 +8,7 @@ durations and clock times converted to seconds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import Issue

@@ -8,8 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from reports.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -107,6 +107,7 @@ def test_first_customer_update_waits_for_the_dashboard_failover(historical):
     assert len(posted) >= 1
     requested = ev[(ev["event"] == "action_requested") & (ev["action"] == "post_status_update")]["tick"].min()
     assert posted["tick"].min() > requested  # posting did not go through at once
+    assert len(failover) == 1 and failover["tick"].iloc[0] <= posted["tick"].min()
 
 
 # -- mitigations behave as physics says ----------------------------------------------------
