@@ -51,3 +51,13 @@ def test_jittered_policies_keep_retrying_at_a_bounded_rate(jitter):
     late = df["clients.conn_attempts"].iloc[600:]
     # 1000 clients with a 64 s cap: never more than one attempt each per (cap/2 .. cap) on average
     assert 1000 / 64 * 0.5 < late.mean() < 1000 / 64 * 4
+
+
+def test_circuit_breaker_stops_attempts_while_open():
+    """At 100% failure an open breaker fails requests at once without touching the
+    network, apart from probes; without it every fresh request goes out."""
+    closed = step_world(LAB, {"max_attempts": 1}, duration=600)
+    breaker = step_world(LAB, {"max_attempts": 1, "breaker": True}, duration=600)
+    wire = breaker["clients.attempts"].iloc[120:].sum() / closed["clients.attempts"].iloc[120:].sum()
+    assert wire < 0.4, wire
+    assert breaker["clients.failed"].iloc[120:].sum() >= 0.99 * closed["clients.failed"].iloc[120:].sum()
