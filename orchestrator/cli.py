@@ -73,9 +73,15 @@ def main():
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory to create [default: runs/<playbook>-<runbook>-s<seed>-<time>].")
 @click.option("--duration", callback=_duration, help="Simulated time to run (e.g. 6h); default from the playbook.")
 @click.option("--tick", callback=_duration, help="Simulated seconds per tick; default from the playbook.")
+@click.option("--hosting", type=click.Choice(["ray", "inprocess"]), default="ray", show_default=True,
+              help="ray: agents on Ray actors exchanging ZeroMQ messages (a local Ray is started unless "
+                   "--address); inprocess: every agent in this process (fastest for batch runs). Same results.")
+@click.option("--placement", type=click.Choice(["kind", "agent", "single"]), default="kind", show_default=True,
+              help="With --hosting ray: one actor per kind of agent, one per agent, or one for the world.")
+@click.option("--address", envvar="RAY_ADDRESS", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
-def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, progress, as_json):
+def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, progress, as_json):
     """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook, in process.
 
     Writes a run directory (rendered playbook and runbook, seed and versions,
@@ -86,7 +92,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, progress,
     if out is None:
         name = Path(playbook).name.split(".")[0]
         out = Path("runs") / f"{name}-{Path(runbook or 'default').stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    data = execute(spec, Path(out), progress=progress)
+    data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
     else:

@@ -49,11 +49,17 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def check_out_dir(out: Path) -> None:
+    """A run directory must be new or empty: a run never writes over another."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirectoryError(f"run directory {out} exists and is not empty; choose another --out")
+
+
 class RunWriter:
     def __init__(self, out: Path, plan: WorldPlan, meta: dict, playbook_text: str, runbook_text: str):
         self.dir = Path(out)
-        if self.dir.exists() and any(self.dir.iterdir()):
-            raise RunDirectoryError(f"run directory {self.dir} exists and is not empty; choose another --out")
+        check_out_dir(self.dir)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -9,7 +9,7 @@ from reports.rundir import RunData, load_run
 from .clock import SimulatedClock
 from .errors import InvalidPlaybook, Issue
 from .hosting import InProcessHost
-from .journal import RunWriter
+from .journal import RunWriter, check_out_dir
 from .playbook import MAX_TICK_S, MAX_TICKS, Playbook, builtin_runbooks, coerce_value, load_playbook, load_runbook, parse_yaml, read_text
 from .scoring import Scorer
 from .world import build_plan
@@ -64,13 +64,33 @@ def prepare(spec: RunSpec):
     return pb, rb_text, rb, plan
 
 
-def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None) -> RunData:
+HOSTINGS = ("inprocess", "ray")
+
+
+def make_host(plan, hosting: str, placement: str = "kind", address: str | None = None):
+    """In process (batch runs, tests), or on Ray actors exchanging ZeroMQ messages."""
+    if hosting == "inprocess":
+        return InProcessHost(plan)
+    if hosting == "ray":
+        from .ray_hosting import RayHost  # Ray is imported only when it is used
+
+        return RayHost(plan, placement=placement, address=address)
+    raise ValueError(f"hosting {hosting!r}: expected one of {', '.join(HOSTINGS)}")
+
+
+def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: str = "inprocess",
+            placement: str = "kind", address: str | None = None) -> RunData:
     pb, rb_text, rb, plan = prepare(spec)
     meta = {"playbook": pb.name, "playbook_source": pb.source, "runbook": rb["name"], "seed": spec.seed,
-            "variables": pb.variables, "duration_s": plan.ticks * plan.info.dt, "hosting": "inprocess",
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    writer = RunWriter(out, plan, meta, pb.text, rb_text)
-    host = InProcessHost(plan)
+            "variables": pb.variables, "duration_s": plan.ticks * plan.info.dt, "hosting": hosting,
+            "placement": placement if hosting == "ray" else None, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    check_out_dir(out)  # before starting any actor
+    host = make_host(plan, hosting, placement, address)
+    try:
+        writer = RunWriter(out, plan, meta, pb.text, rb_text)
+    except BaseException:
+        _close(host)
+        raise
     scorer = Scorer(pb.data, plan.info.dt, plan.info.start_s)
     clock = clock or SimulatedClock()
     status = "interrupted"
@@ -91,7 +111,14 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None) -> Run
         writer.meta["wall_seconds"] = round(time.perf_counter() - wall0, 3)
         writer.meta["rejected_frames"] = host.rejected_frames
         writer.close(status, scorer.score())
+        _close(host)
     return load_run(out)
+
+
+def _close(host) -> None:
+    close = getattr(host, "close", None)
+    if close is not None:
+        close()
 
 
 def _progress(ticks: int, dt: float):

@@ -1,7 +1,26 @@
-"""Shared fixtures. Long simulated runs are made once per session and shared."""
+"""Shared fixtures. Long simulated runs are made once per session and shared; one Ray
+instance serves every test that uses Ray."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# `gameday run` hosts on Ray by default; the CLI tests check the command line, not the
+# hosting, so they (and the subprocesses they start) run in process unless a test asks
+# for --hosting ray. tests/test_ray_hosting.py covers the Ray path.
+os.environ.setdefault("GAMEDAY_RUN_HOSTING", "inprocess")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole session."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
 
 import orchestrator
 
