@@ -44,6 +44,18 @@ def _duration(ctx, param, value):
     return seconds
 
 
+def _speed(value: str):
+    if value == "max":
+        return None
+    try:
+        speed = float(value)
+    except ValueError:
+        speed = math.nan
+    if not (math.isfinite(speed) and speed > 0):
+        raise click.BadParameter(f"{value!r}: expected a number > 0 (simulated seconds per wall second) or max")
+    return speed
+
+
 def _variables(playbook: str, sets: tuple, vars_file: str | None) -> dict:
     values = read_vars_file(vars_file) if vars_file else {}
     where = {name: f"{name} (--vars {vars_file})" for name in values}
@@ -79,9 +91,12 @@ def main():
 @click.option("--placement", type=click.Choice(["kind", "agent", "single"]), default="kind", show_default=True,
               help="With --hosting ray: one actor per kind of agent, one per agent, or one for the world.")
 @click.option("--address", envvar="RAY_ADDRESS", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray).")
+@click.option("--speed", default="max", show_default=True, callback=lambda c, p, v: _speed(v),
+              help="Simulated seconds per wall second (e.g. 60), or max: as fast as the machine allows.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
-def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, progress, as_json):
+def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, speed, progress,
+        as_json):
     """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook, in process.
 
     Writes a run directory (rendered playbook and runbook, seed and versions,
@@ -92,7 +107,8 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     if out is None:
         name = Path(playbook).name.split(".")[0]
         out = Path("runs") / f"{name}-{Path(runbook or 'default').stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address)
+    data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address,
+                   speed=speed)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
     else:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reports.rundir import RunData, load_run
-from .clock import SimulatedClock
+from .clock import PacedClock, SimulatedClock
 from .errors import InvalidPlaybook, Issue
 from .hosting import InProcessHost
 from .journal import RunWriter, check_out_dir
@@ -79,11 +79,14 @@ def make_host(plan, hosting: str, placement: str = "kind", address: str | None =
 
 
 def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: str = "inprocess",
-            placement: str = "kind", address: str | None = None) -> RunData:
+            placement: str = "kind", address: str | None = None, speed: float | None = None) -> RunData:
+    """``speed``: simulated seconds per wall second (None: as fast as possible)."""
     pb, rb_text, rb, plan = prepare(spec)
+    if speed is not None:
+        clock = PacedClock(plan.info.dt, speed)
     meta = {"playbook": pb.name, "playbook_source": pb.source, "runbook": rb["name"], "seed": spec.seed,
             "variables": pb.variables, "duration_s": plan.ticks * plan.info.dt, "hosting": hosting,
-            "placement": placement if hosting == "ray" else None, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "placement": placement if hosting == "ray" else None, "speed": speed or "max", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     check_out_dir(out)  # before starting any actor
     host = make_host(plan, hosting, placement, address)
     try:

@@ -80,3 +80,83 @@ def test_malformed_frames_sent_to_a_host_are_counted_and_change_nothing(ray_sess
     finally:
         hosted.close()
         ctx.destroy(linger=0)
+
+
+def test_paced_mode_keeps_to_the_target_pace(ray_session, tmp_path):
+    """60 simulated seconds per wall second, for a minute of wall time, on Ray."""
+    from orchestrator.runner import RunSpec, execute
+
+    run = execute(RunSpec(runbook="none", duration=3600), tmp_path / "run", hosting="ray", speed=60.0)
+    pace = run.meta["duration_s"] / run.meta["wall_seconds"]
+    print(f"\npaced at 60x: {pace:.2f} simulated s per wall s ({100 * (pace / 60 - 1):+.2f}%)")
+    assert 54 < pace < 66  # loose: the figure above is what counts
+
+
+def test_ctrl_c_stops_a_ray_hosted_run_and_leaves_no_process(tmp_path):
+    """SIGINT to `gameday run --hosting ray`: exit 130, a readable partial run directory,
+    and no process of the run's own Ray (everything the command started) left running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from reports.rundir import load_run
+
+    import shutil
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    ray_tmp = Path(tempfile.mkdtemp(prefix="gd", dir="/tmp"))  # short: Ray's socket paths must fit in 107 bytes
+    out = tmp_path / "run"
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), GAMEDAY_RUN_HOSTING="ray")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "--runbook", "none", "--duration", "4h",
+                             "--out", str(out), "--no-progress"], cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        metrics = out / "metrics.csv"
+        if metrics.exists() and metrics.read_text().count("\n") > 300:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    family = _descendants(proc.pid)
+    assert any("GroupHost" in args for args in family.values()), family  # the actors are there to be stopped
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    run = load_run(out)
+    assert run.meta["status"] == "interrupted" and len(run.metrics) == run.meta["ticks_done"] > 300
+
+    def leftovers():
+        return [pid for pid in family if Path(f"/proc/{pid}").exists()
+                and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]]
+
+    end = time.monotonic() + 30
+    while leftovers() and time.monotonic() < end:
+        time.sleep(0.5)
+    assert leftovers() == []
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every process below ``pid``: its id and command line."""
+    import subprocess
+
+    rows = [line.split(None, 2) for line in subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True,
+                                                            text=True).stdout.splitlines()[1:]]
+    children: dict[int, list] = {}
+    args = {}
+    for row in rows:
+        p, pp = int(row[0]), int(row[1])
+        children.setdefault(pp, []).append(p)
+        args[p] = row[2] if len(row) > 2 else ""
+    found, todo = {}, [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found[c] = args[c]
+            todo.append(c)
+    return found
