@@ -58,6 +58,27 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.read_wiring(spec)
 
 
+class PopulationControls:
+    """Operations both population models accept from triggers and mitigations."""
+
+    def op_scale_dispatch(self, tick: int, factor: float) -> None:
+        """Durable work: pause (0), throttle (<1) or restore (1) delivery; arrivals keep coming."""
+        self.dispatch_factor = float(factor)
+
+    def op_set_bug(self, tick: int, bug: str = "reconnect_ignores_backoff", enabled: bool = True) -> None:
+        if bug != "reconnect_ignores_backoff":
+            raise ValueError(f"unknown bug {bug!r}")
+        self.bug_ignores_backoff = bool(enabled)
+
+    def op_surge(self, tick: int, reconnect_fraction: float = 0.0, extra_setups_per_second: float = 0.0,
+                 duration: float = 60.0) -> None:
+        """A burst of new connections: a share of connected clients re-establish their
+        connections, spread over ``duration``, plus extra setups from elsewhere."""
+        ticks = max(1, round(duration / self.world.dt))
+        self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
+                            "extra": float(extra_setups_per_second)})
+
+
 @dataclass
 class Batch:
     """What one tick sent, waiting for its result."""
@@ -69,7 +90,7 @@ class Batch:
     holding: float  # of those, how many still hold that connection
 
 
-class Population(Agent):
+class Population(PopulationControls, Agent):
     kind = "population"
     METRICS = {
         "clients": ("count", "clients in the population"),
@@ -132,23 +153,6 @@ class Population(Agent):
     def op_scale_rate(self, tick: int, factor: float) -> None:
         """Disable (0), throttle (<1) or restore (1) this population's traffic."""
         self.rate_factor = float(factor)
-
-    def op_scale_dispatch(self, tick: int, factor: float) -> None:
-        """Durable work: pause (0), throttle (<1) or restore (1) delivery; arrivals keep coming."""
-        self.dispatch_factor = float(factor)
-
-    def op_set_bug(self, tick: int, bug: str = "reconnect_ignores_backoff", enabled: bool = True) -> None:
-        if bug != "reconnect_ignores_backoff":
-            raise ValueError(f"unknown bug {bug!r}")
-        self.bug_ignores_backoff = bool(enabled)
-
-    def op_surge(self, tick: int, reconnect_fraction: float = 0.0, extra_setups_per_second: float = 0.0,
-                 duration: float = 60.0) -> None:
-        """A burst of new connections: a share of connected clients re-establish their
-        connections, spread over ``duration``, plus extra setups from elsewhere."""
-        ticks = max(1, round(duration / self.world.dt))
-        self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
-                            "extra": float(extra_setups_per_second)})
 
     @property
     def connected(self) -> int:

@@ -47,7 +47,7 @@ import math
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
-from .population import Population, read_population_spec
+from .population import Population, PopulationControls, read_population_spec
 from .retry import RetryPolicy
 
 # Client connection states (pooled mode).
@@ -74,7 +74,7 @@ class Client:
         self.conn = 0  # generation of its connection (or pending attempt); stale events carry an older one
 
 
-class ClientByClientPopulation(Agent):
+class ClientByClientPopulation(PopulationControls, Agent):
     kind = "population"
     METRICS = Population.METRICS
 
@@ -212,20 +212,6 @@ class ClientByClientPopulation(Agent):
     def op_scale_rate(self, tick: int, factor: float) -> None:
         self.rate_factor = float(factor)
         self._redraw_requests(tick * self.world.dt)
-
-    def op_scale_dispatch(self, tick: int, factor: float) -> None:
-        self.dispatch_factor = float(factor)
-
-    def op_set_bug(self, tick: int, bug: str = "reconnect_ignores_backoff", enabled: bool = True) -> None:
-        if bug != "reconnect_ignores_backoff":
-            raise ValueError(f"unknown bug {bug!r}")
-        self.bug_ignores_backoff = bool(enabled)
-
-    def op_surge(self, tick: int, reconnect_fraction: float = 0.0, extra_setups_per_second: float = 0.0,
-                 duration: float = 60.0) -> None:
-        ticks = max(1, round(duration / self.world.dt))
-        self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
-                            "extra": float(extra_setups_per_second)})
 
     # -- the tick ----------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:

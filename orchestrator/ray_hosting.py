@@ -56,7 +56,8 @@ class RayHost:
         self.owner = {a.name: host for host, agents in self.groups.items() for a in agents}
         self.index = {a.name: i for i, a in enumerate(plan.agents)}
         self.tick = 0
-        self.rejected_frames = 0
+        self.rejected_frames = 0  # malformed frames: the hosts' and the control socket's
+        self.control_rejected = 0
         self.expected: dict[str, dict[str, int]] = {h: {} for h in self.groups}
         self.sockets = Sockets()
         self.actors: dict = {}
@@ -104,7 +105,7 @@ class RayHost:
                 try:
                     return frames[0].decode(), unpack(frames[-1])
                 except ValueError:
-                    self.rejected_frames += 1
+                    self.control_rejected += 1
                     continue
             self._raise_if_a_host_died()
 
@@ -129,7 +130,7 @@ class RayHost:
         while waiting:
             host, rec = self._receive(deadline)
             if rec[0] != "done" or rec[1] != t or host not in waiting:
-                self.rejected_frames += 1
+                self.control_rejected += 1
                 continue
             waiting.discard(host)
             metrics.update(rec[2])
@@ -138,7 +139,7 @@ class RayHost:
                 expected[dst][host] = n
             rejected += rec[5]
         self.expected = expected
-        self.rejected_frames = rejected
+        self.rejected_frames = rejected + self.control_rejected
         self.tick += 1
         ordered = {name: metrics[name] for name in sorted(metrics, key=self.index.__getitem__)}
         events.sort(key=lambda e: self.index.get(e["agent"], len(self.index)))  # stable: each agent's own order
