@@ -36,6 +36,20 @@ class GroupHost:
     def endpoint(self) -> str:
         return self.address
 
+    def where(self) -> dict:
+        """The process and Ray node this host runs in (for diagnostics and placement checks)."""
+        import os
+
+        node = None
+        try:
+            import ray
+
+            if ray.is_initialized():
+                node = ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 - outside Ray there is no node
+            pass
+        return {"pid": os.getpid(), "node": node, "endpoint": self.address}
+
     def connect(self, peers: dict[str, str], control: str) -> None:
         for host, endpoint in sorted(peers.items()):
             if host != self.host_id:

@@ -50,7 +50,8 @@ def ensure_ray(address: str | None = None):
 
 
 class RayHost:
-    def __init__(self, plan: WorldPlan, placement: str = "kind", address: str | None = None):
+    def __init__(self, plan: WorldPlan, placement: str = "kind", address: str | None = None, spread: bool = False):
+        """``spread``: ask Ray to put the hosts on as many nodes as it can."""
         self.plan = plan
         self.groups = place(plan, placement)
         self.owner = {a.name: host for host, agents in self.groups.items() for a in agents}
@@ -62,7 +63,9 @@ class RayHost:
         self.sockets = Sockets()
         self.actors: dict = {}
         self.endpoints: dict[str, str] = {}  # host -> its ROUTER, where the other hosts send
+        self.where: dict[str, dict] = {}  # host -> its process id, Ray node and endpoint
         self.loops: list = []
+        self.spread = spread
         self.ray = ensure_ray(address)
         try:
             self._start()
@@ -79,10 +82,13 @@ class RayHost:
         self.control, control_endpoint = self.sockets.bind_router(node_address())
         info = dataclasses.asdict(self.plan.info)
         for host, agents in self.groups.items():
-            self.actors[host] = actor_cls.options(name=f"{ACTOR_PREFIX}{run_id}:{host}", namespace=NAMESPACE).remote(
+            options = {"scheduling_strategy": "SPREAD"} if self.spread else {}
+            self.actors[host] = actor_cls.options(name=f"{ACTOR_PREFIX}{run_id}:{host}", namespace=NAMESPACE,
+                                                  **options).remote(
                 host, info, [(a.kind, a.name, a.spec) for a in agents], self.owner)
-        self.endpoints = dict(zip(self.actors, ray.get([a.endpoint.remote() for a in self.actors.values()],
-                                                       timeout=START_TIMEOUT_S)))
+        self.where = dict(zip(self.actors, ray.get([a.where.remote() for a in self.actors.values()],
+                                                   timeout=START_TIMEOUT_S)))
+        self.endpoints = {host: w["endpoint"] for host, w in self.where.items()}
         ray.get([a.connect.remote(self.endpoints, control_endpoint) for a in self.actors.values()],
                 timeout=START_TIMEOUT_S)
         waiting = set(self.actors)

@@ -1,0 +1,34 @@
+"""Run as a script by tests/test_ray_hosting.py: a local two-node Ray cluster
+(ray.cluster_utils.Cluster) with the hosts spread over both nodes; prints JSON."""
+import json
+import sys
+
+import ray
+from ray.cluster_utils import Cluster
+
+from orchestrator.hosting import InProcessHost
+from orchestrator.ray_hosting import RayHost
+from orchestrator.runner import RunSpec, prepare
+
+
+def main(ticks: int) -> None:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR")
+    try:
+        _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=2, duration=ticks))
+        clean, hosted = InProcessHost(plan), RayHost(plan, placement="agent", spread=True)
+        try:
+            same = all(clean.step().metrics == hosted.step().metrics for _ in range(ticks))
+            nodes = sorted({w["node"] for w in hosted.where.values()})
+        finally:
+            hosted.close()
+        print(json.dumps({"same": same, "host_nodes": len(nodes), "cluster_nodes": len(ray.nodes()),
+                          "hosts": len(hosted.where)}))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
