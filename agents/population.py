@@ -59,7 +59,36 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
 
 
 class PopulationControls:
-    """Operations both population models accept from triggers and mitigations."""
+    """What both population models share: the operations triggers and mitigations apply,
+    and the end of a tick (metrics, health to dependents, telemetry)."""
+
+    def _end_tick(self, tick: int, res: dict, waiting: int, demand: int, fresh: int, attempts: int,
+                  conn_attempts: int, backlog: int):
+        resolved = res["ok"] + res["failed"]
+        success_ratio = res["ok"] / resolved if resolved else 1.0
+        final = res["ok"] + res["errors"]
+        metrics = {
+            "clients": self.clients,
+            "connected": self.connected,
+            "waiting": waiting,
+            "demand": demand,
+            "fresh": fresh,
+            "attempts": attempts,
+            "conn_attempts": conn_attempts,
+            "ok": res["ok"],
+            "failed": res["failed"],
+            "errors": res["errors"],
+            "success_ratio": success_ratio,
+            "error_ratio": res["errors"] / final if final else 0.0,
+            "setup_ok": res["setup_ok"],
+            "setup_failed": res["setup_failed"],
+            "backlog": backlog,
+            "broken_connections": self.broken,
+        }
+        for sub in self.health_subscribers:
+            self.send(sub, "health", {"ratio": success_ratio}, tick)
+        self.report(tick, metrics)
+        return self.finish(metrics)
 
     def op_scale_dispatch(self, tick: int, factor: float) -> None:
         """Durable work: pause (0), throttle (<1) or restore (1) delivery; arrivals keep coming."""
@@ -353,32 +382,11 @@ class Population(PopulationControls, Agent):
                 self.send_flow(hops, tick, requests, setups=setups, coupled=0 if self.pooled else 1, closes=closes,
                                ct=self.connect_timeout, rt=self.request_timeout)
 
-        resolved = res["ok"] + res["failed"]
-        success_ratio = res["ok"] / resolved if resolved else 1.0
-        final = res["ok"] + res["errors"]
-        inflight_req = sum(int(b.requests.sum()) for b in self.inflight.values())
-        metrics = {
-            "clients": self.clients,
-            "connected": self.connected,
-            "waiting": self.conn_wheel.pending,
-            "demand": demand,
-            "fresh": fresh,
-            "attempts": requests,
-            "conn_attempts": setups,
-            "ok": res["ok"],
-            "failed": res["failed"],
-            "errors": res["errors"],
-            "success_ratio": success_ratio,
-            "error_ratio": res["errors"] / final if final else 0.0,
-            "setup_ok": res["setup_ok"],
-            "setup_failed": res["setup_failed"],
-            "backlog": int(self.ready.sum() + self.req_wheel.pending + inflight_req) if self.durable else 0,
-            "broken_connections": self.broken,
-        }
-        for sub in self.health_subscribers:
-            self.send(sub, "health", {"ratio": success_ratio}, tick)
-        self.report(tick, metrics)
-        return self.finish(metrics)
+        backlog = 0
+        if self.durable:
+            inflight_req = sum(int(b.requests.sum()) for b in self.inflight.values())
+            backlog = int(self.ready.sum() + self.req_wheel.pending + inflight_req)
+        return self._end_tick(tick, res, self.conn_wheel.pending, demand, fresh, requests, setups, backlog)
 
     def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict, orphan: bool = False) -> None:
         """Failed attempts of class k retry as class k+1 unless attempts are exhausted;

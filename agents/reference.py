@@ -341,34 +341,12 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 self.send_flow(hops, tick, len(batch), setups=n_setups, coupled=0 if self.pooled else 1, closes=closes,
                                ct=self.connect_timeout, rt=self.request_timeout)
 
-        resolved = res["ok"] + res["failed"]
-        success_ratio = res["ok"] / resolved if resolved else 1.0
-        final = res["ok"] + res["errors"]
+        backlog = 0
         if self.durable:
             waiting_retries = sum(1 for ev in self.events if ev[2] == "retry")
             inflight_req = sum(len(r) for _, r in self.inflight.values())
-        metrics = {
-            "clients": self.clients,
-            "connected": self.connected,
-            "waiting": self.n_state[WAITING],
-            "demand": demand,
-            "fresh": len(fresh),
-            "attempts": len(batch),
-            "conn_attempts": n_setups,
-            "ok": res["ok"],
-            "failed": res["failed"],
-            "errors": res["errors"],
-            "success_ratio": success_ratio,
-            "error_ratio": res["errors"] / final if final else 0.0,
-            "setup_ok": res["setup_ok"],
-            "setup_failed": res["setup_failed"],
-            "backlog": len(self.ready) + waiting_retries + inflight_req if self.durable else 0,
-            "broken_connections": self.broken,
-        }
-        for sub in self.health_subscribers:
-            self.send(sub, "health", {"ratio": success_ratio}, tick)
-        self.report(tick, metrics)
-        return self.finish(metrics)
+            backlog = len(self.ready) + waiting_retries + inflight_req
+        return self._end_tick(tick, res, self.n_state[WAITING], demand, len(fresh), len(batch), n_setups, backlog)
 
     # -- outcomes ------------------------------------------------------------------------------
     def _retry_or_give_up(self, tick: int, cid: int, attempt: int, detected: float, res: dict) -> None:

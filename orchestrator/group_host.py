@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import zmq
 
-from agents import AGENT_CLASSES, Agent, Message, WorldInfo, agent_rng
+from agents import Agent, Message, WorldInfo
 from .fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
-from .wire import WireError, decode, encode
+from .hosting import build_agent, step_agents
+from .wire import WireError, decode
 
 
 class GroupHost:
@@ -21,8 +22,7 @@ class GroupHost:
         self.host_id = host_id
         self.info = WorldInfo(**info)
         self.order = [name for _, name, _ in agents]
-        self.agents: dict[str, Agent] = {name: AGENT_CLASSES[kind](name, spec, agent_rng(self.info.seed, name), self.info)
-                                         for kind, name, spec in agents}
+        self.agents: dict[str, Agent] = {name: build_agent(kind, name, spec, self.info) for kind, name, spec in agents}
         self.owner = owner  # agent name -> host id
         self.sockets = Sockets()
         self.router, self.address = self.sockets.bind_router(node_address())
@@ -117,25 +117,19 @@ class GroupHost:
             if self.router in dict(poller.poll(1000)):
                 self._drain_router()
         inbound = [m for msgs in self.received.pop(t - 1, {}).values() for m in msgs] + self.local.pop(t - 1, [])
-        boxes: dict[str, list[Message]] = {name: [] for name in self.order}
+        boxes: dict[str, list[Message]] = {}
         for m in inbound:
-            boxes[m.dst].append(m)
-        metrics: dict[str, dict] = {}
-        events: list[dict] = []
+            boxes.setdefault(m.dst, []).append(m)
         sent: dict[str, int] = {}
-        for name in self.order:
-            inbox = sorted(boxes[name], key=lambda m: (m.src, m.seq))
-            res = self.agents[name].step(t, inbox)
-            metrics[name] = res.metrics
-            events.extend(res.events)
-            for msg in res.messages:
-                host = self.owner.get(msg.dst)
-                frame = encode(msg)
-                if host == self.host_id:
-                    self.local.setdefault(t, []).append(decode(frame))  # same bytes as any other hop
-                elif host is not None:
-                    send(self.peers[host], [frame])
-                    sent[host] = sent.get(host, 0) + 1
-                else:
-                    events.append({"tick": t, "agent": name, "event": "undeliverable", "dst": msg.dst, "kind": msg.kind})
+
+        def route(msg: Message, frame: bytes) -> bool:
+            host = self.owner.get(msg.dst)
+            if host == self.host_id:
+                self.local.setdefault(t, []).append(decode(frame))  # same bytes as any other hop
+            elif host is not None:
+                send(self.peers[host], [frame])
+                sent[host] = sent.get(host, 0) + 1
+            return host is not None
+
+        metrics, events = step_agents(self.agents, self.order, boxes, t, route)
         send(self.control, [pack(["done", t, metrics, events, sent, self.rejected])])

@@ -7,8 +7,9 @@ depend on stepping order or hosting.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from agents import AGENT_CLASSES, Agent, agent_rng
+from agents import AGENT_CLASSES, Agent, Message, WorldInfo, agent_rng
 from .wire import WireError, decode, encode
 from .world import WorldPlan
 
@@ -20,13 +21,32 @@ class TickResult:
     events: list[dict]
 
 
+def build_agent(kind: str, name: str, spec: dict, info: WorldInfo) -> Agent:
+    """An agent with its own RNG stream, whichever host builds it."""
+    return AGENT_CLASSES[kind](name, spec, agent_rng(info.seed, name), info)
+
+
+def step_agents(agents: dict[str, Agent], order: list[str], inboxes: dict[str, list[Message]], t: int,
+                route: Callable[[Message, bytes], bool]) -> tuple[dict[str, dict[str, float]], list[dict]]:
+    """Step every agent once, in ``order``, with its inbox sorted by (sender, sequence);
+    each message it sends goes to ``route(message, encoded)``, which says whether anyone
+    hosts the destination. Both hostings step through here, so they cannot drift apart."""
+    metrics: dict[str, dict[str, float]] = {}
+    events: list[dict] = []
+    for name in order:
+        res = agents[name].step(t, sorted(inboxes.get(name, []), key=lambda m: (m.src, m.seq)))
+        metrics[name] = res.metrics
+        events.extend(res.events)
+        for msg in res.messages:
+            if not route(msg, encode(msg)):
+                events.append({"tick": t, "agent": name, "event": "undeliverable", "dst": msg.dst, "kind": msg.kind})
+    return metrics, events
+
+
 class InProcessHost:
     def __init__(self, plan: WorldPlan):
         self.plan = plan
-        self.agents: dict[str, Agent] = {}
-        for a in plan.agents:
-            cls = AGENT_CLASSES[a.kind]
-            self.agents[a.name] = cls(a.name, a.spec, agent_rng(plan.info.seed, a.name), plan.info)
+        self.agents: dict[str, Agent] = {a.name: build_agent(a.kind, a.name, a.spec, plan.info) for a in plan.agents}
         self.order = [a.name for a in plan.agents]
         self.pending: dict[str, list[bytes]] = {n: [] for n in self.order}
         self.tick = 0
@@ -48,25 +68,23 @@ class InProcessHost:
     def step(self) -> TickResult:
         t = self.tick
         delivered, self.pending = self.pending, {n: [] for n in self.order}
-        metrics: dict[str, dict[str, float]] = {}
-        events: list[dict] = []
-        for name in self.order:
-            inbox = []
-            for frame in delivered[name]:
+        inboxes: dict[str, list[Message]] = {}
+        for name, frames in delivered.items():
+            inbox = inboxes[name] = []
+            for frame in frames:
                 try:
                     inbox.append(decode(frame))
                 except WireError:
                     self.rejected_frames += 1
-            inbox.sort(key=lambda m: (m.src, m.seq))
-            res = self.agents[name].step(t, inbox)
-            metrics[name] = res.metrics
-            events.extend(res.events)
-            for msg in res.messages:
-                if msg.dst in self.pending:
-                    self.pending[msg.dst].append(encode(msg))
-                else:
-                    self.undeliverable += 1
-                    events.append({"tick": t, "agent": name, "event": "undeliverable", "dst": msg.dst, "kind": msg.kind})
+
+        def route(msg: Message, frame: bytes) -> bool:
+            if msg.dst not in self.pending:
+                self.undeliverable += 1
+                return False
+            self.pending[msg.dst].append(frame)
+            return True
+
+        metrics, events = step_agents(self.agents, self.order, inboxes, t, route)
         self.tick += 1
         return TickResult(t, metrics, events)
 
