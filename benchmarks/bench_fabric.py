@@ -5,6 +5,8 @@ Prints, measured in the same run:
   - the tick rate of the Ray-hosted 2021 world at --speed max (placement kind and agent)
   - their ratio (goal: the world ticks at least 1/20 of the raw round-trip rate)
   - actor start-up time and the resident memory of the actors
+  - the cost of snapshots (every 60 ticks, the default, against none) and the time to
+    replace an actor whose process was killed
 
     python benchmarks/bench_fabric.py [--ticks 3000] [--round-trips 20000]
 """
@@ -60,24 +62,31 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def world_tick_rate(ticks: int, placement: str) -> dict:
+def world_tick_rate(ticks: int, placement: str, snapshot_every: int = 60, kill_at: int | None = None) -> dict:
+    """``kill_at``: SIGKILL the populations' actor at this tick and time its replacement."""
+    import signal
+
     from orchestrator.ray_hosting import RayHost
     from orchestrator.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(runbook="historical", duration=ticks))
     t0 = time.perf_counter()
-    host = RayHost(plan, placement=placement)
+    host = RayHost(plan, placement=placement, snapshot_every=snapshot_every)
     started = time.perf_counter() - t0
+    restarts = []
     try:
         t1 = time.perf_counter()
-        for _ in range(ticks):
-            host.step()
+        for t in range(ticks):
+            if t == kill_at:
+                os.kill(host.where["population"]["pid"], signal.SIGKILL)
+            restarts += [e for e in host.step().events if e["event"] == "host_restarted"]
         rate = ticks / (time.perf_counter() - t1)
         worker_rss = sum(rss_mb(int(line.split()[0])) for line in os.popen("ps -eo pid,args").read().splitlines()[1:]
                          if "ray::GroupHost" in line)
     finally:
         host.close()
-    return {"actors": len(host.groups), "start_s": started, "ticks_per_s": rate, "actor_rss_mb": worker_rss}
+    return {"actors": len(host.groups), "start_s": started, "ticks_per_s": rate, "actor_rss_mb": worker_rss,
+            "restarts": restarts}
 
 
 def main() -> None:
@@ -97,6 +106,15 @@ def main() -> None:
         print(f"2021 world on Ray, placement {placement}: {r['actors']} actors started in {r['start_s']:.1f} s; "
               f"{r['ticks_per_s']:.0f} ticks/s at --speed max; ratio to raw round trips 1/{raw / r['ticks_per_s']:.0f} "
               f"(goal: at least 1/20); actors' resident memory {r['actor_rss_mb']:.0f} MiB")
+    plain = world_tick_rate(args.ticks, "kind", snapshot_every=0)
+    snap = world_tick_rate(args.ticks, "kind", snapshot_every=60)
+    print(f"snapshots every 60 ticks: {snap['ticks_per_s']:.0f} ticks/s against {plain['ticks_per_s']:.0f} without "
+          f"(ratio {snap['ticks_per_s'] / plain['ticks_per_s']:.2f})")
+    killed = world_tick_rate(args.ticks, "kind", snapshot_every=60, kill_at=args.ticks // 2 + 30)
+    for r in killed["restarts"]:
+        print(f"populations' actor SIGKILLed: replaced in {r['seconds']:.2f} s (noticed, restarted from tick "
+              f"{r['snapshot_tick']}, {r['replayed_ticks']} ticks replayed); the run's rate "
+              f"{killed['ticks_per_s']:.0f} ticks/s")
     raw_after = raw_round_trips(args.round_trips)
     print(f"raw round trips again (noise check): {raw_after:,.0f} /s")
     ray.shutdown()

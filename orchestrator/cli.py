@@ -93,11 +93,14 @@ def main():
 @click.option("--address", envvar="RAY_ADDRESS", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray).")
 @click.option("--speed", default="max", show_default=True, callback=lambda c, p, v: _speed(v),
               help="Simulated seconds per wall second (e.g. 60), or max: as fast as the machine allows.")
+@click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="TICKS",
+              help="With --hosting ray: ticks between snapshots of each actor; an actor whose process dies is "
+                   "replaced from its last snapshot and the run goes on unchanged (0: off) [default: 60].")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
-def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, speed, progress,
-        as_json):
-    """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook, in process.
+def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, speed,
+        snapshot_every, progress, as_json):
+    """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook.
 
     Writes a run directory (rendered playbook and runbook, seed and versions,
     events.jsonl, metrics.csv, columns.json, score.json) and prints the score beside par.
@@ -108,7 +111,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
         name = Path(playbook).name.split(".")[0]
         out = Path("runs") / f"{name}-{Path(runbook or 'default').stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address,
-                   speed=speed)
+                   speed=speed, snapshot_every=snapshot_every)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
     else:

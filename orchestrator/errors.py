@@ -49,3 +49,10 @@ class NotFound(GamedayError):
 
 class RunDirectoryError(GamedayError):
     pass
+
+
+class HostingError(GamedayError):
+    """The multi-process machinery failed (a host lost beyond replacement, no answer in
+    time): not the user's mistake, so exit code 1, but a message rather than a traceback."""
+
+    exit_code = 1

@@ -7,8 +7,11 @@ to it. DEALER -> ROUTER keeps each pair's messages in order and never drops on a
 water mark the way PUB/SUB does. Every socket closes with linger 0; a ZeroMQ error comes
 out as ``FabricError``.
 
-Control records are msgpack lists: ["hello", host], ["tick", t, {src_host: count}],
-["done", t, metrics, events, {dst_host: count}, rejected], ["stop"], ["bye", host].
+Control records are msgpack lists. Orchestrator to host: ["tick", t, {src_host: count},
+{host: tick of its last snapshot}], ["rewire", host, endpoint, snapshot tick], ["stop"].
+Host to orchestrator: ["hello", host, protocol version, next tick], ["beat", host],
+["snapshot", host, tick, blob, signature], ["done", t, metrics, events, {dst_host: count},
+rejected], ["replayed", host, last tick], ["bye", host].
 """
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ class Sockets:
     def bind_router(self, host: str) -> tuple[zmq.Socket, str]:
         s = self.make(zmq.ROUTER)
         s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a silent drop
+        s.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a replacement host takes over its predecessor's identity
         try:
             port = s.bind_to_random_port(f"tcp://{host}")
         except zmq.ZMQError as e:
@@ -88,6 +92,11 @@ class Sockets:
         except zmq.ZMQError as e:
             raise FabricError(f"cannot connect to {endpoint}: {e}") from None
         return s
+
+    def drop(self, sock: zmq.Socket) -> None:
+        """Close one socket (a peer that was replaced)."""
+        self.all.remove(sock)
+        sock.close(linger=0)
 
     def close(self) -> None:
         for s in self.all:

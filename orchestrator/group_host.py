@@ -6,31 +6,69 @@ Tick messages sent at tick t are delivered for tick t+1. Before stepping tick t 
 waits until it holds, from every other host, as many messages of tick t-1 as the
 orchestrator says that host sent it; inboxes are then sorted by (sender, sequence), as
 in process, so the results do not depend on the hosting.
+
+Surviving the loss of a host. Every ``snapshot_every`` ticks a host sends the
+orchestrator a snapshot of its agents. Each host also keeps the frames it sent to each
+peer since that peer's last snapshot (the orchestrator says which tick that is with
+every tick). A replacement host starts from the snapshot, its peers send it their kept
+frames again, and it replays the ticks since then; because agents are deterministic it
+sends the very messages the lost host sent, which the receivers recognise by (sender,
+sequence) and ignore. While waiting, a host sends the orchestrator a heartbeat.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
+import pickle
+import time
+from collections import deque
+
 import zmq
 
-from agents import Agent, Message, WorldInfo
+from agents import PROTOCOL_VERSION, Agent, Message, WorldInfo
 from .fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
 from .hosting import build_agent, step_agents
 from .wire import WireError, decode
 
+HEARTBEAT_S = 0.5
+
+
+def sign(key: bytes, blob: bytes) -> bytes:
+    """Snapshots are pickled; the signature lets only the orchestrator's own hosts make them."""
+    return hmac.new(key, blob, hashlib.sha256).digest()
+
+
+class Stopped(Exception):
+    """The orchestrator said stop."""
+
 
 class GroupHost:
-    def __init__(self, host_id: str, info: dict, agents: list[tuple[str, str, dict]], owner: dict[str, str]):
+    def __init__(self, host_id: str, info: dict, agents: list[tuple[str, str, dict]], owner: dict[str, str],
+                 snapshot_every: int = 0, key: bytes = b"", snapshot: bytes | None = None):
+        """``snapshot``: start from this state (a replacement host) instead of tick 0."""
         self.host_id = host_id
         self.info = WorldInfo(**info)
         self.order = [name for _, name, _ in agents]
         self.agents: dict[str, Agent] = {name: build_agent(kind, name, spec, self.info) for kind, name, spec in agents}
         self.owner = owner  # agent name -> host id
+        self.snapshot_every = snapshot_every
+        self.key = key
         self.sockets = Sockets()
         self.router, self.address = self.sockets.bind_router(node_address())
         self.peers: dict[str, zmq.Socket] = {}
         self.control: zmq.Socket | None = None
-        self.received: dict[int, dict[str, list[Message]]] = {}  # tick sent -> source host -> messages
+        self.poller = zmq.Poller()
+        # tick sent -> source host -> (sender agent, sequence) -> message; the key drops repeats
+        self.received: dict[int, dict[str, dict[tuple[str, int], Message]]] = {}
         self.local: dict[int, list[Message]] = {}  # messages between agents of this host, by tick sent
+        self.kept: dict[str, deque[tuple[int, bytes]]] = {}  # peer -> (tick, frame) sent to it since its snapshot
+        self.next_tick = 0
         self.rejected = 0
+        self.repeats = 0  # messages received twice (after a replacement host replayed)
+        self.last_told = 0.0
+        if snapshot is not None:
+            self._restore(snapshot)
 
     # -- set-up (finish these before run) ------------------------------------------------
     def endpoint(self) -> str:
@@ -38,8 +76,6 @@ class GroupHost:
 
     def where(self) -> dict:
         """The process and Ray node this host runs in (for diagnostics and placement checks)."""
-        import os
-
         node = None
         try:
             import ray
@@ -55,31 +91,54 @@ class GroupHost:
             if host != self.host_id:
                 self.peers[host] = self.sockets.connect_dealer(endpoint, self.host_id.encode())
         self.control = self.sockets.connect_dealer(control, self.host_id.encode())
-        send(self.control, [pack(["hello", self.host_id])])
+        self.poller.register(self.control, zmq.POLLIN)
+        self.poller.register(self.router, zmq.POLLIN)
+        self._tell(["hello", self.host_id, PROTOCOL_VERSION, self.next_tick])
 
     # -- the loop --------------------------------------------------------------------------
-    def run(self) -> int:
-        """Serve the orchestrator until it says stop; returns the ticks stepped."""
-        poller = zmq.Poller()
-        poller.register(self.control, zmq.POLLIN)
-        poller.register(self.router, zmq.POLLIN)
+    def run(self, replay: dict | None = None) -> int:
+        """Serve the orchestrator until it says stop; returns the ticks stepped.
+        ``replay`` (a replacement host): {"through": last tick to replay, "counts":
+        {tick sent: {peer: messages it sent here}}}."""
         stepped = 0
         try:
+            if replay is not None:
+                stepped += self._replay(int(replay["through"]), replay["counts"])
             while True:
-                ready = dict(poller.poll(1000))
-                if self.router in ready:
-                    self._drain_router()
-                if self.control not in ready:
-                    continue
-                rec = unpack(recv(self.control)[0])
-                if rec[0] == "tick":
-                    self._step(int(rec[1]), {k: int(v) for k, v in rec[2].items()}, poller)
+                rec = self._wait(lambda: False)
+                if rec is not None and rec[0] == "tick" and int(rec[1]) >= self.next_tick:  # (not a repeat)
+                    t, expected, keep_from = int(rec[1]), rec[2], rec[3]
+                    metrics, events, sent = self._step(t, expected, keep_from)
+                    self._tell(["done", t, metrics, events, sent, self.rejected])
                     stepped += 1
-                elif rec[0] == "stop":
-                    send(self.control, [pack(["bye", self.host_id])])
-                    return stepped
+        except Stopped:
+            self._tell(["bye", self.host_id])
+            return stepped
         finally:
             self.sockets.close()
+
+    def _wait(self, satisfied) -> list | None:
+        """Receive peers' frames until ``satisfied()`` or a control record that is not
+        handled here (returned); heartbeats go out meanwhile."""
+        while not satisfied():
+            ready = dict(self.poller.poll(int(HEARTBEAT_S * 1000)))
+            if self.router in ready:
+                self._drain_router()
+            if self.control in ready:
+                rec = unpack(recv(self.control)[0])
+                if rec[0] == "stop":
+                    raise Stopped()
+                if rec[0] == "rewire":
+                    self._rewire(str(rec[1]), str(rec[2]), int(rec[3]))
+                else:
+                    return rec
+            if time.monotonic() - self.last_told > HEARTBEAT_S:
+                self._tell(["beat", self.host_id])
+        return None
+
+    def _tell(self, record: list) -> None:
+        send(self.control, [pack(record)])
+        self.last_told = time.monotonic()
 
     def _drain_router(self) -> None:
         while True:
@@ -105,18 +164,31 @@ class GroupHost:
         if self.owner.get(msg.src) != sender or self.owner.get(msg.dst) != self.host_id:
             self.rejected += 1
             return
-        self.received.setdefault(msg.tick, {}).setdefault(sender, []).append(msg)
+        if msg.tick < self.next_tick - 1:  # already delivered: a replayed repeat
+            self.repeats += 1
+            return
+        held = self.received.setdefault(msg.tick, {}).setdefault(sender, {})
+        if (msg.src, msg.seq) in held:
+            self.repeats += 1
+        held[(msg.src, msg.seq)] = msg
 
-    def _step(self, t: int, expected: dict[str, int], poller: zmq.Poller) -> None:
+    def _step(self, t: int, expected: dict, keep_from: dict | None) -> tuple[dict, list, dict]:
+        if keep_from is not None:
+            for peer, frames in self.kept.items():
+                first = int(keep_from.get(peer, 0)) - 1
+                while frames and frames[0][0] < first:
+                    frames.popleft()
+
         # Wait for every message of tick t-1 the other hosts sent here.
-        def missing() -> bool:
+        def arrived() -> bool:
             got = self.received.get(t - 1, {})
-            return any(len(got.get(h, [])) < n for h, n in expected.items())
+            return all(len(got.get(h, ())) >= int(n) for h, n in expected.items())
 
-        while missing():
-            if self.router in dict(poller.poll(1000)):
-                self._drain_router()
-        inbound = [m for msgs in self.received.pop(t - 1, {}).values() for m in msgs] + self.local.pop(t - 1, [])
+        rec = self._wait(arrived)
+        if rec is not None:
+            raise FabricError(f"host {self.host_id}: unexpected control record {rec[0]!r} during tick {t}")
+        inbound = [m for held in self.received.pop(t - 1, {}).values() for m in held.values()] + self.local.pop(t - 1, [])
+        self.next_tick = t + 1
         boxes: dict[str, list[Message]] = {}
         for m in inbound:
             boxes.setdefault(m.dst, []).append(m)
@@ -129,7 +201,52 @@ class GroupHost:
             elif host is not None:
                 send(self.peers[host], [frame])
                 sent[host] = sent.get(host, 0) + 1
+                if self.snapshot_every:
+                    self.kept.setdefault(host, deque()).append((t, frame))
             return host is not None
 
         metrics, events = step_agents(self.agents, self.order, boxes, t, route)
-        send(self.control, [pack(["done", t, metrics, events, sent, self.rejected])])
+        if self.snapshot_every and (t + 1) % self.snapshot_every == 0:
+            blob = self._snapshot(t + 1)
+            self._tell(["snapshot", self.host_id, t + 1, blob, sign(self.key, blob)])  # before "done", on one socket
+        return metrics, events, sent
+
+    # -- replacement ------------------------------------------------------------------------
+    def _snapshot(self, tick: int) -> bytes:
+        state = {"tick": tick, "agents": {n: a.snapshot() for n, a in self.agents.items()},
+                 "local": self.local, "kept": self.kept}
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _restore(self, blob: bytes) -> None:
+        state = pickle.loads(blob)  # signed by a host of this run; checked by the orchestrator
+        for name, agent_state in state["agents"].items():
+            self.agents[name].restore(agent_state)
+        self.local, self.kept = state["local"], state["kept"]
+        self.next_tick = int(state["tick"])
+
+    def _replay(self, through: int, counts: dict) -> int:
+        """Step again every tick from the snapshot up to ``through``; the messages go out
+        again (receivers drop repeats), the metrics and events were journalled already."""
+        start = self.next_tick
+        for peer, frames in self.kept.items():  # a peer replaying too may need them; repeats are dropped
+            for _, frame in frames:
+                send(self.peers[peer], [frame])
+        for t in range(start, through + 1):
+            self._step(t, counts.get(t - 1, {}), None)
+            if time.monotonic() - self.last_told > HEARTBEAT_S:
+                self._tell(["beat", self.host_id])
+        self._tell(["replayed", self.host_id, through])
+        return through + 1 - start
+
+    def _rewire(self, host: str, endpoint: str, since: int) -> None:
+        """``host`` was replaced: send to its new address, and send it again what it
+        needs to replay from its snapshot at tick ``since``."""
+        old = self.peers.pop(host, None)
+        if old is not None:
+            self.sockets.drop(old)
+        if host == self.host_id:
+            return
+        self.peers[host] = self.sockets.connect_dealer(endpoint, self.host_id.encode())
+        for tick, frame in self.kept.get(host, []):
+            if tick >= since - 1:
+                send(self.peers[host], [frame])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reports.rundir import RunData, load_run
 from .clock import PacedClock, SimulatedClock
-from .errors import InvalidPlaybook, Issue
+from .errors import HostingError, InvalidPlaybook, Issue
 from .hosting import InProcessHost
 from .journal import RunWriter, check_out_dir
 from .playbook import MAX_TICK_S, MAX_TICKS, Playbook, builtin_runbooks, coerce_value, load_playbook, load_runbook, parse_yaml, read_text
@@ -67,20 +67,23 @@ def prepare(spec: RunSpec):
 HOSTINGS = ("inprocess", "ray")
 
 
-def make_host(plan, hosting: str, placement: str = "kind", address: str | None = None):
+def make_host(plan, hosting: str, placement: str = "kind", address: str | None = None, snapshot_every: int | None = None):
     """In process (batch runs, tests), or on Ray actors exchanging ZeroMQ messages."""
     if hosting == "inprocess":
         return InProcessHost(plan)
     if hosting == "ray":
-        from .ray_hosting import RayHost  # Ray is imported only when it is used
+        from .ray_hosting import SNAPSHOT_EVERY, RayHost  # Ray is imported only when it is used
 
-        return RayHost(plan, placement=placement, address=address)
+        every = SNAPSHOT_EVERY if snapshot_every is None else snapshot_every
+        return RayHost(plan, placement=placement, address=address, snapshot_every=every)
     raise ValueError(f"hosting {hosting!r}: expected one of {', '.join(HOSTINGS)}")
 
 
 def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: str = "inprocess",
-            placement: str = "kind", address: str | None = None, speed: float | None = None) -> RunData:
-    """``speed``: simulated seconds per wall second (None: as fast as possible)."""
+            placement: str = "kind", address: str | None = None, speed: float | None = None,
+            snapshot_every: int | None = None) -> RunData:
+    """``speed``: simulated seconds per wall second (None: as fast as possible).
+    ``snapshot_every``: ticks between the Ray hosts' snapshots (None: the default; 0: off)."""
     pb, rb_text, rb, plan = prepare(spec)
     if speed is not None:
         clock = PacedClock(plan.info.dt, speed)
@@ -88,7 +91,7 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
             "variables": pb.variables, "duration_s": plan.ticks * plan.info.dt, "hosting": hosting,
             "placement": placement if hosting == "ray" else None, "speed": speed or "max", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     check_out_dir(out)  # before starting any actor
-    host = make_host(plan, hosting, placement, address)
+    host = make_host(plan, hosting, placement, address, snapshot_every)
     try:
         writer = RunWriter(out, plan, meta, pb.text, rb_text)
     except BaseException:
@@ -108,11 +111,17 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
             if bar is not None:
                 bar.update(1)
         status = "complete"
+    except HostingError as e:
+        status = "failed"
+        raise HostingError(f"{e}; the run directory {out} holds the ticks done before") from None
     finally:
         if bar is not None:
             bar.close()
         writer.meta["wall_seconds"] = round(time.perf_counter() - wall0, 3)
         writer.meta["rejected_frames"] = host.rejected_frames
+        if hosting == "ray":
+            writer.meta["snapshot_every"] = host.snapshot_every
+            writer.meta["host_restarts"] = host.restarts
         writer.close(status, scorer.score())
         _close(host)
     return load_run(out)

@@ -177,3 +177,137 @@ def test_a_two_node_cluster_with_hosts_on_both_nodes_gives_identical_results():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["cluster_nodes"] == 2 and result["host_nodes"] == 2, result  # the agents really are spread
     assert result["same"], result
+
+
+def _group_hosts(pid: int) -> dict[int, int]:
+    """The Ray actor processes hosting agents below ``pid``: process id -> resident KiB."""
+    from pathlib import Path
+
+    out = {}
+    for p, args in _descendants(pid).items():
+        if "GroupHost" in args:
+            try:
+                status = Path(f"/proc/{p}/status").read_text()
+            except OSError:
+                continue
+            out[p] = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    return out
+
+
+def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
+    """SIGKILL two actors' processes, one after the other, in the middle of a
+    `gameday run --hosting ray`: the run completes, every file but the restart lines of
+    events.jsonl is identical to the in-process run, and the restarts are journalled."""
+    import json
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    args = ["run", "--runbook", "historical", "--seed", "6", "--duration", "2h", "--no-progress", "--json"]
+    clean = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--out", str(tmp_path / "clean"),
+                            "--hosting", "inprocess"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="gd", dir="/tmp"))  # short: Ray's socket paths must fit in 107 bytes
+    out = tmp_path / "killed"
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args, "--out", str(out), "--hosting", "ray"],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        victims = []
+        deadline = time.monotonic() + 240
+        for rows in (1500, 4000):
+            while time.monotonic() < deadline:
+                metrics = out / "metrics.csv"
+                if metrics.exists() and metrics.read_text().count("\n") > rows:
+                    break
+                assert proc.poll() is None, proc.communicate()[1][-3000:]
+                time.sleep(0.05)
+            hosts = _group_hosts(proc.pid)
+            if not victims:  # first the biggest (the populations), then another of the original actors
+                victims.append(max(hosts, key=hosts.get))
+                originals = set(hosts)
+            else:
+                victims.append(min(originals - set(victims), key=lambda p: hosts.get(p, 0)))
+            os.kill(victims[-1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+    for name in ("metrics.csv", "score.json"):
+        assert (out / name).read_text() == (tmp_path / "clean" / name).read_text(), name
+    lines = (out / "events.jsonl").read_text().splitlines()
+    restarts = [json.loads(line) for line in lines if '"agent": "orchestrator"' in line]
+    kept = [line for line in lines if '"agent": "orchestrator"' not in line]
+    assert kept == (tmp_path / "clean" / "events.jsonl").read_text().splitlines()
+    assert len(kept) > 20  # trigger, alarms, actions: the comparison has substance
+    print("\n" + "\n".join(f"restart at tick {r['tick']}: {r['host']} ({r['reason']}), replayed "
+                            f"{r['replayed_ticks']} ticks from {r['snapshot_tick']} in {r['seconds']} s" for r in restarts))
+    assert [r["event"] for r in restarts] == ["host_restarted", "host_restarted"]
+    assert restarts[0]["host"] != restarts[1]["host"] and all(r["replayed_ticks"] <= 60 for r in restarts)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["status"] == "complete" and meta["host_restarts"] == 2
+
+
+def test_a_frozen_actor_is_noticed_by_its_missing_heartbeats_and_replaced(ray_session):
+    """SIGSTOP: the process is alive to Ray but silent; the orchestrator notices the
+    missing heartbeats, replaces it, and the world goes on with the same results."""
+    import os
+    import signal
+    import time
+
+    from orchestrator.hosting import InProcessHost
+    from orchestrator.ray_hosting import RayHost
+    from orchestrator.runner import RunSpec, prepare
+
+    _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=9, duration=500))
+    clean, hosted = InProcessHost(plan), RayHost(plan, placement="kind", snapshot_every=50)
+    journal = []
+    try:
+        frozen = hosted.where["device"]["pid"]
+        for t in range(500):
+            if t == 180:
+                os.kill(frozen, signal.SIGSTOP)
+            a, b = clean.step(), hosted.step()
+            journal += [e for e in b.events if e["agent"] == "orchestrator"]
+            assert a.metrics == b.metrics, t
+            assert a.events == [e for e in b.events if e["agent"] != "orchestrator"], t
+    finally:
+        hosted.close()
+    assert [(e["host"], e["snapshot_tick"], e["replayed_ticks"]) for e in journal] == [("device", 150, 30)]
+    assert "heartbeat" in journal[0]["reason"]
+    end = time.monotonic() + 30
+    while os.path.exists(f"/proc/{frozen}") and "Z" not in open(f"/proc/{frozen}/stat").read().split(")")[-1][:3]:
+        assert time.monotonic() < end, "the frozen process was left behind"
+        time.sleep(0.2)
+
+
+def test_without_snapshots_a_lost_actor_ends_the_run_with_a_clear_error(ray_session):
+    import os
+    import signal
+
+    from orchestrator.errors import HostingError
+    from orchestrator.ray_hosting import RayHost
+    from orchestrator.runner import RunSpec, prepare
+
+    _, _, _, plan = prepare(RunSpec(runbook="none", seed=1, duration=300))
+    hosted = RayHost(plan, placement="kind", snapshot_every=0)
+    try:
+        for _ in range(50):
+            hosted.step()
+        os.kill(hosted.where["status"]["pid"], signal.SIGKILL)
+        with pytest.raises(HostingError, match="host status was lost"):
+            for _ in range(250):
+                hosted.step()
+    finally:
+        hosted.close()
