@@ -36,6 +36,6 @@ class Automation(Agent):
                 fired += 1
                 self.event(tick, "trigger", trigger=t["name"], description=t["description"])
                 for eff in t["effects"]:
-                    self.send(eff["target"], "apply", {"op": eff["op"], "args": eff.get("args") or {}, "by": t["name"]}, tick)
+                    self.send_apply(eff["target"], eff["op"], eff.get("args") or {}, t["name"], tick)
                 t["next"] = tick + t["every"] if t["every"] else -1
         return self.finish({"fired": fired, "enabled": sum(t["enabled"] for t in self.triggers)})

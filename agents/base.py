@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .shards import apply_to_shards
+
 #: Bumped whenever a message body changes shape; hosts refuse other versions.
 PROTOCOL_VERSION = 1
 
@@ -94,6 +96,12 @@ class Agent:
         self.telemetry: list[str] = list(wiring.get("telemetry", []))
         self.telemetry_every = int(wiring.get("telemetry_every", 1))
         return wiring
+
+    def send_apply(self, target: str, op: str, args: dict, by: str, tick: int) -> None:
+        """An operation for ``target``; a sharded population gets it on every shard."""
+        shards = (self.spec.get("_wiring") or {}).get("shards", {}).get(target)
+        for dst, part in apply_to_shards(op, args, shards) if shards else [(target, args)]:
+            self.send(dst, "apply", {"op": op, "args": part, "by": by}, tick)
 
     def report(self, tick: int, metrics: dict[str, float]) -> None:
         """Send this tick's telemetry to monitoring, if it is due."""

@@ -99,7 +99,7 @@ class Deployment(Agent):
         a["done"] = True
         for eff in a["effects"]:
             args = {k: resolve_param(v, a["params"], a["by"]) for k, v in (eff.get("args") or {}).items()}
-            self.send(eff["target"], "apply", {"op": eff["op"], "args": args, "by": a["action"]}, tick)
+            self.send_apply(eff["target"], eff["op"], args, a["action"], tick)
         self.event(tick, "action_effective", id=a["id"], action=a["action"], by=a["by"], asked_tick=a["asked"],
                    failed_steps=a["failed_steps"], risk=a["risk"])
         self.send(a["by"], "action_status", {"id": a["id"], "action": a["action"], "state": "effective"}, tick)

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
+from .shards import source_of
 
 
 def fair_shares(demands: list[float], capacity: float) -> list[float]:
@@ -153,12 +154,19 @@ class DevicePool(Agent):
             adm_work = adm_s * item_cost_s + adm_r * self.c_request
             reject_cost = float(((setups - adm_s) + (requests * unit)).sum()) * self.c_reject
             room = budget + self.protection_queue * rate - self.queue - reject_cost
-            shares = fair_shares(list(adm_work), max(0.0, room))
-            for i in range(n):
-                if adm_work[i] > shares[i]:
-                    frac = shares[i] / adm_work[i]
-                    adm_s[i] *= frac
-                    adm_r[i] *= frac
+            # A source is a population, however many shards send its flows.
+            sources: dict[str, list[int]] = {}
+            for i, f in enumerate(flows):
+                sources.setdefault(source_of(f.body["origin"]), []).append(i)
+            groups = list(sources.values())
+            demand = [float(sum(adm_work[i] for i in g)) if len(g) > 1 else adm_work[g[0]] for g in groups]
+            shares = fair_shares(demand, max(0.0, room))
+            for g, want, share in zip(groups, demand, shares):
+                if want > share:
+                    frac = share / want
+                    for i in g:
+                        adm_s[i] *= frac
+                        adm_r[i] *= frac
         rej_s = setups - adm_s
         rej_r = requests * unit - adm_r
         rejected = float(rej_s.sum() + rej_r.sum())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
+from .shards import merge_metrics
 
 
 class Monitoring(Agent):
@@ -41,6 +42,8 @@ class Monitoring(Agent):
         self.firing: set[str] = set()
         wiring = spec.get("_wiring") or {}
         self.operators = list(wiring.get("operators", []))
+        self.shard_of = {shard: pop for pop, shards in (wiring.get("shards") or {}).items() for shard, _ in shards}
+        self.shard_count = {pop: len(shards) for pop, shards in (wiring.get("shards") or {}).items()}
 
     def op_query_logs(self, tick: int, reply_to: str = "", metrics: list | None = None, id: str = "") -> None:
         self.queries.append({"due": tick + self.log_delay_ticks, "reply_to": reply_to, "id": id,
@@ -53,12 +56,15 @@ class Monitoring(Agent):
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         arrived = 0
         sent = 0
+        parts: dict[tuple[str, int], list[dict]] = {}  # a sharded population's reports, merged below
         for msg in inbox:
             if msg.kind == "telemetry":
                 vals, at = msg.body["values"], int(msg.body["at"])
-                for k, v in vals.items():
-                    self.truth[f"{msg.src}.{k}"] = (float(v), at)
-                self.pending.append((msg.src, vals, at))
+                pop = self.shard_of.get(msg.src)
+                if pop is not None:
+                    parts.setdefault((pop, at), []).append(vals)
+                    continue
+                self._telemetry(msg.src, vals, at)
             elif msg.kind == "flow_result":
                 batch = self.inflight.pop(int(msg.body["sent"]), [])
                 ok = min(int(msg.body["r_ok"]), len(batch))
@@ -69,6 +75,11 @@ class Monitoring(Agent):
                 arrived += ok
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
+
+        for (pop, at), reports in parts.items():
+            if len(reports) == self.shard_count[pop]:  # all shards report at the same ticks, in one inbox
+                merged = merge_metrics(reports)  # (the shards also sent the counts behind each ratio)
+                self._telemetry(pop, {k: v for k, v in merged.items() if f"{pop}.{k}" in self.observe}, at)
 
         if self.pending:
             sent = len(self.pending)
@@ -99,6 +110,11 @@ class Monitoring(Agent):
             "visibility": fresh / len(self.observe) if self.observe else 1.0,
             "alarms_firing": len(self.firing),
         })
+
+    def _telemetry(self, agent: str, vals: dict, at: int) -> None:
+        for k, v in vals.items():
+            self.truth[f"{agent}.{k}"] = (float(v), at)
+        self.pending.append((agent, vals, at))
 
     def _arrive(self, report: tuple) -> None:
         agent, vals, at = report

@@ -20,6 +20,7 @@ import numpy as np
 from .base import Agent, Message, StepResult, WorldInfo
 from .draws import draw_without_replacement
 from .retry import CircuitBreaker, RetryPolicy, TokenBucket
+from .shards import HealthReports
 from .wheel import TimingWheel
 
 
@@ -86,7 +87,7 @@ class PopulationControls:
             "broken_connections": self.broken,
         }
         for sub in self.health_subscribers:
-            self.send(sub, "health", {"ratio": success_ratio}, tick)
+            self.send(sub, "health", {"ratio": success_ratio, "ok": res["ok"], "resolved": resolved}, tick)
         self.report(tick, metrics)
         return self.finish(metrics)
 
@@ -285,16 +286,18 @@ class Population(PopulationControls, Agent):
         dt = self.world.dt
         self.broken = 0
         res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0}
+        health = HealthReports(self.dep_health)
         for msg in inbox:
             if msg.kind == "flow_result":
                 self._on_result(tick, msg.body, res)
             elif msg.kind == "conn_event":
                 self._break_connections(int(msg.body["dropped"]))
             elif msg.kind == "health":
-                self.dep_health[msg.src] = float(msg.body["ratio"])
+                health.take(msg)
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
 
+        health.merge()
         # Connection churn: lifetimes end, surges force re-establishment.
         conn_now = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         closes = 0

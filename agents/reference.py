@@ -49,6 +49,7 @@ import numpy as np
 from .base import Agent, Message, StepResult, WorldInfo
 from .population import Population, PopulationControls, read_population_spec
 from .retry import RetryPolicy
+from .shards import HealthReports
 
 # Client connection states (pooled mode).
 CONNECTED, CONNECTING, WAITING = "connected", "connecting", "waiting"
@@ -219,16 +220,18 @@ class ClientByClientPopulation(PopulationControls, Agent):
         now = tick * dt
         self.broken = 0
         res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0}
+        health = HealthReports(self.dep_health)
         for msg in inbox:
             if msg.kind == "flow_result":
                 self._on_result(tick, msg.body, res)
             elif msg.kind == "conn_event":
                 self._break(tick, int(msg.body["dropped"]))
             elif msg.kind == "health":
-                self.dep_health[msg.src] = float(msg.body["ratio"])
+                health.take(msg)
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
 
+        health.merge()
         # Everything the clients planned for up to the end of this tick.
         due: dict[str, list[tuple]] = {"expire": [], "connect": [], "retry": []}
         while self.events and self.events[0][0] <= now + _EPS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
+from .shards import HealthReports
 
 
 class Service(Agent):
@@ -53,14 +54,16 @@ class Service(Agent):
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         dt = self.world.dt
         flows = []
+        health = HealthReports(self.health)
         for msg in inbox:
             if msg.kind == "flow":
                 flows.append(msg.body)
             elif msg.kind == "health":
-                self.health[msg.src] = float(msg.body["ratio"])
+                health.take(msg)
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
 
+        health.merge()
         if self.rec_when:
             if self.health[self.rec_when] < self.rec_threshold:
                 self.broken = min(self.rec_max, self.broken + self.rec_break_rate * dt)

@@ -90,6 +90,10 @@ def main():
                    "--address); inprocess: every agent in this process (fastest for batch runs). Same results.")
 @click.option("--placement", type=click.Choice(["kind", "agent", "single"]), default="kind", show_default=True,
               help="With --hosting ray: one actor per kind of agent, one per agent, or one for the world.")
+@click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Split every population into N shards (at most one per client), each its own agent; with "
+                   "--hosting ray --placement kind the shards run on N actors [default: each population's "
+                   "'shards' setting, 1].")
 @click.option("--address", envvar="RAY_ADDRESS", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray).")
 @click.option("--speed", default="max", show_default=True, callback=lambda c, p, v: _speed(v),
               help="Simulated seconds per wall second (e.g. 60), or max: as fast as the machine allows.")
@@ -98,7 +102,7 @@ def main():
                    "replaced from its last snapshot and the run goes on unchanged (0: off) [default: 60].")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
-def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, speed,
+def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, shards, address, speed,
         snapshot_every, progress, as_json):
     """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook.
 
@@ -106,7 +110,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     events.jsonl, metrics.csv, columns.json, score.json) and prints the score beside par.
     """
     spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=_variables(playbook, sets, vars_file),
-                   duration=duration, tick=tick)
+                   duration=duration, tick=tick, shards=shards)
     if out is None:
         name = Path(playbook).name.split(".")[0]
         out = Path("runs") / f"{name}-{Path(runbook or 'default').stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -73,6 +73,7 @@ class RunWriter:
         (self.dir / "runbook.yaml").write_text(runbook_text, encoding="utf-8")
         self.columns = plan.columns()
         kinds = {a.name: a.kind for a in plan.agents}
+        kinds |= {pop: kinds[shards[0]] for pop, shards in plan.shards.items()}  # merged from its shards
         write_json_atomic(self.dir / "columns.json", {
             "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
             "clock": "simulated clock time (HH:MM[:SS])",

@@ -16,6 +16,7 @@ import jinja2.sandbox
 import yaml
 
 from agents import AGENT_CLASSES
+from agents.shards import SHARD_SEP
 from .errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound
 from .schema import Field, L, M, check, names, non_negative, positive, ratio
 from .timefmt import format_clock
@@ -72,6 +73,7 @@ POPULATION = M(
     mode=Field("str", choices=("pooled", "per_request"), default="pooled"),
     work=Field("str", choices=("perishable", "durable"), default="perishable"),
     max_rate=non_negative(doc="durable work: most requests dispatched per second"),
+    shards=positive("int", default=1, doc="simulate as this many shards, which can run on different hosts"),
     path=names("device pools crossed, in order"),
     target=Field("str"),
     depends_on=names(),
@@ -373,6 +375,8 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
         for i, item in enumerate(data[section]):
             if item["name"] in kinds or item["name"] in ("monitoring", "deployment", "status", "triggers", "operator"):
                 issues.append(Issue(f"{section}[{i}].name", item["name"], "a name used by no other part of the world"))
+            if SHARD_SEP in item["name"]:
+                issues.append(Issue(f"{section}[{i}].name", item["name"], f"a name without {SHARD_SEP!r} (it names shards)"))
             kinds[item["name"]] = kind
     devices = {d["name"] for d in data["devices"]}
     services = {s["name"] for s in data["services"]}

@@ -24,6 +24,7 @@ import uuid
 import zmq
 
 from agents import PROTOCOL_VERSION
+from agents.shards import shard_name, source_of
 from .errors import HostingError
 from .fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
 from .group_host import HEARTBEAT_S, sign
@@ -40,12 +41,17 @@ MISSED_BEATS = 10  # a host silent for this many heartbeats is taken for lost
 
 
 def place(plan: WorldPlan, placement: str) -> dict[str, list]:
-    """Host id -> the agents it hosts: one host per kind of agent, per agent, or one for all."""
+    """Host id -> the agents it hosts: one host per kind of agent (and per shard index:
+    the second shards of every sharded population share a host, and so on), per agent,
+    or one for all."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
     groups: dict[str, list] = {}
     for a in plan.agents:
         host = {"kind": a.kind.split(":")[0], "agent": a.name, "single": "world"}[placement]
+        index = a.name[len(source_of(a.name)) + 1:]
+        if placement == "kind" and index not in ("", "0"):
+            host = shard_name(host, int(index))
         groups.setdefault(host, []).append(a)
     return groups
 

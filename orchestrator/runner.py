@@ -23,6 +23,7 @@ class RunSpec:
     sets: dict | None = None
     duration: float | None = None
     tick: float | None = None
+    shards: int | None = None  # split every population into this many shards (None: as the playbook says)
 
 
 def read_vars_file(path: str) -> dict:
@@ -50,6 +51,8 @@ def prepare(spec: RunSpec):
     issues = []
     if spec.tick is not None and not 0 < spec.tick <= MAX_TICK_S:
         issues.append(Issue("--tick", spec.tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
+    if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool) or spec.shards < 1):
+        issues.append(Issue("--shards", spec.shards, "an integer >= 1"))
     if spec.duration is not None and spec.duration <= 0:
         issues.append(Issue("--duration", spec.duration, "a duration > 0"))
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or spec.seed < 0:
@@ -60,7 +63,7 @@ def prepare(spec: RunSpec):
             issues.append(Issue("--duration / --tick", round(ticks), f"at most {MAX_TICKS:,} ticks per run"))
     if issues:
         raise InvalidPlaybook("options", "options", issues)
-    plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick)
+    plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick, spec.shards)
     return pb, rb_text, rb, plan
 
 
@@ -89,7 +92,9 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
         clock = PacedClock(plan.info.dt, speed)
     meta = {"playbook": pb.name, "playbook_source": pb.source, "runbook": rb["name"], "seed": spec.seed,
             "variables": pb.variables, "duration_s": plan.ticks * plan.info.dt, "hosting": hosting,
-            "placement": placement if hosting == "ray" else None, "speed": speed or "max", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "placement": placement if hosting == "ray" else None, "speed": speed or "max",
+            "shards": {pop: len(parts) for pop, parts in plan.shards.items()},
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     check_out_dir(out)  # before starting any actor
     host = make_host(plan, hosting, placement, address, snapshot_every)
     try:
@@ -106,8 +111,9 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
         for _ in range(plan.ticks):
             clock.wait_for(host.tick)
             res = host.step()
-            milestones = scorer.update(res.tick, res.metrics, res.events)
-            writer.write_tick(res.tick, res.metrics, res.events + milestones)
+            world, full = plan.merge_shards(res.metrics)
+            milestones = scorer.update(res.tick, world, res.events)
+            writer.write_tick(res.tick, full, res.events + milestones)
             if bar is not None:
                 bar.update(1)
         status = "complete"

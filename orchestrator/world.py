@@ -7,6 +7,7 @@ import copy
 from dataclasses import dataclass, field
 
 from agents import AGENT_CLASSES, WorldInfo
+from agents.shards import merge_metrics, metrics_needed, shard_specs, source_of
 from .playbook import Playbook
 
 OPERATOR = "operator"
@@ -24,15 +25,47 @@ class WorldPlan:
     info: WorldInfo
     ticks: int
     agents: list[AgentPlan] = field(default_factory=list)
+    shards: dict[str, list[str]] = field(default_factory=dict)  # sharded population -> its shards' agents
 
     def columns(self) -> list[tuple[str, str]]:
-        """(agent, metric) in the order the metrics table uses."""
-        return [(a.name, m) for a in self.agents for m in AGENT_CLASSES[a.kind].METRICS]
+        """(agent, metric) in the order the metrics table uses: a sharded population's
+        merged metrics come first, where the population would be, then each shard's."""
+        out = []
+        for a in self.agents:
+            pop = source_of(a.name)
+            if pop != a.name and a.name == self.shards[pop][0]:
+                out += [(pop, m) for m in AGENT_CLASSES[a.kind].METRICS]
+            out += [(a.name, m) for m in AGENT_CLASSES[a.kind].METRICS]
+        return out
+
+    def merge_shards(self, metrics: dict[str, dict[str, float]]) -> tuple[dict, dict]:
+        """(the world's metrics with each sharded population merged from its shards and
+        the shards left out, the same with the shards too)."""
+        if not self.shards:
+            return metrics, metrics
+        merged = {pop: merge_metrics([metrics[s] for s in shards]) for pop, shards in self.shards.items()}
+        world, full = {}, {}
+        for name, m in metrics.items():
+            pop = source_of(name)
+            if pop != name:
+                if name == self.shards[pop][0]:
+                    world[pop] = full[pop] = merged[pop]
+                full[name] = m
+            else:
+                world[name] = full[name] = m
+        return world, full
 
 
 def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | None = None,
-               tick: float | None = None) -> WorldPlan:
+               tick: float | None = None, shards: int | None = None) -> WorldPlan:
+    """``shards``: split every population into this many shards (at most one per client),
+    instead of the playbook's ``shards`` setting."""
     data = copy.deepcopy(pb.data)
+    split: dict[str, list[dict]] = {}
+    for p in data["populations"]:
+        count = min(int(p["clients"]), int(shards if shards is not None else p.get("shards", 1)))
+        split[p["name"]] = shard_specs(p, count) if count > 1 else [p]
+    members = {pop: [s["name"] for s in parts] for pop, parts in split.items()}
     dt = float(tick or data["clock"]["tick"])
     total = float(duration or data["clock"]["duration"])
     info = WorldInfo(dt=dt, start_s=float(data["clock"]["start"]), seed=int(seed))
@@ -47,31 +80,38 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
         rec = item.get("recycling") or {}
         deps += [rec[k] for k in ("breaks_when", "needs") if rec.get(k)]
         for d in dict.fromkeys(deps):
-            subscribers.setdefault(d, []).append(item["name"])
+            subscribers.setdefault(d, []).extend(members.get(item["name"], [item["name"]]))
     every = max(1, round(mon["telemetry_every"] / dt))
     # Pooled populations start connected: their connections already occupy the devices' tables.
     initial: dict[str, dict[str, int]] = {}
-    for p in data["populations"]:
-        if p["mode"] == "pooled":
-            for d in p["path"]:
-                initial.setdefault(d, {})[p["name"]] = int(p["clients"])
+    for parts in split.values():
+        for p in parts:
+            if p["mode"] == "pooled":
+                for d in p["path"]:
+                    initial.setdefault(d, {})[p["name"]] = int(p["clients"])
+    # Who sends to a sharded population sends to every shard: (shard, its share of the clients).
+    sharded = {pop: [(s["name"], s["clients"] / sum(x["clients"] for x in parts)) for s in parts]
+               for pop, parts in split.items() if len(parts) > 1}
 
-    def wired(item: dict) -> dict:
+    def wired(item: dict, logical: str | None = None) -> dict:
         spec = dict(item)
-        spec["_wiring"] = {"health_subscribers": subscribers.get(item["name"], []), "monitor": "monitoring",
-                           "telemetry": telemetry.get(item["name"], []), "telemetry_every": every}
+        reports = telemetry.get(logical or item["name"], [])
+        spec["_wiring"] = {"health_subscribers": subscribers.get(logical or item["name"], []), "monitor": "monitoring",
+                           "telemetry": metrics_needed(reports) if logical else reports, "telemetry_every": every}
         return spec
 
-    plan = WorldPlan(info=info, ticks=int(round(total / dt)))
-    plan.agents.append(AgentPlan("automation", "triggers", {"triggers": data["triggers"]}))
+    plan = WorldPlan(info=info, ticks=int(round(total / dt)), shards={p: members[p] for p in sharded})
+    plan.agents.append(AgentPlan("automation", "triggers", {"triggers": data["triggers"], "_wiring": {"shards": sharded}}))
     for d in data["devices"]:
         spec = wired(d)
         spec["_wiring"]["initial_connections"] = initial.get(d["name"], {})
         plan.agents.append(AgentPlan("device", d["name"], spec))
     plan.agents += [AgentPlan("service", s["name"], wired(s)) for s in data["services"]]
-    plan.agents += [AgentPlan("population", p["name"], wired(p)) for p in data["populations"]]
-    plan.agents.append(AgentPlan("monitoring", "monitoring", mon | {"_wiring": {"operators": [OPERATOR]}}))
-    plan.agents.append(AgentPlan("deployment", "deployment", data["deployment"] | {"catalogue": data["mitigations"]}))
+    plan.agents += [AgentPlan("population", s["name"], wired(s, p["name"] if len(split[p["name"]]) > 1 else None))
+                    for p in data["populations"] for s in split[p["name"]]]
+    plan.agents.append(AgentPlan("monitoring", "monitoring", mon | {"_wiring": {"operators": [OPERATOR], "shards": sharded}}))
+    plan.agents.append(AgentPlan("deployment", "deployment", data["deployment"] | {"catalogue": data["mitigations"],
+                                                                                    "_wiring": {"shards": sharded}}))
     plan.agents.append(AgentPlan("status", "status", data["status"]))
     rules = (runbook or {}).get("rules") or []
     plan.agents.append(AgentPlan("operator:runbook" if rules else "operator:none", OPERATOR,

@@ -24,6 +24,27 @@ def test_ray_hosted_run_is_identical_to_the_in_process_run(ray_session, inproces
         assert filecmp.cmp(inprocess_run.dir / name, ray_run.dir / name, shallow=False), name
 
 
+def test_a_sharded_world_on_ray_is_identical_to_the_sharded_world_in_process(ray_session, tmp_path):
+    """Three shards per population, the shards on three actors (placement kind)."""
+    kwargs = dict(runbook="protect-early", seed=12, duration="45m", shards=3)
+    local = orchestrator.run(out=tmp_path / "ip", **kwargs)
+    hosted = orchestrator.run(out=tmp_path / "ray", hosting="ray", placement="kind", **kwargs)
+    assert hosted.meta["shards"]["internal-clients"] == 3 and "internal-clients#2.ok" in hosted.metrics
+    assert len(local.events) > 10
+    for name in FILES:
+        assert filecmp.cmp(local.dir / name, hosted.dir / name, shallow=False), name
+
+
+def test_shards_of_a_population_are_placed_on_different_actors():
+    from orchestrator.ray_hosting import place
+    from orchestrator.runner import RunSpec, prepare
+
+    _, _, _, plan = prepare(RunSpec(duration=60, shards=3))
+    groups = {host: [a.name for a in agents] for host, agents in place(plan, "kind").items()}
+    homes = [host for host, names in groups.items() if any(n.startswith("internal-clients#") for n in names)]
+    assert sorted(homes) == ["population", "population#1", "population#2"]
+
+
 def live_gameday_actors(ray):
     return [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("gameday:")]
 
