@@ -26,7 +26,7 @@ def test_ray_hosted_run_is_identical_to_the_in_process_run(ray_session, inproces
 
 def test_a_sharded_world_on_ray_is_identical_to_the_sharded_world_in_process(ray_session, tmp_path):
     """Three shards per population, the shards on three actors (placement kind)."""
-    kwargs = dict(runbook="protect-early", seed=12, duration="45m", shards=3)
+    kwargs = dict(runbook="protect-early", seed=12, duration="40m", shards=3)
     local = orchestrator.run(out=tmp_path / "ip", **kwargs)
     hosted = orchestrator.run(out=tmp_path / "ray", hosting="ray", placement="kind", **kwargs)
     assert hosted.meta["shards"]["internal-clients"] == 3 and "internal-clients#2.ok" in hosted.metrics
@@ -230,7 +230,7 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    args = ["run", "--runbook", "historical", "--seed", "6", "--duration", "2h", "--no-progress", "--json"]
+    args = ["run", "--runbook", "historical", "--seed", "6", "--duration", "100m", "--no-progress", "--json"]
     clean = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--out", str(tmp_path / "clean"),
                             "--hosting", "inprocess"], cwd=root, capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stderr[-2000:]
@@ -244,7 +244,7 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
     try:
         victims = []
         deadline = time.monotonic() + 240
-        for rows in (1500, 4000):
+        for rows in (1500, 3600):
             while time.monotonic() < deadline:
                 metrics = out / "metrics.csv"
                 if metrics.exists() and metrics.read_text().count("\n") > rows:
