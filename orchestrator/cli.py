@@ -9,8 +9,10 @@ from pathlib import Path
 
 import click
 
+from reports.build import FORMATS, write_report
+from reports.rundir import NotARunDirectory
 from reports.summary import summary_table
-from .errors import GamedayError
+from .errors import GamedayError, NotFound
 from .playbook import builtin_playbooks, describe, find_playbook, read_template, render, resolve_variables
 from .runner import RunSpec, execute, parse_sets, read_vars_file
 from .timefmt import parse_duration
@@ -100,10 +102,13 @@ def main():
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="TICKS",
               help="With --hosting ray: ticks between snapshots of each actor; an actor whose process dies is "
                    "replaced from its last snapshot and the run goes on unchanged (0: off) [default: 60].")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Write the after-action report (report/report.md with its charts, report/report.html) into "
+                   "the run directory at the end.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
 def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, shards, address, speed,
-        snapshot_every, progress, as_json):
+        snapshot_every, report, progress, as_json):
     """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook.
 
     Writes a run directory (rendered playbook and runbook, seed and versions,
@@ -121,6 +126,31 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     else:
         click.echo(summary_table(data))
         click.echo(f"\nrun directory: {data.dir}")
+    if report:
+        written = write_report(data.dir)
+        if not as_json:
+            click.echo(f"report: {next(p for p in written if p.suffix == '.html')}")
+
+
+@main.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="both", show_default=True,
+              help="md: report.md with PNG charts beside it; html: one self-contained report.html; both.")
+@click.option("--out", type=click.Path(file_okay=False), help="Directory to write into [default: RUN_DIR/report].")
+def report_command(run_dir, fmt, out):
+    """Write the after-action report of RUN_DIR (also of a run that stopped early).
+
+    Summary and verdict, the score beside par, impact per service, the timeline beside
+    the historical one, charts with the actions marked, findings with their evidence,
+    action items for the team to fill in, and an appendix (variables, seed, versions).
+    """
+    try:
+        written = write_report(run_dir, fmt, Path(out) if out else None)
+    except NotARunDirectory as e:
+        raise NotFound(str(e)) from None
+    for path in written:
+        if path.suffix in (".md", ".html"):
+            click.echo(str(path))
 
 
 @main.group()

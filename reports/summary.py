@@ -4,7 +4,7 @@ from __future__ import annotations
 from .rundir import RunData
 
 
-def _fmt_delta(seconds: float | None) -> str:
+def fmt_delta(seconds: float | None) -> str:
     if seconds is None:
         return ""
     sign = "+" if seconds >= 0 else "-"
@@ -23,7 +23,7 @@ def summary_table(run: RunData) -> str:
         if not m:
             return
         yours = m.get("clock", "not reached") if m.get("reached") else "not reached"
-        rows.append((label, yours, m.get("par_clock", ""), _fmt_delta(m.get("vs_par_s"))))
+        rows.append((label, yours, m.get("par_clock", ""), fmt_delta(m.get("vs_par_s"))))
 
     add("trigger", s.get("trigger"))
     add("first customer update", s.get("first_customer_update"))

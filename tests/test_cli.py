@@ -110,7 +110,7 @@ def test_version():
 
 
 def _snapshot(d: Path) -> dict:
-    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def test_run_writes_a_run_directory_and_refuses_to_overwrite_it(tmp_path):
@@ -121,7 +121,7 @@ def test_run_writes_a_run_directory_and_refuses_to_overwrite_it(tmp_path):
     score = json.loads(first.stdout)
     assert "loop_broken" in score and score["simulated_until"] == "07:05"
     for name in ("meta.json", "playbook.yaml", "runbook.yaml", "metrics.csv", "columns.json", "events.jsonl",
-                 "score.json"):
+                 "score.json", "report/report.md", "report/report.html"):
         assert (out / name).is_file(), name
     assert json.loads((out / "meta.json").read_text())["status"] == "complete"
     assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 5 * 60  # header + one row per 1 s tick

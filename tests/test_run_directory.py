@@ -48,6 +48,17 @@ def test_a_run_killed_halfway_leaves_a_readable_directory(tmp_path):
     assert run.events["tick"].max() <= m["tick"].max() + 1
     assert run.score is None
 
+    # ... and its after-action report builds, saying it is partial
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    result = CliRunner().invoke(main, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    md = (out / "report" / "report.md").read_text()
+    assert "Partial run" in md and "no verdict" in md
+    assert "it stopped at" in (out / "report" / "report.html").read_text()
+
 
 def test_ctrl_c_exits_130_and_marks_the_run_interrupted(tmp_path):
     out = tmp_path / "interrupted"

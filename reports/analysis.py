@@ -1,0 +1,415 @@
+"""What an after-action report says, computed from a run directory with pandas.
+
+Everything here reads only the run directory (metrics.csv, events.jsonl, score.json,
+the rendered playbook and runbook, meta.json), so a report can be rebuilt at any time,
+also from a run that was killed halfway. The templates only lay out what this returns.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from .rundir import RunData
+from .summary import fmt_delta as _delta
+
+IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
+BLIND_VISIBILITY = 0.5  # monitoring is blind while under half of the observed metrics are fresh
+WINDOW_S = 60.0  # rates are reported per minute
+
+
+@dataclass
+class Finding:
+    title: str
+    evidence: str
+    kind: str  # monitoring_blind | rule_never_fired | collateral | loop_breaker
+
+
+@dataclass
+class Analysis:
+    title: str
+    partial: bool
+    status: str
+    simulated_until: str
+    summary: list[str]
+    verdict: str
+    measures: list[dict]  # measure, yours, par, vs_par
+    impact: list[dict]  # population, failed_request_minutes, impaired_minutes, worst_error_ratio
+    weighted_impact: float | None
+    backlog: list[dict]  # population, peak, drained
+    timeline: list[dict]  # tick, clock, t_plus, what, detail, par
+    findings: list[Finding]
+    appendix: dict
+    actions: list[dict] = field(default_factory=list)  # for chart markers: tick, clock, action
+
+
+def _records(events: pd.DataFrame) -> list[dict]:
+    """Events as plain dicts, without the NaN that pandas puts in other events' fields."""
+    out = []
+    for rec in events.to_dict("records"):
+        out.append({k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))})
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def _clock(seconds_after_midnight: float) -> str:
+    s = int(round(seconds_after_midnight)) % 86400
+    return f"{s // 3600:02d}:{(s % 3600) // 60:02d}:{s % 60:02d}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min"
+
+
+def populations(metrics: pd.DataFrame) -> list[str]:
+    """Populations in the metrics table (merged ones, not their shards)."""
+    return [c[: -len(".error_ratio")] for c in metrics.columns if c.endswith(".error_ratio") and "#" not in c]
+
+
+def impact_table(metrics: pd.DataFrame, dt: float) -> list[dict]:
+    rows = []
+    window = max(1, round(WINDOW_S / dt))
+    for pop in populations(metrics):
+        ratio = metrics[f"{pop}.error_ratio"]
+        errors = metrics[f"{pop}.errors"].rolling(window).sum()  # whole minutes only
+        final = errors + metrics[f"{pop}.ok"].rolling(window).sum()
+        worst = (errors / final.where(final > 0)).max()
+        rows.append({"population": pop,
+                     "failed_request_minutes": float(ratio.sum() * dt / 60.0),
+                     "impaired_minutes": float((ratio > IMPAIRED_ERROR_RATIO).sum() * dt / 60.0),
+                     "worst_error_ratio": 0.0 if pd.isna(worst) else float(worst)})
+    return rows
+
+
+def stretches(mask: pd.Series) -> list[tuple[int, int]]:
+    """(first, last) row positions of each run of True."""
+    out, start = [], None
+    values = mask.to_numpy()
+    for i, v in enumerate(values):
+        if v and start is None:
+            start = i
+        elif not v and start is not None:
+            out.append((start, i - 1))
+            start = None
+    if start is not None:
+        out.append((start, len(values) - 1))
+    return out
+
+
+def analyse(run: RunData) -> Analysis:
+    meta, m = run.meta, run.metrics
+    dt = float(meta.get("tick_s", 1.0))
+    start_s = _parse_clock(meta.get("start_clock", "00:00"))
+    playbook = _read_yaml(run.dir / "playbook.yaml")
+    runbook = _read_yaml(run.dir / "runbook.yaml")
+    events = _records(run.events)
+    score = run.score or {}
+    partial = meta.get("status") != "complete"
+    ticks_done = len(m)
+    until = _clock(start_s + ticks_done * dt)
+
+    def at(tick: float) -> str:
+        return _clock(start_s + float(tick) * dt)
+
+    trigger = next((e for e in events if e["event"] == "trigger"), None)
+    trigger_tick = trigger["tick"] if trigger else None
+
+    def t_plus(tick: float) -> str:
+        return "" if trigger_tick is None else f"T{_delta((tick - trigger_tick) * dt)}"
+
+    par = playbook.get("par") or {}
+    par_s = {k: _parse_clock(v) for k, v in par.items()}
+
+    # -- the score beside par ---------------------------------------------------------------
+    measures = []
+    milestones_reached: dict[str, int] = {}
+    for e in events:
+        if e["event"] == "milestone":
+            milestones_reached[e["milestone"]] = int(e["at_tick"])
+
+    def measure(label: str, key: str, tick: float | None):
+        row = {"measure": label, "yours": at(tick) if tick is not None else "not reached",
+               "par": _clock(par_s[key]) if key in par_s else "", "vs_par": ""}
+        if tick is not None and key in par_s:
+            row["vs_par"] = _delta(start_s + tick * dt - par_s[key])
+        measures.append(row)
+
+    first_update = next((e["tick"] for e in events if e["event"] == "status_posted"), None)
+    measure("trigger", "trigger", trigger_tick)
+    measure("first customer update", "first_customer_update", first_update)
+    for key, tick in sorted(milestones_reached.items(), key=lambda kv: kv[1]):
+        label = key.replace("recovered:", "") + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
+        measure(label, key, tick)
+    for key in par_s:
+        if key not in milestones_reached and key not in ("trigger", "first_customer_update"):
+            label = key.replace("recovered:", "") + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
+            measure(label, key, None)
+
+    # -- impact -------------------------------------------------------------------------------
+    impact = impact_table(m, dt) if ticks_done else []
+    weights = (playbook.get("scoring") or {}).get("impact") or {}
+    weighted = sum(r["failed_request_minutes"] * float(weights.get(r["population"], 0)) for r in impact) if weights else None
+    backlog = []
+    for pop in ((playbook.get("scoring") or {}).get("backlog") or {}).get("populations", []):
+        col = f"{pop}.backlog"
+        if col in m:
+            drained = milestones_reached.get("backlog_drained")
+            backlog.append({"population": pop, "peak": int(m[col].max()) if ticks_done else 0,
+                            "peak_at": at(int(m[col].idxmax())) if ticks_done else "",
+                            "drained": at(drained) if drained is not None else f"not drained by {until}"})
+
+    # -- timeline -----------------------------------------------------------------------------
+    timeline: list[dict] = []
+
+    def add(tick: float, what: str, detail: str = "", par_key: str | None = None):
+        row = {"tick": int(tick), "clock": at(tick), "t_plus": t_plus(tick), "what": what, "detail": detail, "par": ""}
+        if par_key and par_key in par_s:
+            row["par"] = f"{_clock(par_s[par_key])} ({_delta(start_s + tick * dt - par_s[par_key])} vs par)"
+        timeline.append(row)
+
+    loop = (playbook.get("scoring") or {}).get("loop") or {}
+    bad_tick = None
+    if trigger_tick is not None and ticks_done:
+        for dev in loop.get("devices", []):
+            col = f"{dev}.setup_success_ratio"
+            if col in m:
+                below = m.index[(m.index >= trigger_tick) & (m[col] < float(loop.get("setup_success_min", 0.95)))]
+                if len(below) and (bad_tick is None or below[0] < bad_tick):
+                    bad_tick = int(below[0])
+    for e in events:
+        ev, tick = e["event"], e["tick"]
+        if ev == "trigger":
+            add(tick, "trigger", e.get("description") or e.get("trigger", ""), "trigger")
+        elif ev == "alarm_raised":
+            add(tick, f"alarm: {e['alarm']}", f"on {e.get('metric', '')}")
+        elif ev == "alarm_cleared":
+            add(tick, f"alarm cleared: {e['alarm']}")
+        elif ev == "action_requested":
+            add(tick, f"asked: {e['action']}", e.get("reason", ""))
+        elif ev == "action_started":
+            add(tick, f"started: {e['action']}", f"lead time {_minutes(float(e.get('lead_time_s', 0)))}, "
+                                                  f"{int(e.get('steps', 0))} deployment steps, risk {e.get('risk', '')}")
+        elif ev == "action_effective":
+            lead = (tick - e.get("asked_tick", tick)) * dt
+            add(tick, f"took effect: {e['action']}", f"{_minutes(lead)} after it was asked")
+        elif ev == "log_result":
+            add(tick, "log query answered", f"for {e.get('reply_to', '')}")
+        elif ev == "status_posted":
+            add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == first_update else None)
+        elif ev == "host_restarted":
+            add(tick, f"simulator: host {e.get('host')} restarted", e.get("reason", ""))
+    if bad_tick is not None:
+        add(bad_tick, "ground truth: bridge setup success below "
+                      f"{float(loop.get('setup_success_min', 0.95)):.0%}", "what the operators could not yet see")
+    for key, tick in milestones_reached.items():
+        label = key.replace("recovered:", "") + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
+        add(tick, f"milestone: {label}", "", key)
+    timeline.sort(key=lambda r: r["tick"])
+
+    # -- findings -----------------------------------------------------------------------------
+    findings: list[Finding] = []
+    if "monitoring.visibility" in m and ticks_done:
+        blind = m["monitoring.visibility"] < BLIND_VISIBILITY
+        runs = stretches(blind)
+        if runs:
+            total = float(blind.sum() * dt)
+            first, last = max(runs, key=lambda r: r[1] - r[0])
+            findings.append(Finding(
+                f"Monitoring was blind for {_minutes(total)}",
+                f"under {BLIND_VISIBILITY:.0%} of the observed metrics were fresh for {_minutes(total)} in all; "
+                f"the longest stretch ran {at(first)}-{at(last + 1)} ({_minutes((last - first + 1) * dt)}), "
+                f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
+    findings += _rules_never_fired(runbook, events, playbook, m, dt, at)
+    effective = [e for e in events if e["event"] == "action_effective"]
+    findings += _collateral(effective, m, dt, loop, at)
+    loop_at = milestones_reached.get("loop_broken")
+    breaker = _loop_breaker(effective, m, dt, loop, loop_at, playbook)
+    if breaker is not None:
+        e, before, after = breaker
+        findings.append(Finding(
+            f"{e['action']} broke the loop",
+            f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before bridge setup success "
+            f"began its final climb; "
+            f"setup success averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
+            f"the loop condition held from {at(loop_at)} on", "loop_breaker"))
+
+    # -- summary --------------------------------------------------------------------------------
+    summary = _summary(trigger, trigger_tick, bad_tick, events, milestones_reached, score, weighted, backlog, at, dt,
+                       partial, until)
+    lb = score.get("loop_broken") or {}
+    if partial:
+        verdict = f"Partial run (status {meta.get('status')}): simulated until {until}; no verdict."
+    elif score.get("loop_formed") is False:
+        verdict = "No feedback loop formed: nothing to break."
+    elif not lb.get("reached"):
+        verdict = f"The loop was not broken by {until}."
+    elif lb.get("vs_par_s") is not None:
+        verdict = (f"Loop broken {_delta(abs(lb['vs_par_s'])).lstrip('+')} "
+                   f"{'ahead of' if lb['vs_par_s'] < 0 else 'behind'} the historical response.")
+    else:
+        verdict = f"Loop broken at {lb.get('clock')}."
+
+    appendix = {"playbook": meta.get("playbook"), "runbook": meta.get("runbook"), "seed": meta.get("seed"),
+                "hosting": meta.get("hosting"), "status": meta.get("status"), "variables": meta.get("variables") or {},
+                "versions": meta.get("versions") or {}, "started_at": meta.get("started_at"),
+                "ticks": f"{ticks_done} of {meta.get('ticks_planned', '?')} ({dt:g} s each)"}
+    title = f"{meta.get('playbook')} - runbook {meta.get('runbook')} - seed {meta.get('seed')}"
+    return Analysis(title=title, partial=partial, status=str(meta.get("status")), simulated_until=until,
+                    summary=summary, verdict=verdict, measures=measures, impact=impact, weighted_impact=weighted,
+                    backlog=backlog, timeline=timeline, findings=findings, appendix=appendix,
+                    actions=[{"tick": e["tick"], "clock": at(e["tick"]), "action": e["action"]} for e in effective])
+
+
+def _parse_clock(text) -> float:
+    if isinstance(text, (int, float)):
+        return float(text)
+    parts = [float(p) for p in str(text).split(":")]
+    return parts[0] * 3600 + (parts[1] if len(parts) > 1 else 0) * 60 + (parts[2] if len(parts) > 2 else 0)
+
+
+def _summary(trigger, trigger_tick, bad_tick, events, milestones, score, weighted, backlog, at, dt, partial, until):
+    out = []
+    if trigger is None:
+        out.append(f"No trigger fired by {until}.")
+    elif bad_tick is not None:
+        out.append(f"The trigger at {at(trigger_tick)} set off the loop: bridge setup success fell out of bounds at "
+                   f"{at(bad_tick)}, {_minutes((bad_tick - trigger_tick) * dt)} after it.")
+    else:
+        out.append(f"The trigger at {at(trigger_tick)} did not push bridge setup success out of bounds.")
+    alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
+    actions = sum(1 for e in events if e["event"] == "action_requested")
+    loop = milestones.get("loop_broken")
+    seen = f"The operators' first alarm ({alarm['alarm']}) came at {at(alarm['tick'])}" if alarm else \
+        "No alarm reached the operators"
+    broken = f"the loop was broken at {at(loop)}" if loop is not None else f"the loop was not broken by {until}"
+    out.append(f"{seen}; {broken}, after {actions} action{'s' if actions != 1 else ''} asked.")
+    third = []
+    if weighted is not None:
+        third.append(f"customers saw {weighted:.0f} weighted error-minutes")
+    for b in backlog:
+        third.append(f"the {b['population']} backlog peaked at {b['peak']:,} and was "
+                     f"{'drained at ' + b['drained'] if not b['drained'].startswith('not') else b['drained']}")
+    if third:
+        out.append("In all, " + "; ".join(third) + ".")
+    if partial:
+        out.append(f"This run stopped early, at {until}: the figures cover only what was simulated.")
+    return out
+
+
+def _condition_metrics(cond: dict) -> list[tuple[str, dict]]:
+    """(metric, condition) for every metric condition in a rule's ``when``."""
+    if not isinstance(cond, dict):
+        return []
+    out = []
+    for key in ("all", "any"):
+        for c in cond.get(key) or []:
+            out += _condition_metrics(c)
+    if "not" in cond:
+        out += _condition_metrics(cond["not"])
+    if "metric" in cond:
+        out.append((cond["metric"], cond))
+    return out
+
+
+def _rules_never_fired(runbook, events, playbook, m, dt, at) -> list[Finding]:
+    fired = {e.get("rule") for e in events if e["event"] == "rule_fired"}
+    alarms_raised = {e.get("alarm") for e in events if e["event"] == "alarm_raised"}
+    requested = {e.get("action") for e in events if e["event"] == "action_requested"}
+    alarm_defs = {a["name"]: a for a in ((playbook.get("monitoring") or {}).get("alarms") or [])}
+    out = []
+    for i, rule in enumerate(runbook.get("rules") or []):
+        name = rule.get("name", f"rule {i + 1}")
+        if name in fired:
+            continue
+        when = rule.get("when") or {}
+        why = []
+        for metric, cond in _condition_metrics(when):
+            why.append(_why_metric(metric, cond, m, dt, at))
+        if "alarm" in when:
+            a = alarm_defs.get(when["alarm"], {})
+            if when["alarm"] not in alarms_raised:
+                why.append(f"alarm {when['alarm']} never fired" + (
+                    f"; {_why_metric(a['metric'], a, m, dt, at)}" if a.get("metric") and not a.get("no_data") else ""))
+        if "done" in when and when["done"] not in requested:
+            why.append(f"it waits for {when['done']}, which nobody asked for")
+        if "at" in when:
+            why.append(f"it is timed for {when['at']}")
+        out.append(Finding(f"Runbook rule \"{name}\" never fired", "; ".join(why) or "its condition never held",
+                           "rule_never_fired"))
+    return out
+
+
+def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
+    if metric not in m:
+        return f"{metric} is not a metric of this world"
+    truth = m[metric]
+    held = truth > float(cond["above"]) if "above" in cond else truth < float(cond["below"])
+    sign, limit = (">", cond["above"]) if "above" in cond else ("<", cond["below"])
+    if not held.any():
+        return f"in ground truth {metric} was never {sign} {limit} (range {truth.min():.3g}-{truth.max():.3g})"
+    text = f"in ground truth {metric} was {sign} {limit} for {_minutes(held.sum() * dt)} from {at(int(held.idxmax()))}"
+    if "monitoring.visibility" in m:
+        vis = m.loc[held, "monitoring.visibility"].mean()
+        text += f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"
+    return text
+
+
+def _window_means(m: pd.DataFrame, col: str, t: int, ticks: int) -> tuple[float, float]:
+    before = m.loc[(m.index >= t - ticks) & (m.index < t), col].mean()
+    after = m.loc[(m.index >= t) & (m.index < t + ticks), col].mean()
+    return float(before), float(after)
+
+
+def _loop_breaker(effective, m, dt, loop, loop_at, playbook):
+    """(action, setup success before, after) of the last action acting on the loop (on
+    its devices, the populations crossing them, or the trigger) to take effect before
+    bridge setup success began the climb that the loop-broken milestone ends."""
+    col = next((f"{d}.setup_success_ratio" for d in loop.get("devices", []) if f"{d}.setup_success_ratio" in m), None)
+    if col is None or loop_at is None or loop_at >= len(m):
+        return None
+    devices = set(loop.get("devices", []))
+    on_loop = devices | {"triggers"} | {p["name"] for p in playbook.get("populations") or [] if devices & set(p.get("path") or [])}
+    acting = {mit["name"] for mit in playbook.get("mitigations") or []
+              if any(eff.get("target") in on_loop for eff in mit.get("effects") or [])}
+    # The climb starts after the last minute that was clearly bad (a 1-minute mean under
+    # half the bound): single ticks swing too much with the retry waves.
+    mean = m[col].rolling(max(1, round(60 / dt)), min_periods=1).mean()
+    bad = m.index[(m.index < loop_at) & (mean < 0.5 * float(loop.get("setup_success_min", 0.95)))]
+    candidates = [e for e in effective if e["action"] in acting and len(bad) and e["tick"] <= bad[-1]]
+    if not candidates:
+        return None
+    e = candidates[-1]
+    before, after = _window_means(m, col, int(e["tick"]), max(1, round(300 / dt)))
+    return e, before, after
+
+
+def _collateral(effective, m, dt, loop, at) -> list[Finding]:
+    """Actions that broke connections, with what happened to the bridge around them."""
+    out = []
+    cols = [c for c in m.columns if c.endswith(".broken_connections") and "#" not in c]
+    window = max(1, round(600 / dt))
+    for e in effective:
+        t = int(e["tick"])
+        broken = int(m.loc[(m.index >= t) & (m.index < t + max(1, round(60 / dt))), cols].to_numpy().sum()) if cols else 0
+        if broken <= 0:
+            continue
+        col = next((f"{d}.setup_success_ratio" for d in loop.get("devices", []) if f"{d}.setup_success_ratio" in m), None)
+        if col is None:
+            out.append(Finding(f"{e['action']} broke {broken:,} connections", f"at {at(t)}", "collateral"))
+            continue
+        before, after = _window_means(m, col, t, window)
+        worse = not after > before
+        out.append(Finding(
+            f"{e['action']} broke {broken:,} connections" + (" and made things worse" if worse else ""),
+            f"at {at(t)}; {col} averaged {before:.0%} in the 10 minutes before and {after:.0%} in the 10 minutes "
+            f"after" + (": the collateral damage outweighed the benefit" if worse else ""), "collateral"))
+    return out

@@ -1,0 +1,90 @@
+"""The report's charts (matplotlib, drawn off screen): PNG bytes by name. Actions that
+took effect are drawn as markers on every chart."""
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: reports are built in batch and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .analysis import Analysis, populations  # noqa: E402
+
+MAX_POINTS = 1500  # a 12-hour run at 1 s ticks is thinned to this many points per line
+
+
+def _thin(m: pd.DataFrame, dt: float) -> tuple[pd.DataFrame, pd.Series]:
+    step = max(1, len(m) // MAX_POINTS)
+    part = m.iloc[::step]
+    return part, part.index.to_series() * dt / 3600.0  # hours since the start
+
+
+def _figure(title: str, ylabel: str):
+    fig, ax = plt.subplots(figsize=(9, 3.2), dpi=100)
+    ax.set_title(title, fontsize=11, loc="left")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def _finish(fig, ax, analysis: Analysis, dt: float, start_label: str) -> bytes:
+    for a in analysis.actions:
+        ax.axvline(a["tick"] * dt / 3600.0, color="tab:red", alpha=0.5, lw=1, ls="--")
+        ax.annotate(a["action"], (a["tick"] * dt / 3600.0, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                    fontsize=7, color="tab:red", va="top", ha="right")
+    ax.set_xlabel(f"hours after {start_label}")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str, loop_devices: list[str],
+                loop_populations: list[str], backlog_populations: list[str]) -> dict[str, bytes]:
+    if m.empty:
+        return {}
+    part, hours = _thin(m, dt)
+    window = max(1, round(60 / dt))
+    charts = {}
+
+    fig, ax = _figure("Bridge: utilisation and connection-setup success", "ratio")
+    for d in loop_devices:
+        if f"{d}.utilisation" in m:
+            ax.plot(hours, part[f"{d}.utilisation"], label=f"{d} utilisation")
+            ax.plot(hours, part[f"{d}.setup_success_ratio"], label=f"{d} setup success")
+    ax.set_ylim(-0.02, 1.05)
+    charts["bridge"] = _finish(fig, ax, analysis, dt, start_label)
+
+    fig, ax = _figure("Retry amplification (attempts per wanted request, 1-minute mean)", "x")
+    for p in loop_populations:
+        if f"{p}.attempts" in m:
+            tries = (m[f"{p}.attempts"] + m[f"{p}.conn_attempts"]).rolling(window, min_periods=1).sum()
+            want = m[f"{p}.demand"].rolling(window, min_periods=1).sum()
+            ax.plot(hours, (tries / want.where(want > 0)).iloc[::max(1, len(m) // MAX_POINTS)], label=p)
+    charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
+
+    fig, ax = _figure("Error rate per service (requests failed for good, 1-minute mean)", "ratio")
+    for p in populations(m):
+        ax.plot(hours, m[f"{p}.error_ratio"].rolling(window, min_periods=1).mean().iloc[::max(1, len(m) // MAX_POINTS)],
+                label=p)
+    ax.set_ylim(-0.02, 1.05)
+    charts["errors"] = _finish(fig, ax, analysis, dt, start_label)
+
+    if backlog_populations:
+        fig, ax = _figure("Backlog of durable work", "requests")
+        for p in backlog_populations:
+            if f"{p}.backlog" in m:
+                ax.plot(hours, part[f"{p}.backlog"], label=p)
+        charts["backlog"] = _finish(fig, ax, analysis, dt, start_label)
+
+    if "monitoring.visibility" in m:
+        fig, ax = _figure("Monitoring visibility (share of observed metrics that are fresh)", "ratio")
+        ax.plot(hours, part["monitoring.visibility"], color="tab:purple", label="visibility")
+        ax.set_ylim(-0.02, 1.05)
+        charts["visibility"] = _finish(fig, ax, analysis, dt, start_label)
+    return charts

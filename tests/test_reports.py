@@ -1,0 +1,80 @@
+"""After-action reports: their figures are the run's own, computed again here from the
+run directory; findings come from the data."""
+import json
+
+import pytest
+
+from reports.analysis import IMPAIRED_ERROR_RATIO, analyse
+from reports.build import write_report
+from tests.test_us_east_1_2021 import BLIND_RULES
+
+
+@pytest.fixture(scope="module")
+def historical(run_2021):
+    return run_2021("historical", runbook="historical")
+
+
+def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
+    r = historical
+    a = analyse(r)
+    score = json.loads((r.dir / "score.json").read_text())
+    m, dt = r.metrics, r.meta["tick_s"]
+    impact = {row["population"]: row for row in a.impact}
+    for pop, minutes in score["impact"]["error_minutes"].items():
+        assert impact[pop]["failed_request_minutes"] == pytest.approx(minutes, abs=1e-3)
+        assert impact[pop]["impaired_minutes"] == (m[f"{pop}.error_ratio"] > IMPAIRED_ERROR_RATIO).sum() * dt / 60
+        errors = m[f"{pop}.errors"].rolling(60).sum()
+        worst = (errors / (errors + m[f"{pop}.ok"].rolling(60).sum())).max()
+        assert impact[pop]["worst_error_ratio"] == pytest.approx(worst)
+    assert a.weighted_impact == pytest.approx(score["impact"]["weighted_total"], abs=0.01)
+    assert a.backlog[0]["peak"] == score["backlog_peak"]["event-delivery"]
+    assert a.backlog[0]["drained"] == score["backlog_drained"]["clock"]
+    shown = {row["measure"]: row for row in a.measures}
+    assert shown["loop broken"]["yours"] == score["loop_broken"]["clock"]
+    assert shown["devices healthy"]["yours"] == score["devices_healthy"]["clock"]
+    assert shown["first customer update"]["yours"] == score["first_customer_update"]["clock"]
+    assert shown["dns-lookups recovered"]["yours"] == score["recovered"]["dns-lookups"]["clock"]
+    # every action the operators asked for is on the timeline, with when it took effect
+    actions = r.events[r.events["event"] == "action_effective"]
+    took = [row for row in a.timeline if row["what"].startswith("took effect: ")]
+    assert [(t["clock"], t["what"][13:]) for t in took] == list(zip(actions["clock"], actions["action"]))
+    assert not a.partial and ("ahead of" in a.verdict or "behind" in a.verdict)
+
+
+def test_the_report_is_written_as_markdown_with_charts_and_as_one_html_file(historical, tmp_path):
+    written = write_report(historical.dir, "both", tmp_path / "report")
+    names = {p.name for p in written}
+    assert {"report.md", "report.html", "bridge.png", "amplification.png", "errors.png", "backlog.png",
+            "visibility.png"} <= names
+    md = (tmp_path / "report" / "report.md").read_text()
+    for heading in ("## Summary", "## Impact", "## Timeline", "## Charts", "## Findings", "## Action items", "## Appendix"):
+        assert heading in md
+    assert "13:34" in md  # the historical loop-broken time, beside ours
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 5 and "charts/" not in html  # self-contained
+    for png in (tmp_path / "report" / "charts").iterdir():
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_findings_a_blind_monitoring_and_a_rule_that_never_fired(run_2021, runbook_file):
+    r = run_2021("blind", runbook=runbook_file("blind", BLIND_RULES), duration="3h")
+    findings = {f.kind: f for f in analyse(r).findings}
+    blind = (r.metrics["monitoring.visibility"] < 0.5).sum() / 60
+    assert findings["monitoring_blind"].title == f"Monitoring was blind for {blind:.0f} min"
+    never = [f for f in analyse(r).findings if f.kind == "rule_never_fired"]
+    assert [f.title for f in never] == ['Runbook rule "utilisation alarm" never fired']
+    assert "bridge-hot never fired" in never[0].evidence and "data missing" in never[0].evidence
+
+
+def test_findings_an_action_whose_collateral_damage_outweighed_its_benefit(run_2021, runbook_file):
+    rb = runbook_file("restart", [{"when": {"at": "08:00"}, "do": {"action": "restart_devices", "params": {"seconds": 120}}}])
+    r = run_2021("restart", runbook=rb, duration="2h", sets={"trigger_enabled": False, "latent_bug": False})
+    found = [f for f in analyse(r).findings if f.kind == "collateral"]
+    assert len(found) == 1 and found[0].title.startswith("restart_devices broke")
+    assert "made things worse" in found[0].title
+
+
+def test_the_action_that_broke_the_loop_is_named(run_2021):
+    r = run_2021("protect-early", runbook="protect-early", duration="3h")
+    breaker = [f for f in analyse(r).findings if f.kind == "loop_breaker"]
+    assert [f.title for f in breaker] == ["enable_protection broke the loop"]
