@@ -145,7 +145,9 @@ RUNBOOK = M(
     name=Field("str", required=True),
     description=Field("str", default=""),
     rules=L(M("a rule", name=Field("str"), when=Field("dict", required=True), do=Field("any", required=True),
-              repeat=Field("bool", default=False), every=positive("duration", default=600.0)), default=list),
+              repeat=Field("bool", default=False), every=positive("duration", default=600.0),
+              historical=Field("clock", doc="when the real team's action took effect (shown in reports)")),
+            default=list),
 )
 
 #: operations each kind of target accepts (the ``op_*`` methods of the agent classes)

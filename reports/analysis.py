@@ -176,6 +176,7 @@ def analyse(run: RunData) -> Analysis:
             row["par"] = f"{_clock(par_s[par_key])} ({_delta(start_s + tick * dt - par_s[par_key])} vs par)"
         timeline.append(row)
 
+    history = historical_actions(str(meta.get("playbook", "")))
     loop = (playbook.get("scoring") or {}).get("loop") or {}
     bad_tick = None
     if trigger_tick is not None and ticks_done:
@@ -201,6 +202,10 @@ def analyse(run: RunData) -> Analysis:
         elif ev == "action_effective":
             lead = (tick - e.get("asked_tick", tick)) * dt
             add(tick, f"took effect: {e['action']}", f"{_minutes(lead)} after it was asked")
+            if e["action"] in history and trigger_tick is not None:
+                real = history[e["action"]]
+                timeline[-1]["par"] = (f"{_clock(real)} (T{_delta(real - start_s - trigger_tick * dt)}, the real "
+                                       f"team's; {_delta(start_s + tick * dt - real)} vs theirs)")
         elif ev == "log_result":
             add(tick, "log query answered", f"for {e.get('reply_to', '')}")
         elif ev == "status_posted":
@@ -267,6 +272,24 @@ def analyse(run: RunData) -> Analysis:
                     summary=summary, verdict=verdict, measures=measures, impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=timeline, findings=findings, appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": at(e["tick"]), "action": e["action"]} for e in effective])
+
+
+def historical_actions(playbook: str) -> dict[str, float]:
+    """Action -> when the real team's took effect (seconds after midnight), from the
+    built-in playbook's ``historical`` runbook, where it says."""
+    import importlib.resources
+
+    try:
+        path = importlib.resources.files("playbooks") / "runbooks" / playbook / "historical.yaml"
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    out = {}
+    for rule in doc.get("rules") or []:
+        action = rule.get("do") if isinstance(rule.get("do"), str) else (rule.get("do") or {}).get("action")
+        if rule.get("historical") and action and action not in out:
+            out[action] = _parse_clock(rule["historical"])
+    return out
 
 
 def _parse_clock(text) -> float:
