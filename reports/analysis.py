@@ -66,6 +66,11 @@ def _clock(seconds_after_midnight: float) -> str:
     return f"{s // 3600:02d}:{(s % 3600) // 60:02d}:{s % 60:02d}"
 
 
+def _milestone_label(key: str) -> str:
+    """recovered:dns-lookups -> dns-lookups recovered; loop_broken -> loop broken."""
+    return key[len("recovered:"):] + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
@@ -147,12 +152,10 @@ def analyse(run: RunData) -> Analysis:
     measure("trigger", "trigger", trigger_tick)
     measure("first customer update", "first_customer_update", first_update)
     for key, tick in sorted(milestones_reached.items(), key=lambda kv: kv[1]):
-        label = key.replace("recovered:", "") + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
-        measure(label, key, tick)
+        measure(_milestone_label(key), key, tick)
     for key in par_s:
         if key not in milestones_reached and key not in ("trigger", "first_customer_update"):
-            label = key.replace("recovered:", "") + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
-            measure(label, key, None)
+            measure(_milestone_label(key), key, None)
 
     # -- impact -------------------------------------------------------------------------------
     impact = impact_table(m, dt) if ticks_done else []
@@ -216,8 +219,7 @@ def analyse(run: RunData) -> Analysis:
         add(bad_tick, "ground truth: bridge setup success below "
                       f"{float(loop.get('setup_success_min', 0.95)):.0%}", "what the operators could not yet see")
     for key, tick in milestones_reached.items():
-        label = key.replace("recovered:", "") + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
-        add(tick, f"milestone: {label}", "", key)
+        add(tick, f"milestone: {_milestone_label(key)}", "", key)
     timeline.sort(key=lambda r: r["tick"])
 
     # -- findings -----------------------------------------------------------------------------
