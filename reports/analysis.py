@@ -44,6 +44,7 @@ class Analysis:
     findings: list[Finding]
     appendix: dict
     actions: list[dict] = field(default_factory=list)  # for chart markers: tick, clock, action
+    scoring: dict = field(default_factory=dict)  # the playbook's scoring section: what the charts follow
 
 
 def _records(events: pd.DataFrame) -> list[dict]:
@@ -273,7 +274,8 @@ def analyse(run: RunData) -> Analysis:
     return Analysis(title=title, partial=partial, status=str(meta.get("status")), simulated_until=until,
                     summary=summary, verdict=verdict, measures=measures, impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=timeline, findings=findings, appendix=appendix,
-                    actions=[{"tick": e["tick"], "clock": at(e["tick"]), "action": e["action"]} for e in effective])
+                    actions=[{"tick": e["tick"], "clock": at(e["tick"]), "action": e["action"]} for e in effective],
+                    scoring=playbook.get("scoring") or {})
 
 
 def historical_actions(playbook: str) -> dict[str, float]:

@@ -31,12 +31,7 @@ def write_report(run_dir, fmt: str = "both", out: Path | None = None) -> list[Pa
     a: Analysis = analyse(run)
     out = Path(out) if out is not None else run.dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    import yaml
-
-    try:
-        scoring = (yaml.safe_load((run.dir / "playbook.yaml").read_text(encoding="utf-8")) or {}).get("scoring") or {}
-    except (OSError, yaml.YAMLError):
-        scoring = {}
+    scoring = a.scoring
     charts = make_charts(run.metrics, a, float(run.meta.get("tick_s", 1.0)), str(run.meta.get("start_clock", "start")),
                          (scoring.get("loop") or {}).get("devices", []), (scoring.get("loop") or {}).get("populations", []),
                          (scoring.get("backlog") or {}).get("populations", []))
