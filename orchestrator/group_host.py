@@ -132,9 +132,12 @@ class GroupHost:
                     self._rewire(str(rec[1]), str(rec[2]), int(rec[3]))
                 else:
                     return rec
-            if time.monotonic() - self.last_told > HEARTBEAT_S:
-                self._tell(["beat", self.host_id])
+            self._beat_if_due()
         return None
+
+    def _beat_if_due(self) -> None:
+        if time.monotonic() - self.last_told > HEARTBEAT_S:
+            self._tell(["beat", self.host_id])
 
     def _tell(self, record: list) -> None:
         send(self.control, [pack(record)])
@@ -233,19 +236,14 @@ class GroupHost:
                 send(self.peers[peer], [frame])
         for t in range(start, through + 1):
             self._step(t, counts.get(t - 1, {}), None)
-            if time.monotonic() - self.last_told > HEARTBEAT_S:
-                self._tell(["beat", self.host_id])
+            self._beat_if_due()
         self._tell(["replayed", self.host_id, through])
         return through + 1 - start
 
     def _rewire(self, host: str, endpoint: str, since: int) -> None:
         """``host`` was replaced: send to its new address, and send it again what it
         needs to replay from its snapshot at tick ``since``."""
-        old = self.peers.pop(host, None)
-        if old is not None:
-            self.sockets.drop(old)
-        if host == self.host_id:
-            return
+        self.sockets.drop(self.peers[host])  # (the orchestrator never sends a host its own rewire)
         self.peers[host] = self.sockets.connect_dealer(endpoint, self.host_id.encode())
         for tick, frame in self.kept.get(host, []):
             if tick >= since - 1:
