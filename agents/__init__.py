@@ -1,10 +1,10 @@
 """The simulated parts of a world. Pure step machines: no Ray, ZeroMQ or CLI in here."""
 from .automation import Automation
-from .base import PROTOCOL_VERSION, Agent, Message, StepResult, WorldInfo, agent_rng
+from .base import OUTSIDE, PROTOCOL_VERSION, Agent, Message, StepResult, WorldInfo, agent_rng
 from .deployment import Deployment
 from .device import DevicePool
 from .monitoring import Monitoring
-from .operator import NoOperator, RunbookOperator
+from .operator import ConsoleOperator, NoOperator, RunbookOperator
 from .population import Population
 from .reference import ClientByClientPopulation
 from .service import Service
@@ -22,6 +22,7 @@ AGENT_CLASSES: dict[str, type[Agent]] = {
     "status": StatusDashboard,
     "operator:none": NoOperator,
     "operator:runbook": RunbookOperator,
+    "operator:console": ConsoleOperator,
 }
 
-__all__ = ["AGENT_CLASSES", "PROTOCOL_VERSION", "Agent", "Message", "StepResult", "WorldInfo", "agent_rng"]
+__all__ = ["AGENT_CLASSES", "OUTSIDE", "PROTOCOL_VERSION", "Agent", "Message", "StepResult", "WorldInfo", "agent_rng"]

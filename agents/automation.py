@@ -1,11 +1,14 @@
 """The scenario's own automation: scheduled triggers (e.g. the scaling activity that
 set off the 2021 surge), sent as ``apply`` messages to their targets. A mitigation can
-disable a trigger, like any other piece of automation."""
+disable a trigger, like any other piece of automation. A live game day's facilitator
+injects the playbook's extra ``faults`` through here too, so that they reach their
+targets (every shard of a population) the way triggers do."""
 from __future__ import annotations
 
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
+from .deployment import resolve_param
 
 
 class Automation(Agent):
@@ -14,12 +17,24 @@ class Automation(Agent):
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
+        self.faults = {f["name"]: f for f in spec.get("faults") or []}
         self.triggers = []
         for t in spec.get("triggers") or []:
             first = round((t["at"] - world.start_s) / world.dt)
             every = round(t["repeat_every"] / world.dt) if t.get("repeat_every") else 0
             self.triggers.append({"name": t["name"], "next": first, "every": every, "enabled": True,
                                   "effects": t["effects"], "description": t.get("description", "")})
+
+    def op_inject(self, tick: int, fault: str = "", params: dict | None = None, by: str = "facilitator") -> None:
+        f = self.faults.get(fault)
+        if f is None:  # the session checks names before injecting; a replayed journal could still hold one
+            self.event(tick, "fault_rejected", fault=fault, reason="not in the playbook's faults")
+            return
+        values = dict(f.get("params") or {}) | dict(params or {})
+        self.event(tick, "fault_injected", fault=fault, params=values, by=by, description=f.get("description", ""))
+        for eff in f["effects"]:
+            args = {k: resolve_param(v, values, by) for k, v in (eff.get("args") or {}).items()}
+            self.send_apply(eff["target"], eff["op"], args, fault, tick)
 
     def op_disable(self, tick: int, trigger: str = "*") -> None:
         for t in self.triggers:

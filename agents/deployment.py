@@ -31,6 +31,11 @@ class Deployment(Agent):
         self.catalogue = {m["name"]: m for m in spec.get("catalogue") or []}
         self.actions: list[dict] = []
         self.inflight: dict[int, list[str]] = {}
+        self.down_until = -1  # an injected outage: no step succeeds before this tick
+
+    def op_outage(self, tick: int, duration: float = 600.0) -> None:
+        """The tooling itself fails (a facilitator's fault): steps fail and are retried."""
+        self.down_until = max(self.down_until, tick + round(float(duration) / self.world.dt))
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         failures = 0
@@ -53,6 +58,7 @@ class Deployment(Agent):
                         failures += 1
                         a["failed_steps"] += 1
                         a["next"] = tick + self.retry_ticks
+                    self._progress(tick, a)
 
         attempts: list[str] = []
         for a in self.actions:
@@ -60,12 +66,18 @@ class Deployment(Agent):
                 continue
             if a["steps_left"] > 0:
                 if tick >= a["next"]:
-                    if self.path:
+                    if tick < self.down_until:
+                        failures += 1
+                        a["failed_steps"] += 1
+                        a["next"] = tick + self.retry_ticks
+                        self._progress(tick, a)
+                    elif self.path:
                         a["stepping"] = True
                         attempts.append(a["id"])
                     else:
                         a["steps_left"] -= 1
                         a["next"] = tick + self.step_ticks
+                        self._progress(tick, a)
                 continue
             if tick >= a["next"]:
                 self._take_effect(tick, a)
@@ -93,7 +105,7 @@ class Deployment(Agent):
         self.actions.append(a)
         self.event(tick, "action_started", id=a["id"], action=a["action"], by=requester, params=params,
                    lead_time_s=lead * self.world.dt, steps=steps, risk=a["risk"])
-        self.send(requester, "action_status", {"id": a["id"], "action": a["action"], "state": "started"}, tick)
+        self._status(tick, a, "started", ready_tick=a["ready_at"])
 
     def _take_effect(self, tick: int, a: dict) -> None:
         a["done"] = True
@@ -102,7 +114,16 @@ class Deployment(Agent):
             self.send_apply(eff["target"], eff["op"], args, a["action"], tick)
         self.event(tick, "action_effective", id=a["id"], action=a["action"], by=a["by"], asked_tick=a["asked"],
                    failed_steps=a["failed_steps"], risk=a["risk"])
-        self.send(a["by"], "action_status", {"id": a["id"], "action": a["action"], "state": "effective"}, tick)
+        self._status(tick, a, "effective")
+
+    def _status(self, tick: int, a: dict, state: str, **more) -> None:
+        """Tell the requester how its action is doing (a console shows it as progress)."""
+        self.send(a["by"], "action_status", {"id": a["id"], "action": a["action"], "state": state, "steps": a["steps"],
+                                             "steps_done": a["steps"] - a["steps_left"],
+                                             "failed_steps": a["failed_steps"], **more}, tick)
+
+    def _progress(self, tick: int, a: dict) -> None:
+        self._status(tick, a, "stepping")
 
 
 def resolve_param(value, params: dict, requester: str):

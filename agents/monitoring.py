@@ -42,12 +42,17 @@ class Monitoring(Agent):
         self.firing: set[str] = set()
         wiring = spec.get("_wiring") or {}
         self.operators = list(wiring.get("operators", []))
+        self.down_until = -1
         self.shard_of = {shard: pop for pop, shards in (wiring.get("shards") or {}).items() for shard, _ in shards}
         self.shard_count = {pop: len(shards) for pop, shards in (wiring.get("shards") or {}).items()}
 
     def op_query_logs(self, tick: int, reply_to: str = "", metrics: list | None = None, id: str = "") -> None:
         self.queries.append({"due": tick + self.log_delay_ticks, "reply_to": reply_to, "id": id,
                              "metrics": list(metrics or self.observe), "asked": tick})
+
+    def op_outage(self, tick: int, duration: float = 600.0) -> None:
+        """The telemetry pipeline itself fails (a facilitator's fault): reports are lost."""
+        self.down_until = max(self.down_until, tick + round(float(duration) / self.world.dt))
 
     def op_set_path(self, tick: int, path: list | None = None) -> None:
         """Out-of-band monitoring: telemetry stops depending on the congested path."""
@@ -81,6 +86,8 @@ class Monitoring(Agent):
                 merged = merge_metrics(reports)  # (the shards also sent the counts behind each ratio)
                 self._telemetry(pop, {k: v for k, v in merged.items() if f"{pop}.{k}" in self.observe}, at)
 
+        if self.pending and tick < self.down_until:
+            self.pending = []  # lost in the outage
         if self.pending:
             sent = len(self.pending)
             if self.path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import OUTSIDE, Agent, Message, StepResult, WorldInfo
 
 
 class Operator(Agent):
@@ -40,12 +40,13 @@ class Operator(Agent):
             elif msg.kind == "action_status" and b["state"] == "effective":
                 self.effective.setdefault(b["action"], tick)
 
-    def request(self, tick: int, action: str, params: dict | None = None, reason: str = "") -> None:
+    def request(self, tick: int, action: str, params: dict | None = None, reason: str = "", **ref) -> None:
+        """``ref``: more to journal with the request (a console's command id)."""
         self.n_requested += 1
         self.requested.setdefault(action, tick)
         aid = f"{self.name}-{self.n_requested}"
         self.send(self.dispatcher, "action_request", {"id": aid, "action": action, "params": params or {}}, tick)
-        self.event(tick, "action_requested", id=aid, action=action, params=params or {}, reason=reason)
+        self.event(tick, "action_requested", id=aid, action=action, params=params or {}, reason=reason, **ref)
 
     def decide(self, tick: int) -> None:
         """Subclasses choose actions here."""
@@ -58,6 +59,23 @@ class Operator(Agent):
 
 class NoOperator(Operator):
     """Nobody acts: the baseline that shows the loop does not heal itself."""
+
+
+class ConsoleOperator(Operator):
+    """A human team: its commands come in from outside the world (``console_command``,
+    stamped with the tick that consumes them), and what it sees goes back out."""
+
+    FORWARDED = ("observed", "log_result", "action_status")
+
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        self.observe(tick, inbox)
+        for msg in inbox:
+            if msg.kind in self.FORWARDED:
+                self.send(OUTSIDE, msg.kind, msg.body, tick)
+            elif msg.kind == "console_command":
+                b = msg.body
+                self.request(tick, b["action"], b["params"], reason=f"console {b.get('by', '')}".strip(), command=b["id"])
+        return self.finish({"actions_requested": self.n_requested})
 
 
 class RunbookOperator(Operator):

@@ -8,10 +8,11 @@ water mark the way PUB/SUB does. Every socket closes with linger 0; a ZeroMQ err
 out as ``FabricError``.
 
 Control records are msgpack lists. Orchestrator to host: ["tick", t, {src_host: count},
-{host: tick of its last snapshot}], ["rewire", host, endpoint, snapshot tick], ["stop"].
+{host: tick of its last snapshot}, [frames from outside the world for tick t]],
+["rewire", host, endpoint, snapshot tick], ["stop"].
 Host to orchestrator: ["hello", host, protocol version, next tick], ["beat", host],
 ["snapshot", host, tick, blob, signature], ["done", t, metrics, events, {dst_host: count},
-rejected], ["replayed", host, last tick], ["bye", host].
+rejected, [frames to outside the world]], ["replayed", host, last tick], ["bye", host].
 """
 from __future__ import annotations
 

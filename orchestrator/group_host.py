@@ -99,17 +99,17 @@ class GroupHost:
     def run(self, replay: dict | None = None) -> int:
         """Serve the orchestrator until it says stop; returns the ticks stepped.
         ``replay`` (a replacement host): {"through": last tick to replay, "counts":
-        {tick sent: {peer: messages it sent here}}}."""
+        {tick sent: {peer: messages it sent here}}, "injected": {tick: frames from outside}}."""
         stepped = 0
         try:
             if replay is not None:
-                stepped += self._replay(int(replay["through"]), replay["counts"])
+                stepped += self._replay(int(replay["through"]), replay["counts"], replay["injected"])
             while True:
                 rec = self._wait(lambda: False)
                 if rec is not None and rec[0] == "tick" and int(rec[1]) >= self.next_tick:  # (not a repeat)
-                    t, expected, keep_from = int(rec[1]), rec[2], rec[3]
-                    metrics, events, sent = self._step(t, expected, keep_from)
-                    self._tell(["done", t, metrics, events, sent, self.rejected])
+                    t, expected, keep_from, injected = int(rec[1]), rec[2], rec[3], rec[4]
+                    metrics, events, sent, outbound = self._step(t, expected, keep_from, injected)
+                    self._tell(["done", t, metrics, events, sent, self.rejected, outbound])
                     stepped += 1
         except Stopped:
             self._tell(["bye", self.host_id])
@@ -175,7 +175,9 @@ class GroupHost:
             self.repeats += 1
         held[(msg.src, msg.seq)] = msg
 
-    def _step(self, t: int, expected: dict, keep_from: dict | None) -> tuple[dict, list, dict]:
+    def _step(self, t: int, expected: dict, keep_from: dict | None, injected: list) -> tuple[dict, list, dict, list]:
+        """Step tick t. ``injected``: frames from outside the world for agents here, to be
+        consumed this tick."""
         if keep_from is not None:
             for peer, frames in self.kept.items():
                 first = int(keep_from.get(peer, 0)) - 1
@@ -191,6 +193,16 @@ class GroupHost:
         if rec is not None:
             raise FabricError(f"host {self.host_id}: unexpected control record {rec[0]!r} during tick {t}")
         inbound = [m for held in self.received.pop(t - 1, {}).values() for m in held.values()] + self.local.pop(t - 1, [])
+        for frame in injected:
+            try:
+                msg = decode(frame)
+            except WireError:
+                self.rejected += 1
+                continue
+            if self.owner.get(msg.dst) == self.host_id:
+                inbound.append(msg)
+            else:
+                self.rejected += 1
         self.next_tick = t + 1
         boxes: dict[str, list[Message]] = {}
         for m in inbound:
@@ -208,11 +220,11 @@ class GroupHost:
                     self.kept.setdefault(host, deque()).append((t, frame))
             return host is not None
 
-        metrics, events = step_agents(self.agents, self.order, boxes, t, route)
+        metrics, events, outbound = step_agents(self.agents, self.order, boxes, t, route)
         if self.snapshot_every and (t + 1) % self.snapshot_every == 0:
             blob = self._snapshot(t + 1)
             self._tell(["snapshot", self.host_id, t + 1, blob, sign(self.key, blob)])  # before "done", on one socket
-        return metrics, events, sent
+        return metrics, events, sent, outbound
 
     # -- replacement ------------------------------------------------------------------------
     def _snapshot(self, tick: int) -> bytes:
@@ -227,15 +239,16 @@ class GroupHost:
         self.local, self.kept = state["local"], state["kept"]
         self.next_tick = int(state["tick"])
 
-    def _replay(self, through: int, counts: dict) -> int:
+    def _replay(self, through: int, counts: dict, injected: dict) -> int:
         """Step again every tick from the snapshot up to ``through``; the messages go out
-        again (receivers drop repeats), the metrics and events were journalled already."""
+        again (receivers drop repeats), the metrics, events and messages to outside the
+        world were taken already."""
         start = self.next_tick
         for peer, frames in self.kept.items():  # a peer replaying too may need them; repeats are dropped
             for _, frame in frames:
                 send(self.peers[peer], [frame])
         for t in range(start, through + 1):
-            self._step(t, counts.get(t - 1, {}), None)
+            self._step(t, counts.get(t - 1, {}), None, injected.get(t, []))
             self._beat_if_due()
         self._tell(["replayed", self.host_id, through])
         return through + 1 - start

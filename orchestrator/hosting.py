@@ -6,10 +6,10 @@ depend on stepping order or hosting.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
-from agents import AGENT_CLASSES, Agent, Message, WorldInfo, agent_rng
+from agents import AGENT_CLASSES, OUTSIDE, Agent, Message, WorldInfo, agent_rng
 from .wire import WireError, decode, encode
 from .world import WorldPlan
 
@@ -19,6 +19,7 @@ class TickResult:
     tick: int
     metrics: dict[str, dict[str, float]]
     events: list[dict]
+    outbound: list[Message] = field(default_factory=list)  # sent to OUTSIDE, ordered by (sender, sequence)
 
 
 def build_agent(kind: str, name: str, spec: dict, info: WorldInfo) -> Agent:
@@ -27,20 +28,29 @@ def build_agent(kind: str, name: str, spec: dict, info: WorldInfo) -> Agent:
 
 
 def step_agents(agents: dict[str, Agent], order: list[str], inboxes: dict[str, list[Message]], t: int,
-                route: Callable[[Message, bytes], bool]) -> tuple[dict[str, dict[str, float]], list[dict]]:
+                route: Callable[[Message, bytes], bool]) -> tuple[dict[str, dict[str, float]], list[dict], list[bytes]]:
     """Step every agent once, in ``order``, with its inbox sorted by (sender, sequence);
     each message it sends goes to ``route(message, encoded)``, which says whether anyone
-    hosts the destination. Both hostings step through here, so they cannot drift apart."""
+    hosts the destination, except messages to ``OUTSIDE``, which are returned encoded.
+    Both hostings step through here, so they cannot drift apart."""
     metrics: dict[str, dict[str, float]] = {}
     events: list[dict] = []
+    outbound: list[bytes] = []
     for name in order:
         res = agents[name].step(t, sorted(inboxes.get(name, []), key=lambda m: (m.src, m.seq)))
         metrics[name] = res.metrics
         events.extend(res.events)
         for msg in res.messages:
-            if not route(msg, encode(msg)):
+            if msg.dst == OUTSIDE:
+                outbound.append(encode(msg))
+            elif not route(msg, encode(msg)):
                 events.append({"tick": t, "agent": name, "event": "undeliverable", "dst": msg.dst, "kind": msg.kind})
-    return metrics, events
+    return metrics, events, outbound
+
+
+def leaving(frames: list[bytes]) -> list[Message]:
+    """Messages to OUTSIDE in a hosting-independent order."""
+    return sorted((decode(f) for f in frames), key=lambda m: (m.src, m.seq))
 
 
 class InProcessHost:
@@ -54,7 +64,8 @@ class InProcessHost:
         self.undeliverable = 0
 
     def inject(self, frame: bytes) -> None:
-        """Deliver an encoded message from outside the world (e.g. a console) next tick."""
+        """Deliver an encoded message from outside the world (e.g. a console) in the next
+        tick stepped (``self.tick``)."""
         try:
             msg = decode(frame)
         except WireError:
@@ -84,9 +95,15 @@ class InProcessHost:
             self.pending[msg.dst].append(frame)
             return True
 
-        metrics, events = step_agents(self.agents, self.order, inboxes, t, route)
+        metrics, events, outbound = step_agents(self.agents, self.order, inboxes, t, route)
         self.tick += 1
-        return TickResult(t, metrics, events)
+        return TickResult(t, metrics, events, leaving(outbound))
+
+    def begin(self) -> None:
+        """(The two halves of ``step`` that let a session step several hosts at once.)"""
+
+    def finish(self) -> TickResult:
+        return self.step()
 
     def snapshot(self) -> dict:
         return {"tick": self.tick, "pending": {k: list(v) for k, v in self.pending.items()},

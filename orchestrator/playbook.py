@@ -120,6 +120,9 @@ PLAYBOOK = M(
                     lead_time=non_negative("duration", default=0.0),
                     risk=Field("str", choices=("none", "low", "medium", "high"), default="low"),
                     params=Field("dict", default=dict), effects=L(EFFECT, default=list)), default=list),
+    faults=L(M("a fault a facilitator can inject during a live game day", name=Field("str", required=True),
+               description=Field("str", default=""), params=Field("dict", default=dict),
+               effects=L(EFFECT, required=True)), default=list),
     scoring=M("scoring", default=dict,
               loop=M("when the loop counts as broken", default=dict, devices=names(), populations=names(),
                      setup_success_min=ratio(default=0.95), amplification_max=positive(default=1.5),
@@ -431,13 +434,14 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
     for i, t in enumerate(data["triggers"]):
         for j, e in enumerate(t["effects"]):
             _check_effect(e, f"triggers[{i}].effects[{j}]", all_kinds, issues)
-    seen = set()
-    for i, m in enumerate(data["mitigations"]):
-        if m["name"] in seen:
-            issues.append(Issue(f"mitigations[{i}].name", m["name"], "a name used by no other mitigation"))
-        seen.add(m["name"])
-        for j, e in enumerate(m["effects"]):
-            _check_effect(e, f"mitigations[{i}].effects[{j}]", all_kinds, issues, m["params"])
+    for section in ("mitigations", "faults"):
+        seen = set()
+        for i, m in enumerate(data[section]):
+            if m["name"] in seen:
+                issues.append(Issue(f"{section}[{i}].name", m["name"], f"a name used by no other of the {section}"))
+            seen.add(m["name"])
+            for j, e in enumerate(m["effects"]):
+                _check_effect(e, f"{section}[{i}].effects[{j}]", all_kinds, issues, m["params"])
     sc = data["scoring"]
     for key, pool, what in (("loop.devices", devices, "a device pool"), ("healthy.devices", devices, "a device pool"),
                             ("loop.populations", {p["name"] for p in data["populations"]}, "a population"),

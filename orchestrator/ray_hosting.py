@@ -28,7 +28,8 @@ from agents.shards import shard_name, source_of
 from .errors import HostingError
 from .fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
 from .group_host import HEARTBEAT_S, sign
-from .hosting import TickResult
+from .hosting import TickResult, leaving
+from .wire import WireError, decode
 from .world import WorldPlan
 
 PLACEMENTS = ("kind", "agent", "single")
@@ -92,6 +93,7 @@ class RayHost:
         self.snapshots: dict[str, tuple[int, bytes]] = {}  # host -> (tick, state) it can restart from
         self.fresh: dict[str, tuple[int, bytes]] = {}  # a snapshot whose tick's "done" has not come yet
         self.sent_log: dict[int, dict[str, dict[str, int]]] = {}  # tick -> destination host -> source -> count
+        self.injected: dict[int, dict[str, list[bytes]]] = {}  # tick consumed -> host -> frames from outside
         self.last_done: dict[str, int] = {h: -1 for h in self.groups}
         self.last_heard: dict[str, float] = {}
         self.generation: dict[str, int] = {h: 0 for h in self.groups}
@@ -224,19 +226,41 @@ class RayHost:
         return {host: self.snapshots.get(host, (0, b""))[0] for host in self.groups}
 
     def _send_tick(self, host: str, t: int, keep_from: dict) -> None:
+        record = ["tick", t, self.expected[host], keep_from, self.injected.get(t, {}).get(host, [])]
         try:
-            send(self.control, [host.encode(), pack(["tick", t, self.expected[host], keep_from])])
+            send(self.control, [host.encode(), pack(record)])
         except FabricError:
             pass  # the host is gone: the liveness check finds it, and its replacement gets this tick
 
+    def inject(self, frame: bytes) -> None:
+        """Deliver an encoded message from outside the world (e.g. a console) in the next
+        tick stepped (``self.tick``); kept until no replacement host can need it again."""
+        try:
+            host = self.owner.get(decode(frame).dst)
+        except WireError:
+            host = None
+        if host is None:
+            self.control_rejected += 1
+            return
+        self.injected.setdefault(self.tick, {}).setdefault(host, []).append(frame)
+
     def step(self) -> TickResult:
-        t = self.tick
+        self.begin()
+        return self.finish()
+
+    def begin(self) -> None:
+        """Send tick t to every host; ``finish`` collects it. Between the two a session
+        can start the same tick on its other worlds."""
         self.stepping = True
         keep_from = self._keep_from()
         for host in self.groups:
-            self._send_tick(host, t, keep_from)
+            self._send_tick(host, self.tick, keep_from)
+
+    def finish(self) -> TickResult:
+        t = self.tick
         metrics: dict[str, dict[str, float]] = {}
         events: list[dict] = []
+        outbound: list[bytes] = []
         expected: dict[str, dict[str, int]] = {h: {} for h in self.groups}
         waiting = set(self.groups)
         self.deadline = time.monotonic() + TICK_TIMEOUT_S
@@ -251,6 +275,7 @@ class RayHost:
             for dst, n in rec[4].items():
                 expected[dst][host] = n
             self.rejected_by[host] = rec[5]
+            outbound.extend(rec[6])
             self.last_done[host] = t
             if self.fresh.get(host, (None,))[0] == t + 1:
                 self.snapshots[host] = self.fresh.pop(host)
@@ -261,13 +286,17 @@ class RayHost:
             oldest = min(self._keep_from().values()) - 1
             for old in [k for k in self.sent_log if k < oldest]:
                 del self.sent_log[old]
+            for old in [k for k in self.injected if k < oldest]:
+                del self.injected[old]
+        else:
+            self.injected.pop(t, None)
         self.rejected_frames = sum(self.rejected_by.values()) + self.rejected_before_restarts + self.control_rejected
         self.tick += 1
         ordered = {name: metrics[name] for name in sorted(metrics, key=self.index.__getitem__)}
         events.sort(key=lambda e: self.index.get(e["agent"], len(self.index)))  # stable: each agent's own order
         events.extend(self.journal)
         self.journal = []
-        return TickResult(t, ordered, events)
+        return TickResult(t, ordered, events, leaving(outbound))
 
     # -- replacing a lost host ------------------------------------------------------------------
     def _replace(self, host: str, reason: str) -> None:
@@ -311,7 +340,8 @@ class RayHost:
                     pass  # lost too: its replacement connects to the new address from the start
         through = self.last_done[host]
         counts = {t: self.sent_log[t].get(host, {}) for t in range(since - 1, through) if t in self.sent_log}
-        self.loops[host] = actor.run.remote({"through": through, "counts": counts})
+        injected = {t: self.injected[t][host] for t in range(since, through + 1) if host in self.injected.get(t, {})}
+        self.loops[host] = actor.run.remote({"through": through, "counts": counts, "injected": injected})
         self._await(host, "replayed", self._replace)
         if self.stepping and through < self.tick:
             self._send_tick(host, self.tick, self._keep_from())

@@ -1,17 +1,21 @@
 """Running a world: load -> build -> host -> step, journalling every tick."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents import OUTSIDE, Message
+
 from reports.rundir import RunData, load_run
 from .clock import PacedClock, SimulatedClock
-from .errors import HostingError, InvalidPlaybook, Issue
-from .hosting import InProcessHost
+from .errors import HostingError, InvalidPlaybook, Issue, RunDirectoryError
+from .hosting import InProcessHost, TickResult
 from .journal import RunWriter, check_out_dir
 from .playbook import MAX_TICK_S, MAX_TICKS, Playbook, builtin_runbooks, coerce_value, load_playbook, load_runbook, parse_yaml, read_text
 from .scoring import Scorer
+from .wire import encode
 from .world import build_plan
 
 
@@ -24,6 +28,7 @@ class RunSpec:
     duration: float | None = None
     tick: float | None = None
     shards: int | None = None  # split every population into this many shards (None: as the playbook says)
+    console: bool = False  # a human team operates this world through a console (the runbook is not used)
 
 
 def read_vars_file(path: str) -> dict:
@@ -63,7 +68,7 @@ def prepare(spec: RunSpec):
             issues.append(Issue("--duration / --tick", round(ticks), f"at most {MAX_TICKS:,} ticks per run"))
     if issues:
         raise InvalidPlaybook("options", "options", issues)
-    plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick, spec.shards)
+    plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick, spec.shards, spec.console)
     return pb, rb_text, rb, plan
 
 
@@ -82,38 +87,118 @@ def make_host(plan, hosting: str, placement: str = "kind", address: str | None =
     raise ValueError(f"hosting {hosting!r}: expected one of {', '.join(HOSTINGS)}")
 
 
+class WorldRun:
+    """One world being played: its host, its run directory and its scorer. ``execute``
+    plays one to the end; a live session plays one per team, a tick at a time, and
+    injects the team's commands. Everything that enters the world from outside is
+    journalled as an ``injected`` event with the tick that consumed it, so that
+    ``replay`` can play the run again exactly."""
+
+    def __init__(self, spec: RunSpec, out: Path, hosting: str = "inprocess", placement: str = "kind",
+                 address: str | None = None, snapshot_every: int | None = None, speed: float | None = None,
+                 meta: dict | None = None):
+        pb, rb_text, rb, self.plan = prepare(spec)
+        self.hosting = hosting
+        self.pb = pb
+        info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": rb["name"], "seed": spec.seed,
+                "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, "hosting": hosting,
+                "placement": placement if hosting == "ray" else None, "speed": speed or "max",
+                "operator": "console" if spec.console else "runbook", "shards_option": spec.shards,
+                "shards": {pop: len(parts) for pop, parts in self.plan.shards.items()},
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | (meta or {})
+        check_out_dir(out)  # before starting any actor
+        self.host = make_host(self.plan, hosting, placement, address, snapshot_every)
+        try:
+            self.writer = RunWriter(out, self.plan, info, pb.text, rb_text)
+        except BaseException:
+            _close(self.host)
+            raise
+        self.dir = Path(out)
+        self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
+        self.injections = 0
+        self.journal: list[dict] = []  # events of the next tick that come from outside the world
+        self.wall0 = time.perf_counter()
+        self.closed = False
+
+    @property
+    def tick(self) -> int:
+        """The next tick to step."""
+        return self.host.tick
+
+    @property
+    def done(self) -> bool:
+        return self.host.tick >= self.plan.ticks
+
+    def inject(self, kind: str, dst: str, body: dict, **journal) -> int:
+        """Send ``body`` into the world from outside, for the next tick; returns that tick.
+        ``journal``: more to record with it (who sent it)."""
+        self.injections += 1
+        t = self.host.tick
+        self.host.inject(encode(Message(kind=kind, src=OUTSIDE, dst=dst, body=body, seq=self.injections, tick=t)))
+        self.journal.append({"tick": t, "agent": OUTSIDE, "event": "injected", "kind": kind, "dst": dst, "body": body,
+                             **journal})
+        return t
+
+    def note(self, event: str, **data) -> None:
+        """A session's own event (a pause, a message to the team) in this run's journal;
+        it changes nothing in the world."""
+        self.journal.append({"tick": self.host.tick, "agent": "session", "event": event, **data})
+
+    def begin(self) -> None:
+        self.host.begin()
+
+    def finish(self) -> TickResult:
+        """Collect the tick begun, score it and journal it."""
+        res = self.host.finish()
+        world, full = self.plan.merge_shards(res.metrics)
+        events = res.events + self.journal
+        self.journal = []
+        milestones = self.scorer.update(res.tick, world, events)
+        self.writer.write_tick(res.tick, full, events + milestones)
+        res.events = events + milestones
+        return res
+
+    def step(self) -> TickResult:
+        self.begin()
+        return self.finish()
+
+    def close(self, status: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.journal:  # session notes after the last tick still belong in the journal
+                for e in self.journal:
+                    self.writer.event(e.pop("tick"), e)
+            self.writer.meta["wall_seconds"] = round(time.perf_counter() - self.wall0, 3)
+            self.writer.meta["rejected_frames"] = self.host.rejected_frames
+            if self.hosting == "ray":
+                self.writer.meta["snapshot_every"] = self.host.snapshot_every
+                self.writer.meta["host_restarts"] = self.host.restarts
+            self.writer.close(status, self.scorer.score())
+        finally:
+            _close(self.host)
+
+
 def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: str = "inprocess",
             placement: str = "kind", address: str | None = None, speed: float | None = None,
-            snapshot_every: int | None = None) -> RunData:
+            snapshot_every: int | None = None, injections: dict[int, list[dict]] | None = None) -> RunData:
     """``speed``: simulated seconds per wall second (None: as fast as possible).
-    ``snapshot_every``: ticks between the Ray hosts' snapshots (None: the default; 0: off)."""
-    pb, rb_text, rb, plan = prepare(spec)
+    ``snapshot_every``: ticks between the Ray hosts' snapshots (None: the default; 0: off).
+    ``injections``: tick -> ``injected`` events to send into the world again (a replay)."""
+    run = WorldRun(spec, out, hosting, placement, address, snapshot_every, speed)
     if speed is not None:
-        clock = PacedClock(plan.info.dt, speed)
-    meta = {"playbook": pb.name, "playbook_source": pb.source, "runbook": rb["name"], "seed": spec.seed,
-            "variables": pb.variables, "duration_s": plan.ticks * plan.info.dt, "hosting": hosting,
-            "placement": placement if hosting == "ray" else None, "speed": speed or "max",
-            "shards": {pop: len(parts) for pop, parts in plan.shards.items()},
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    check_out_dir(out)  # before starting any actor
-    host = make_host(plan, hosting, placement, address, snapshot_every)
-    try:
-        writer = RunWriter(out, plan, meta, pb.text, rb_text)
-    except BaseException:
-        _close(host)
-        raise
-    scorer = Scorer(pb.data, plan.info.dt, plan.info.start_s)
+        clock = PacedClock(run.plan.info.dt, speed)
     clock = clock or SimulatedClock()
     status = "interrupted"
-    wall0 = time.perf_counter()
-    bar = _progress(plan.ticks, plan.info.dt) if progress else None
+    bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
     try:
-        for _ in range(plan.ticks):
-            clock.wait_for(host.tick)
-            res = host.step()
-            world, full = plan.merge_shards(res.metrics)
-            milestones = scorer.update(res.tick, world, res.events)
-            writer.write_tick(res.tick, full, res.events + milestones)
+        while not run.done:
+            for e in (injections or {}).get(run.tick, []):
+                run.inject(e["kind"], e["dst"], e["body"], **{k: v for k, v in e.items()
+                                                             if k not in ("tick", "clock", "agent", "event", "kind", "dst", "body")})
+            clock.wait_for(run.tick)
+            run.step()
             if bar is not None:
                 bar.update(1)
         status = "complete"
@@ -123,14 +208,36 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     finally:
         if bar is not None:
             bar.close()
-        writer.meta["wall_seconds"] = round(time.perf_counter() - wall0, 3)
-        writer.meta["rejected_frames"] = host.rejected_frames
-        if hosting == "ray":
-            writer.meta["snapshot_every"] = host.snapshot_every
-            writer.meta["host_restarts"] = host.restarts
-        writer.close(status, scorer.score())
-        _close(host)
+        run.close(status)
     return load_run(out)
+
+
+def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str = "kind",
+           address: str | None = None) -> RunData:
+    """Play a recorded run again from its directory: the rendered playbook and runbook,
+    the seed, and everything that entered the world from outside (a team's commands, a
+    facilitator's faults) at the tick it did. The result is identical, ticks and events."""
+    run_dir = Path(run_dir)
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RunDirectoryError(f"{run_dir} is not a readable run directory: {e}") from None
+    injections: dict[int, list[dict]] = {}
+    with open(run_dir / "events.jsonl", encoding="utf-8") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                break  # a killed run's last line may be cut short
+            if e.get("event") == "injected":
+                injections.setdefault(int(e["tick"]), []).append(e)
+    ticks = int(meta.get("ticks_done", 0))
+    if ticks == 0:
+        raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to replay")
+    spec = RunSpec(playbook=str(run_dir / "playbook.yaml"), runbook=str(run_dir / "runbook.yaml"), seed=int(meta["seed"]),
+                   duration=ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]), shards=meta.get("shards_option"),
+                   console=meta.get("operator") == "console")
+    return execute(spec, out, hosting=hosting, placement=placement, address=address, injections=injections)
 
 
 def _close(host) -> None:

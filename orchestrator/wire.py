@@ -23,6 +23,7 @@ BODY_KEYS: dict[str, tuple[str, ...]] = {
     "action_status": ("id", "action", "state"),
     "observed": ("view", "alarms"),
     "log_result": ("id", "values"),
+    "console_command": ("id", "action", "params"),
 }
 
 

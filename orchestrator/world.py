@@ -57,9 +57,10 @@ class WorldPlan:
 
 
 def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | None = None,
-               tick: float | None = None, shards: int | None = None) -> WorldPlan:
+               tick: float | None = None, shards: int | None = None, console: bool = False) -> WorldPlan:
     """``shards``: split every population into this many shards (at most one per client),
-    instead of the playbook's ``shards`` setting."""
+    instead of the playbook's ``shards`` setting. ``console``: the operator is a human
+    team acting through a console, not the runbook."""
     data = copy.deepcopy(pb.data)
     split: dict[str, list[dict]] = {}
     for p in data["populations"]:
@@ -101,7 +102,8 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
         return spec
 
     plan = WorldPlan(info=info, ticks=int(round(total / dt)), shards={p: members[p] for p in sharded})
-    plan.agents.append(AgentPlan("automation", "triggers", {"triggers": data["triggers"], "_wiring": {"shards": sharded}}))
+    plan.agents.append(AgentPlan("automation", "triggers", {"triggers": data["triggers"], "faults": data["faults"],
+                                                               "_wiring": {"shards": sharded}}))
     for d in data["devices"]:
         spec = wired(d)
         spec["_wiring"]["initial_connections"] = initial.get(d["name"], {})
@@ -114,6 +116,7 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
                                                                                     "_wiring": {"shards": sharded}}))
     plan.agents.append(AgentPlan("status", "status", data["status"]))
     rules = (runbook or {}).get("rules") or []
-    plan.agents.append(AgentPlan("operator:runbook" if rules else "operator:none", OPERATOR,
+    kind = "operator:console" if console else "operator:runbook" if rules else "operator:none"
+    plan.agents.append(AgentPlan(kind, OPERATOR,
                                  {"rules": rules, "_wiring": {"deployment": "deployment"}}))
     return plan

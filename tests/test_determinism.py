@@ -5,7 +5,7 @@ import msgpack
 import pytest
 
 import orchestrator
-from agents import Message
+from agents import PROTOCOL_VERSION, Message
 from orchestrator.hosting import InProcessHost
 from orchestrator.playbook import load_playbook, load_runbook
 from orchestrator.wire import WireError, decode, encode
@@ -57,7 +57,7 @@ def test_wire_roundtrip_and_rejections():
     msg = Message(kind="health", src="a", dst="b", body={"ratio": 0.5}, seq=3, tick=9)
     assert decode(encode(msg)) == msg
     bad = [b"\x00\x01garbage", msgpack.packb([99, "health", "a", "b", 1, 1, {"ratio": 1}]),
-           msgpack.packb([1, "nonsense", "a", "b", 1, 1, {}]), msgpack.packb([1, "health", "a", "b", 1, 1, {}]),
+           msgpack.packb([PROTOCOL_VERSION, "nonsense", "a", "b", 1, 1, {}]), msgpack.packb([PROTOCOL_VERSION, "health", "a", "b", 1, 1, {}]),
            msgpack.packb({"not": "a list"})]
     for frame in bad:
         with pytest.raises(WireError):
@@ -69,6 +69,6 @@ def test_malformed_frames_are_counted_and_change_nothing():
     for t in range(900):
         if t % 100 == 50:
             dirty.inject(b"\xffnot a message")
-            dirty.inject(msgpack.packb([1, "apply", "x", "bridge", 1, t, {"op": "restart"}]))  # no args
+            dirty.inject(msgpack.packb([PROTOCOL_VERSION, "apply", "x", "bridge", 1, t, {"op": "restart"}]))  # no args
         assert clean.step().metrics == dirty.step().metrics
     assert dirty.rejected_frames == 18

@@ -72,6 +72,7 @@ def test_malformed_frames_sent_to_a_host_are_counted_and_change_nothing(ray_sess
     from a peer that is not part of the world, sent to a host's real ROUTER socket in the
     middle of a run."""
     import msgpack
+    from agents import PROTOCOL_VERSION
     import zmq
 
     from orchestrator.hosting import InProcessHost
@@ -89,8 +90,8 @@ def test_malformed_frames_sent_to_a_host_are_counted_and_change_nothing(ray_sess
         attacker.setsockopt(zmq.IDENTITY, b"intruder")
         attacker.connect(endpoint)
         bad = [b"\x00\xffrandom bytes", msgpack.packb([99, "flow", "x", "bridge", 1, 1, {}]),
-               msgpack.packb([1, "nonsense", "x", "bridge", 1, 1, {}]),
-               msgpack.packb([1, "apply", "internal-clients", "bridge", 1, 100, {"op": "restart", "args": {}}])]
+               msgpack.packb([PROTOCOL_VERSION, "nonsense", "x", "bridge", 1, 1, {}]),
+               msgpack.packb([PROTOCOL_VERSION, "apply", "internal-clients", "bridge", 1, 100, {"op": "restart", "args": {}}])]
         for t in range(600):
             if t == 100:
                 for frame in bad:
