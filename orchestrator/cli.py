@@ -218,5 +218,306 @@ def playbooks_validate(file, sets, vars_file, runbooks):
         click.echo(f"{rb}: valid")
 
 
+# -- live game days -----------------------------------------------------------------------------
+
+def _session_tokens(session_dir: str) -> dict:
+    path = Path(session_dir) / "tokens.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise NotFound(f"--session {session_dir}: no readable tokens.json there ({e}); is it a session directory "
+                       "written by `gameday serve`?") from None
+
+
+def _client(server, token, server_key, session_dir, role: str, team: str | None = None):
+    """A client for --server/--token, or for the tokens in --session DIR."""
+    from .live_client import LiveClient
+    from .live_server import load_key
+
+    public = load_key(server_key, secret=False)[0] if server_key else None
+    if session_dir:
+        toks = _session_tokens(session_dir)
+        server = server or toks["server"]
+        if token is None:
+            token = toks["teams"].get(team) if role == "team" else toks.get(role)
+        if public is None and toks.get("server_key"):
+            public = toks["server_key"].encode()
+    if not server or not token:
+        raise click.UsageError("give --server and --token (printed by `gameday serve`), or --session DIR")
+    return LiveClient(server, token, server_public=public)
+
+
+_server_options = [
+    click.option("--server", help="The session's address, as printed by `gameday serve` (e.g. tcp://127.0.0.1:7700)."),
+    click.option("--token", help="The token printed by `gameday serve` for this role."),
+    click.option("--server-key", type=click.Path(dir_okay=False), help="The server's public CURVE key "
+                 "(server.key from `gameday keys`), when the session is encrypted."),
+    click.option("--session", "session_dir", type=click.Path(file_okay=False),
+                 help="A session directory on this machine: read the address and token from its tokens.json."),
+]
+
+
+def server_options(f):
+    for opt in reversed(_server_options):
+        f = opt(f)
+    return f
+
+
+@main.command()
+@click.argument("playbook", default="us-east-1-2021")
+@click.option("--team", "teams", multiple=True, required=True, metavar="NAME",
+              help="A team (repeatable); each plays its own world of the same scenario and seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Random seed, the same for every team.")
+@click.option("--speed", default="60", show_default=True, callback=lambda c, p, v: _speed(v),
+              help="Simulated seconds per wall second (the facilitator can change it), or max.")
+@click.option("--bind", default="tcp://127.0.0.1:7700", show_default=True,
+              help="Where consoles connect. Port 0 picks a free port. A non-loopback address needs --curve-secret.")
+@click.option("--curve-secret", type=click.Path(dir_okay=False),
+              help="The server's secret CURVE key (server.key_secret from `gameday keys`): encrypts every connection.")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a playbook variable (repeatable).")
+@click.option("--vars", "vars_file", type=click.Path(dir_okay=False), help="YAML file of variable overrides.")
+@click.option("--duration", callback=_duration, help="Simulated time to play (e.g. 3h); default from the playbook.")
+@click.option("--tick", callback=_duration, help="Simulated seconds per tick; default from the playbook.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Session directory to create [default: runs/session-<playbook>-s<seed>-<time>].")
+@click.option("--hosting", type=click.Choice(["ray", "inprocess"]), default="ray", show_default=True,
+              help="ray: each team's world on Ray actors exchanging ZeroMQ messages; inprocess: in this process.")
+@click.option("--placement", type=click.Choice(["single", "kind", "agent"]), default="single", show_default=True,
+              help="With --hosting ray: one actor per team's world, one per kind of agent, or one per agent.")
+@click.option("--address", envvar="RAY_ADDRESS", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray).")
+@click.option("--start/--wait", "start_now", default=False, show_default=True,
+              help="Start the clock at once, or wait for `gameday facilitate start`.")
+@click.option("--web-port", type=click.IntRange(min=0, max=65535), default=7701, show_default=True,
+              help="Serve the scoreboard page on http://127.0.0.1:PORT/ (0: a free port).")
+@click.option("--web/--no-web", default=True, show_default=True, help="Serve the scoreboard page.")
+@click.option("--linger", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds to keep answering consoles after the session ends, so they show the final state.")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="At the end, write each team's after-action report and the session report.")
+def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting, placement,
+          address, start_now, web_port, web, linger, report):
+    """Host a live game day: one world per team, the same scenario and seed for all.
+
+    Prints the command each team joins with (its own token), the facilitator's and
+    the scoreboard's. Writes a session directory: session.json, journal.jsonl (every
+    control), tokens.json (owner-only), teams/<team>/ (a run directory per team), and at
+    the end ranking.json and report/ (the session report).
+    """
+    from .journal import check_out_dir
+    from .live_server import LiveServer, check_bind
+    from .session import Session, check_teams
+
+    check_bind(bind, curve_secret)
+    check_teams(list(teams))
+    if out is None:
+        name = Path(playbook).name.split(".")[0]
+        out = Path("runs") / f"session-{name}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(out)
+    check_out_dir(out)
+    values = _variables(playbook, sets, vars_file)
+    click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
+    session = Session(out, list(teams), playbook, seed, values, duration, tick, speed, hosting, placement, address)
+    server = web_server = None
+    closed = []
+
+    def finish():
+        if closed:
+            return
+        closed.append(True)
+        board = session.close()
+        from .scoreboard_view import render_board
+
+        click.echo(render_board(board))
+        if report:
+            from reports.build import write_report
+            from reports.session import write_session_report
+
+            for t in session.teams:
+                write_report(session.dir / "teams" / t)
+            for path in write_session_report(session.dir):
+                click.echo(f"session report: {path}")
+        click.echo(f"session directory: {session.dir}")
+
+    try:
+        server = LiveServer(session, bind, curve_secret)
+        server.write_tokens()
+        session.write_info("waiting", server=server.address)
+        if web:
+            from .scoreboard_web import start_web
+
+            web_server, url = start_web(lambda: server.board_json, web_port)
+            session.write_info("waiting", web=url)
+        key_opt = " --server-key server.key" if curve_secret else ""
+        click.echo(f"session {session.dir}: {session.pb.name}, seed {seed}, {len(teams)} teams, "
+                   f"{session.info['start_clock']}-{session.info['end_clock']}, speed {speed or 'max'}")
+        for team in session.teams:
+            click.echo(f"  team {team}: gameday console --server {server.address} --team {team} "
+                       f"--token {server.token_of('team', team)}{key_opt}")
+        click.echo(f"  facilitator: gameday facilitate --server {server.address} --token "
+                   f"{server.token_of('facilitator')}{key_opt} start|pause|resume|speed X|inject FAULT|message TEXT|end")
+        click.echo(f"  scoreboard: gameday scoreboard --server {server.address} --token {server.token_of('viewer')}{key_opt}")
+        if web:
+            click.echo(f"  scoreboard page: {url}")
+        if start_now:
+            session.start()
+        else:
+            click.echo("waiting for the facilitator to start the session")
+        sys.stdout.flush()
+        server.run(linger_s=linger, on_end=finish)
+    finally:
+        try:
+            finish()
+        finally:
+            if web_server is not None:
+                web_server.shutdown()
+            if server is not None:
+                server.close()
+
+
+@main.command()
+@server_options
+@click.option("--team", required=True, help="Your team.")
+@click.option("--as", "who", default="", help="Your name or role, shown beside the actions you take.")
+def console(server, token, server_key, session_dir, team, who):
+    """Join a live game day as a team: your world's observed view, alerts, actions.
+
+    Type `help` for the commands; Tab completes them. The screen refreshes itself
+    while you type.
+    """
+    from .console_app import run_console
+
+    client = _client(server, token, server_key, session_dir, "team", team)
+    try:
+        client.call("hello", {"team": team, "role": who} if who else {"team": team})
+        run_console(client, team, who)
+    finally:
+        client.close()
+
+
+@main.group()
+@server_options
+@click.pass_context
+def facilitate(ctx, server, token, server_key, session_dir):
+    """Control a live game day: start, pause, resume, speed, inject, message, end, status."""
+    client = _client(server, token, server_key, session_dir, "facilitator")
+    ctx.call_on_close(client.close)
+    ctx.obj = client
+
+
+def _print_result(result) -> None:
+    session = result.get("session", result) if isinstance(result, dict) else {}
+    if "state" in session:
+        click.echo(f"session {session['state']} at {session['clock']} (speed {session['speed']})")
+    extra = {k: v for k, v in result.items() if k != "session"} if isinstance(result, dict) else {}
+    if extra and "state" not in result:
+        click.echo(json.dumps(extra, indent=2, sort_keys=True))
+
+
+for _op, _help in (("start", "Start the clock."), ("pause", "Stop simulated time for every team."),
+                   ("resume", "Start simulated time again."), ("end", "End the session now (run directories, ranking, report).")):
+    def _make(op):
+        @click.pass_obj
+        def command(client):
+            _print_result(client.call(op))
+        return command
+
+    facilitate.command(_op, help=_help)(_make(_op))
+
+
+@facilitate.command("speed")
+@click.argument("speed", type=float)
+@click.pass_obj
+def facilitate_speed(client, speed):
+    """Simulated seconds per wall second from now on."""
+    _print_result(client.call("speed", {"speed": speed}))
+
+
+@facilitate.command("inject")
+@click.argument("fault")
+@click.option("--team", "teams", multiple=True, help="Only these teams (repeatable) [default: every team].")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="A parameter of the fault (repeatable).")
+@click.pass_obj
+def facilitate_inject(client, fault, teams, params):
+    """Inject one of the playbook's faults (`gameday playbooks show` lists them)."""
+    args = {"fault": fault, "params": parse_sets(list(params))}
+    if teams:
+        args["teams"] = list(teams)
+    _print_result(client.call("inject", args))
+
+
+@facilitate.command("message")
+@click.argument("text")
+@click.option("--team", "teams", multiple=True, help="Only these teams (repeatable) [default: every team].")
+@click.pass_obj
+def facilitate_message(client, text, teams):
+    """Show TEXT on the teams' consoles."""
+    _print_result(client.call("message", {"text": text, "teams": list(teams)} if teams else {"text": text}))
+
+
+@facilitate.command("status")
+@click.pass_obj
+def facilitate_status(client):
+    """The session's state, the consoles connected per team, the server's counters."""
+    click.echo(json.dumps(client.call("status"), indent=2, sort_keys=True))
+
+
+@main.command()
+@server_options
+@click.option("--once", is_flag=True, help="Print the scoreboard once and exit.")
+@click.option("--every", type=click.FloatRange(min=0.2), default=1.0, show_default=True, help="Seconds between refreshes.")
+def scoreboard(server, token, server_key, session_dir, once, every):
+    """The live scoreboard in the terminal: per team, loop broken, backlog drained,
+    impact so far, first customer update, actions, rank."""
+    from .scoreboard_view import render_board
+
+    client = _client(server, token, server_key, session_dir, "viewer")
+    try:
+        while True:
+            board = client.call("scoreboard")
+            text = render_board(board)
+            if once:
+                click.echo(text)
+                return
+            click.clear()
+            click.echo(text)
+            if board["session"]["state"] == "ended":
+                return
+            time.sleep(every)
+    finally:
+        client.close()
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), help="Directory for the replayed run [default: RUN_DIR-replay-<time>].")
+def replay(run_dir, out):
+    """Play RUN_DIR again (a live team's or a scripted run) and check that the replay
+    is identical: the same metrics and events, tick by tick."""
+    import filecmp
+
+    from .runner import replay as replay_run
+
+    out = Path(out) if out else Path(f"{Path(run_dir).as_posix().rstrip('/')}-replay-{time.strftime('%Y%m%d-%H%M%S')}")
+    data = replay_run(Path(run_dir), out)
+    same = [f for f in ("metrics.csv", "events.jsonl") if filecmp.cmp(Path(run_dir) / f, data.dir / f, shallow=False)]
+    click.echo(f"replayed {data.meta['ticks_done']} ticks into {data.dir}")
+    if len(same) == 2:
+        click.echo("identical to the recording: metrics.csv and events.jsonl")
+        return
+    click.echo("DIFFERENT from the recording: " + ", ".join(f for f in ("metrics.csv", "events.jsonl") if f not in same), err=True)
+    sys.exit(1)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+def keys(directory):
+    """Generate the server's CURVE key pair in DIRECTORY: server.key (public: give it to
+    the consoles) and server.key_secret (for `gameday serve --curve-secret`)."""
+    from .live_server import generate_keys
+
+    public, secret = generate_keys(Path(directory))
+    click.echo(f"public key (for consoles, --server-key): {public}\nsecret key (for serve, --curve-secret): {secret}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

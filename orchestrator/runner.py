@@ -100,7 +100,7 @@ class WorldRun:
         pb, rb_text, rb, self.plan = prepare(spec)
         self.hosting = hosting
         self.pb = pb
-        info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": rb["name"], "seed": spec.seed,
+        info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": "console" if spec.console else rb["name"], "seed": spec.seed,
                 "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, "hosting": hosting,
                 "placement": placement if hosting == "ray" else None, "speed": speed or "max",
                 "operator": "console" if spec.console else "runbook", "shards_option": spec.shards,
@@ -185,7 +185,8 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
             snapshot_every: int | None = None, injections: dict[int, list[dict]] | None = None) -> RunData:
     """``speed``: simulated seconds per wall second (None: as fast as possible).
     ``snapshot_every``: ticks between the Ray hosts' snapshots (None: the default; 0: off).
-    ``injections``: tick -> ``injected`` events to send into the world again (a replay)."""
+    ``injections``: tick -> recorded ``injected`` events (and session notes) to send into
+    the world again before that tick (a replay)."""
     run = WorldRun(spec, out, hosting, placement, address, snapshot_every, speed)
     if speed is not None:
         clock = PacedClock(run.plan.info.dt, speed)
@@ -194,13 +195,12 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
     try:
         while not run.done:
-            for e in (injections or {}).get(run.tick, []):
-                run.inject(e["kind"], e["dst"], e["body"], **{k: v for k, v in e.items()
-                                                             if k not in ("tick", "clock", "agent", "event", "kind", "dst", "body")})
+            _feed(run, (injections or {}).get(run.tick, []))
             clock.wait_for(run.tick)
             run.step()
             if bar is not None:
                 bar.update(1)
+        _feed(run, (injections or {}).get(run.tick, []))  # a session's notes after the last tick
         status = "complete"
     except HostingError as e:
         status = "failed"
@@ -212,11 +212,22 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     return load_run(out)
 
 
+def _feed(run: WorldRun, recorded: list[dict]) -> None:
+    """Send recorded inputs into ``run`` again: what was injected, and a session's notes."""
+    for e in recorded:
+        rest = {k: v for k, v in e.items() if k not in ("tick", "clock", "agent", "event", "kind", "dst", "body")}
+        if e["event"] == "injected":
+            run.inject(e["kind"], e["dst"], e["body"], **rest)
+        else:
+            run.note(e["event"], **rest)
+
+
 def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str = "kind",
            address: str | None = None) -> RunData:
     """Play a recorded run again from its directory: the rendered playbook and runbook,
     the seed, and everything that entered the world from outside (a team's commands, a
-    facilitator's faults) at the tick it did. The result is identical, ticks and events."""
+    facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
+    are copied at their ticks. The result is identical, ticks and events."""
     run_dir = Path(run_dir)
     try:
         meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
@@ -229,7 +240,7 @@ def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str 
                 e = json.loads(line)
             except ValueError:
                 break  # a killed run's last line may be cut short
-            if e.get("event") == "injected":
+            if e.get("event") == "injected" or e.get("agent") == "session":
                 injections.setdefault(int(e["tick"]), []).append(e)
     ticks = int(meta.get("ticks_done", 0))
     if ticks == 0:

@@ -214,6 +214,12 @@ def analyse(run: RunData) -> Analysis:
             add(tick, "log query answered", f"for {e.get('reply_to', '')}")
         elif ev == "status_posted":
             add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == first_update else None)
+        elif ev == "fault_injected":
+            add(tick, f"fault injected: {e['fault']}", f"by the facilitator; {e.get('description', '')}")
+        elif ev == "facilitator_message":
+            add(tick, "facilitator's message", e.get("text", ""))
+        elif ev in ("session_paused", "session_resumed"):
+            add(tick, f"game day {ev.split('_')[1]}", "simulated time stood still meanwhile" if ev == "session_paused" else "")
         elif ev == "host_restarted":
             add(tick, f"simulator: host {e.get('host')} restarted", e.get("reason", ""))
     if bad_tick is not None:

@@ -1,0 +1,216 @@
+"""The scoreboard: the terminal table, the web server, and the page in a real browser
+updating itself from /scoreboard.json."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from orchestrator.errors import GamedayError
+from orchestrator.scoreboard_view import render_board
+from orchestrator.scoreboard_web import start_web
+
+
+def board(state="running", clock="07:48:56", lag_s=0.0, consoles=True):
+    b = {"session": {"state": state, "clock": clock, "tick": 100, "speed": 60.0, "end_clock": "10:30:00",
+                     "lag_s": lag_s, "playbook": "us-east-1-2021", "seed": 7, "teams": ["alpha", "bravo"]},
+         "teams": [{"team": "bravo", "rank": 1, "loop": "broken 07:48:56", "loop_broken": "07:48:56",
+                    "backlog": "drained 07:56:34", "backlog_drained": "07:56:34", "impact": 12.345,
+                    "first_update": "07:40:00", "actions": 4},
+                   {"team": "alpha", "rank": 2, "loop": "not yet", "loop_broken": None, "backlog": "not yet",
+                    "backlog_drained": None, "impact": 80.0, "first_update": None, "actions": 0}]}
+    if consoles:
+        b["consoles"] = {"alpha": 0, "bravo": 2}
+    return b
+
+
+def cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+# -- the terminal table ---------------------------------------------------------------------------
+def test_the_table_has_a_row_per_team_in_rank_order():
+    b = board()
+    b["teams"].reverse()  # served sorted; the table does not rely on it
+    lines = render_board(b).splitlines()
+    assert lines[0] == "scoreboard: us-east-1-2021, seed 7, 07:48:56 / 10:30:00, speed 60x, running"
+    assert cells(lines[1]) == ["rank", "team", "loop broken", "backlog drained", "impact so far", "first update",
+                               "actions", "consoles"]
+    assert cells(lines[2]) == ["1", "bravo", "broken 07:48:56", "drained 07:56:34", "12.3", "07:40:00", "4", "2"]
+    assert cells(lines[3]) == ["2", "alpha", "not yet", "not yet", "80.0", "-", "0", "0"]
+    assert len(lines) == 4
+
+
+def test_the_final_ranking_lag_and_a_board_without_consoles():
+    text = render_board(board(state="ended", clock="10:30:00", lag_s=2.34, consoles=False))
+    head, *rows = text.splitlines()
+    assert head.startswith("final ranking: ") and head.endswith(", ended, lag 2.3 s")
+    assert cells(rows[1])[-1] == "-" and cells(rows[2])[-1] == "-"  # consoles unknown (the board written at the end)
+    assert "lag" not in render_board(board(lag_s=0.4))  # normal jitter is not shown
+    assert "final ranking" not in render_board(board(state="paused"))
+
+
+# -- the web server -------------------------------------------------------------------------------
+class FakeBoard:
+    """get_json for start_web: each call a later clock; alpha's impact grows and alpha
+    drops from first to second place after the first call; the session ends at call
+    ``end_at``; calls after ``fail_after`` raise."""
+
+    def __init__(self, end_at=None, fail_after=None):
+        self.calls, self.end_at, self.fail_after = 0, end_at, fail_after
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def clock(n: int) -> str:
+        return f"07:{n // 60:02d}:{n % 60:02d}"
+
+    def __call__(self) -> str:
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+        if self.fail_after is not None and n > self.fail_after:
+            raise RuntimeError("the server is gone")
+        b = board(state="ended" if self.end_at is not None and n >= self.end_at else "running", clock=self.clock(n))
+        alpha, bravo = b["teams"][1], b["teams"][0]
+        alpha["impact"] = 10.0 * n
+        alpha["rank"], bravo["rank"] = (1, 2) if n == 1 else (2, 1)
+        b["teams"] = sorted(b["teams"], key=lambda t: t["rank"])
+        b["teams"].append({"team": "<b>carol</b>", "rank": 3, "loop": "not yet", "loop_broken": None,
+                           "backlog": "not yet", "backlog_drained": None, "impact": 99.0, "first_update": None,
+                           "actions": 0})
+        return json.dumps(b)
+
+
+@pytest.fixture
+def web():
+    """web(get_json) -> (server, url); shut down after the test."""
+    started = []
+
+    def start(get_json):
+        started.append(start_web(get_json, 0))
+        return started[-1]
+
+    yield start
+    for server, _ in started:
+        server.shutdown()
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def test_the_server_serves_the_page_and_the_board_and_nothing_else(web, capfd):
+    fake = FakeBoard()
+    server, url = web(fake)
+    assert server.server_address[0] == "127.0.0.1" and url == f"http://127.0.0.1:{server.server_address[1]}/"
+    status, headers, page = get(url)
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert 'fetch("/scoreboard.json"' in page and "textContent" in page and "innerHTML" not in page
+    assert "http://" not in page and "https://" not in page  # self-contained
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", page)
+    first = get(url + "scoreboard.json")
+    second = get(url + "scoreboard.json?t=1")
+    for status, headers, body in (first, second):
+        assert status == 200 and headers["Content-Type"] == "application/json"
+        assert headers["Cache-Control"] == "no-store"
+    assert json.loads(first[2])["session"]["clock"] == "07:00:01"
+    assert json.loads(second[2])["session"]["clock"] == "07:00:02"
+    for path in ("nope", "index.html", "scoreboard.json/x", "../etc/passwd"):
+        assert get(url + path)[0] == 404, path
+    assert capfd.readouterr().err == ""  # no request log
+
+
+def test_a_failing_board_is_a_503_and_shutdown_frees_the_port(web):
+    server, url = web(FakeBoard(fail_after=0))
+    assert get(url + "scoreboard.json")[0] == 503
+    port = server.server_address[1]
+    with pytest.raises(GamedayError, match="--web-port"):
+        start_web(lambda: "{}", port)  # in use
+    server.shutdown()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+# -- the page in a real browser -------------------------------------------------------------------
+def chromium():
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it")
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    return browser
+
+
+def dump_dom(browser, url, tmp_path, budget_ms):
+    """The page's DOM after ``budget_ms`` of virtual time (timers run, fetches are waited for)."""
+    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path / f'profile-{budget_ms}'}", "--enable-logging=stderr", "--v=0",
+                          f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout, out.stderr
+
+
+def shown(dom: str) -> dict:
+    def one(id_):
+        m = re.search(rf'id="{id_}"[^>]*>([^<]*)<', dom)
+        return m.group(1) if m else None
+
+    return {"clock": one("clock"), "state": one("state"), "title": one("title"), "status": one("status"),
+            "teams": re.findall(r'<td class="team">([^<]*)</td>', dom),
+            "impacts": [float(v) for v in re.findall(r'<td class="num impact">([^<]*)</td>', dom)]}
+
+
+def test_the_page_updates_itself_from_the_json(web, tmp_path):
+    browser = chromium()
+    fake = FakeBoard()
+    _, url = web(fake)
+    dom, log = dump_dom(browser, url, tmp_path, 2500)
+    assert "CONSOLE" not in log, [line for line in log.splitlines() if "CONSOLE" in line]
+    first = shown(dom)
+    served = fake.calls
+    print(f"\nfirst dump after {served} requests: {first}")
+    assert served >= 2  # polled, not loaded once
+    assert first["clock"] == f"{FakeBoard.clock(served)} / 10:30:00"  # the latest board, not the first
+    # the order of the boards after the first (alpha first only in the first), and the
+    # team named like markup shown as text, not parsed
+    assert first["teams"] == ["bravo", "alpha", "&lt;b&gt;carol&lt;/b&gt;"] and "<b>" not in dom
+    assert first["impacts"][1] == 10.0 * served > 10.0
+    assert first["state"] == "running" and first["title"] == "scoreboard" and first["status"] == ""
+
+    dom, _ = dump_dom(browser, url, tmp_path, 5000)
+    second = shown(dom)
+    assert fake.calls > served + 1 and second["clock"] == f"{FakeBoard.clock(fake.calls)} / 10:30:00"
+    assert second["clock"] > first["clock"] and second["impacts"][1] > first["impacts"][1]
+
+
+def test_the_page_stops_polling_at_the_end_and_keeps_the_final_ranking(web, tmp_path):
+    browser = chromium()
+    fake = FakeBoard(end_at=3)
+    _, url = web(fake)
+    page = shown(dump_dom(browser, url, tmp_path, 8000)[0])
+    assert fake.calls == 3  # no request after the board that said "ended"
+    assert page["title"] == "final ranking" and page["state"] == "ended" and page["clock"].startswith("07:00:03")
+    assert page["teams"][:2] == ["bravo", "alpha"] and page["status"] == "the session has ended"
+
+
+def test_the_page_says_when_the_connection_is_lost_and_keeps_the_last_board(web, tmp_path):
+    browser = chromium()
+    fake = FakeBoard(fail_after=2)
+    _, url = web(fake)
+    page = shown(dump_dom(browser, url, tmp_path, 5000)[0])
+    assert fake.calls > 3  # it keeps trying
+    assert page["status"].startswith("connection lost") and page["clock"].startswith("07:00:02")
+    assert page["teams"][:2] == ["bravo", "alpha"]
