@@ -151,7 +151,9 @@ class RayHost:
             if self.pending:
                 return self.pending.pop(0)
             now = time.monotonic()
-            if now - self.checked > HEARTBEAT_S:
+            # Judge silence only with nothing left unread: the orchestrator may not have read
+            # this socket for a while (a session building other worlds, or paused).
+            if now - self.checked > HEARTBEAT_S and not self.control.poll(0):
                 self.checked = now
                 for host, generation, reason in self._lost_hosts():
                     if self.generation[host] == generation:  # not replaced meanwhile by a nested call

@@ -333,3 +333,25 @@ def test_without_snapshots_a_lost_actor_ends_the_run_with_a_clear_error(ray_sess
                 hosted.step()
     finally:
         hosted.close()
+
+
+def test_a_world_left_unread_longer_than_the_heartbeat_limit_keeps_its_hosts(ray_session):
+    """A live session pauses, or builds other teams' worlds, while this world's hosts keep
+    sending heartbeats nobody reads: when stepping resumes, the queued heartbeats count,
+    and no live host is taken for lost (replacing them all made a 10-team session crawl)."""
+    import time
+
+    from orchestrator.ray_hosting import MISSED_BEATS, RayHost
+    from orchestrator.group_host import HEARTBEAT_S
+    from orchestrator.runner import RunSpec, prepare
+
+    _, _, _, plan = prepare(RunSpec(runbook="none", duration=60))
+    host = RayHost(plan, placement="single")
+    try:
+        host.step()
+        time.sleep(HEARTBEAT_S * MISSED_BEATS + 1.5)
+        for _ in range(5):
+            res = host.step()
+        assert host.restarts == 0 and not any(e["event"] == "host_restarted" for e in res.events)
+    finally:
+        host.close()
