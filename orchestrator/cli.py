@@ -399,9 +399,25 @@ def console(server, token, server_key, session_dir, team, who):
 @click.pass_context
 def facilitate(ctx, server, token, server_key, session_dir):
     """Control a live game day: start, pause, resume, speed, inject, message, end, status."""
-    client = _client(server, token, server_key, session_dir, "facilitator")
-    ctx.call_on_close(client.close)
-    ctx.obj = client
+    ctx.obj = _Lazy(lambda: _client(server, token, server_key, session_dir, "facilitator"))
+    ctx.call_on_close(ctx.obj.close)
+
+
+class _Lazy:
+    """The facilitator's client, made when a subcommand first calls (so that
+    `facilitate start --help` needs no server)."""
+
+    def __init__(self, make):
+        self.make, self.client = make, None
+
+    def call(self, op: str, args: dict | None = None):
+        if self.client is None:
+            self.client = self.make()
+        return self.client.call(op, args)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
 
 
 def _print_result(result) -> None:
