@@ -67,7 +67,7 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
     gcs = ray_session.get_runtime_context().gcs_address
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--team", "good", "--team", "idle",
                              "--hosting", "ray", "--placement", "single", "--address", gcs, "--bind", "tcp://127.0.0.1:0",
-                             "--no-web", "--duration", "80m", "--speed", "400", "--linger", "3", "--out", str(out)],
+                             "--no-web", "--duration", "80m", "--speed", "800", "--linger", "3", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
