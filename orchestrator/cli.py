@@ -321,14 +321,18 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
     closed = []
 
     def finish():
+        """Close the worlds and print the ranking; quick, so consoles see the end at once."""
         if closed:
             return
         closed.append(True)
-        board = session.close()
         from .scoreboard_view import render_board
 
-        click.echo(render_board(board))
-        if report:
+        click.echo(render_board(session.close()))
+        sys.stdout.flush()
+
+    def write_reports():
+        """After the linger: drawing the charts takes seconds nobody is served in."""
+        if report and session.tick > 0:
             from reports.build import write_report
             from reports.session import write_session_report
 
@@ -372,6 +376,7 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
                 web_server.shutdown()
             if server is not None:
                 server.close()
+    write_reports()
 
 
 @main.command()

@@ -108,7 +108,10 @@ def render_header(state: dict | None, disconnected: bool = False) -> str:
         st = s.get("state", "?")
         parts.append({"waiting": "WAITING for the facilitator to start", "running": "running",
                       "paused": "PAUSED by the facilitator", "ended": "ENDED (type quit to leave)"}.get(st, st.upper()))
-        if s.get("state") == "running" and (s.get("lag_s") or 0) >= 1:
+        pace = s.get("pace")
+        if st == "running" and s.get("fell_behind") and pace and isinstance(speed, (int, float)) and pace < 0.95 * speed:
+            parts.append(f"really {pace:.0f}x")
+        elif st == "running" and (s.get("lag_s") or 0) >= 1:
             parts.append(f"server lags {s['lag_s']:.1f}s")
     if disconnected:
         parts.append("disconnected, retrying")

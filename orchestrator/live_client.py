@@ -75,6 +75,4 @@ class LiveClient:
         raise ServerUnreachable(f"no answer from {self.server} after {tries} tries; is `gameday serve` running there?")
 
     def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close(linger=0)
-        self.ctx.term()
+        self.ctx.destroy(linger=0)  # closes the socket too; term() alone waits for open sockets

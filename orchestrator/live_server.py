@@ -307,5 +307,4 @@ class LiveServer:
         return out
 
     def close(self) -> None:
-        self.sock.close(linger=0)
-        self.ctx.term()
+        self.ctx.destroy(linger=0)

@@ -100,8 +100,8 @@ class WorldRun:
         pb, rb_text, rb, self.plan = prepare(spec)
         self.hosting = hosting
         self.pb = pb
-        info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": "console" if spec.console else rb["name"], "seed": spec.seed,
-                "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, "hosting": hosting,
+        info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": "console" if spec.console else rb["name"],
+                "seed": spec.seed, "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, "hosting": hosting,
                 "placement": placement if hosting == "ray" else None, "speed": speed or "max",
                 "operator": "console" if spec.console else "runbook", "shards_option": spec.shards,
                 "shards": {pop: len(parts) for pop, parts in self.plan.shards.items()},
@@ -167,9 +167,9 @@ class WorldRun:
             return
         self.closed = True
         try:
-            if self.journal:  # session notes after the last tick still belong in the journal
-                for e in self.journal:
-                    self.writer.event(e.pop("tick"), e)
+            for e in self.journal:  # session notes after the last tick still belong in the journal
+                self.writer.event(e.pop("tick"), e)
+            self.journal = []
             self.writer.meta["wall_seconds"] = round(time.perf_counter() - self.wall0, 3)
             self.writer.meta["rejected_frames"] = self.host.rejected_frames
             if self.hosting == "ray":

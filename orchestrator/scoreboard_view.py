@@ -29,8 +29,10 @@ def _header(s: dict) -> str:
              f"{s.get('clock', '?')} / {s.get('end_clock', '?')}",
              f"speed {speed:g}x" if isinstance(speed, (int, float)) else f"speed {speed or '?'}",
              state]
-    lag = s.get("lag_s") or 0
-    if lag > LAG_SHOWN_S:
+    lag, pace = s.get("lag_s") or 0, s.get("pace")
+    if s.get("fell_behind") and pace and state == "running" and isinstance(speed, (int, float)) and pace < 0.95 * speed:
+        parts.append(f"the worlds keep only {pace:.0f}x")
+    elif lag > LAG_SHOWN_S:
         parts.append(f"lag {lag:.1f} s")
     title = "final ranking" if state == "ended" else "scoreboard"
     return f"{title}: " + ", ".join(parts)

@@ -26,6 +26,7 @@ from .world import OPERATOR
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 HISTORY = 60  # observed samples kept per metric for sparklines
 MAX_SPEED = 10_000.0
+MAX_LAG_S = 2.0  # further behind than this, the clock gives up catching up (no burst of ticks on the consoles)
 WAITING, RUNNING, PAUSED, ENDED = "waiting", "running", "paused", "ended"
 
 
@@ -200,6 +201,8 @@ class Session:
         self.clock = LiveClock(self.dt, speed)
         self.tick = 0  # the next tick every world steps
         self.lag_s = 0.0  # how far the last tick ran behind its due time
+        self.behind = 0  # times the clock gave up catching up (the speed asked for was too high)
+        self.pace_marks: deque = deque(maxlen=10)  # (wall, tick) every half second: the pace really kept
         self.wall_started: float | None = None
         self.info = {"playbook": self.pb.name, "seed": seed, "teams": list(self.teams), "speed": speed or "max",
                      "tick_s": self.dt, "start_clock": format_clock(self.start_s),
@@ -217,6 +220,13 @@ class Session:
     def clock_text(self) -> str:
         return format_clock(self.start_s + self.tick * self.dt)
 
+    def pace(self) -> float | None:
+        """Simulated seconds per wall second over the last few seconds of running."""
+        if len(self.pace_marks) < 3:
+            return None
+        (w0, t0), (w1, t1) = self.pace_marks[0], self.pace_marks[-1]
+        return (t1 - t0) * self.dt / (w1 - w0)
+
     def due(self) -> float | None:
         """Wall time (monotonic) at which the next tick is due; None while not running."""
         return self.clock.due(self.tick) if self.state == RUNNING else None
@@ -225,12 +235,17 @@ class Session:
         """Step every team's world one tick, all at once (each on its own hosts)."""
         now = time.monotonic()
         self.lag_s = max(0.0, now - self.clock.due(self.tick)) if self.clock.speed else 0.0
+        if self.lag_s > MAX_LAG_S:  # the worlds cannot keep this speed: go on from here at the pace they manage
+            self.clock.rebase(self.tick, now)
+            self.behind += 1
         for t in self.teams.values():
             t.run.begin()
         for t in self.teams.values():
             res = t.run.finish()
             t.view.update(res.tick, res.outbound, res.events)
         self.tick += 1
+        if not self.pace_marks or now - self.pace_marks[-1][0] >= 0.5:
+            self.pace_marks.append((now, self.tick))
         if self.tick >= self.ticks:
             self.end(reason="the scenario's duration is over")
 
@@ -264,6 +279,7 @@ class Session:
         self.state = RUNNING
         self.wall_started = time.monotonic()
         self.clock.rebase(self.tick, time.monotonic())
+        self.pace_marks.clear()
         self._journal("start")
         self._note_all("session_started", "the game day has started")
         return self.summary()
@@ -279,6 +295,7 @@ class Session:
         self._require(PAUSED)
         self.state = RUNNING
         self.clock.rebase(self.tick, time.monotonic())
+        self.pace_marks.clear()
         self._journal("resume")
         self._note_all("session_resumed", "resumed")
         return self.summary()
@@ -289,6 +306,7 @@ class Session:
             raise ProtocolError("bad_request", f"speed: got {speed!r}; expected a number > 0 and <= {MAX_SPEED:g}")
         self.clock.speed = float(speed)
         self.clock.rebase(self.tick, time.monotonic())
+        self.pace_marks.clear()
         self._journal("speed", speed=speed)
         self._note_all("speed_changed", f"speed is now {speed:g}x", speed=speed)
         return self.summary()
@@ -336,7 +354,9 @@ class Session:
     # -- what is shown ----------------------------------------------------------------------------
     def summary(self) -> dict:
         return {"state": self.state, "clock": self.clock_text(), "tick": self.tick, "speed": self.clock.speed or "max",
-                "end_clock": self.info["end_clock"], "lag_s": round(self.lag_s, 3), "playbook": self.pb.name,
+                "end_clock": self.info["end_clock"], "lag_s": round(self.lag_s, 3), "fell_behind": self.behind,
+                "pace": None if self.pace() is None else round(self.pace(), 1),
+                "playbook": self.pb.name,
                 "seed": self.seed, "teams": list(self.teams)}
 
     def team_state(self, team: str, since: int = 0) -> dict:
