@@ -30,8 +30,8 @@ def _echo(endpoint: str, n: int) -> None:
     ctx.destroy(linger=0)
 
 
-def raw_round_trips(n: int) -> float:
-    endpoint = "tcp://127.0.0.1:5791"
+def raw_round_trip_ms(n: int, size: int = 64, endpoint: str = "tcp://127.0.0.1:5791") -> list[float]:
+    """Each of ``n`` DEALER -> ROUTER round trips to another process, in milliseconds."""
     p = mp.Process(target=_echo, args=(endpoint, n + 100))
     p.start()
     ctx = zmq.Context()
@@ -41,14 +41,20 @@ def raw_round_trips(n: int) -> float:
     for _ in range(100):  # warm up, and wait for the connection
         s.send(b"x")
         s.recv()
-    t0 = time.perf_counter()
+    out = []
     for _ in range(n):
-        s.send(b"x" * 64)
+        t0 = time.perf_counter()
+        s.send(b"x" * size)
         s.recv()
-    rate = n / (time.perf_counter() - t0)
+        out.append((time.perf_counter() - t0) * 1000)
     ctx.destroy(linger=0)
     p.join()
-    return rate
+    return out
+
+
+def raw_round_trips(n: int) -> float:
+    """Round trips per second."""
+    return n / (sum(raw_round_trip_ms(n)) / 1000)
 
 
 def rss_mb(pid: int) -> float:

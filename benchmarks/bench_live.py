@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_fabric import _echo  # noqa: E402
+from benchmarks.bench_fabric import raw_round_trip_ms  # noqa: E402
 from orchestrator.live_client import LiveClient, RequestFailed  # noqa: E402
 from orchestrator.live_server import LiveServer  # noqa: E402
 from orchestrator.session import Session  # noqa: E402
@@ -32,32 +32,6 @@ from orchestrator.session import Session  # noqa: E402
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
-def raw_round_trip_ms(n: int = 3000) -> list[float]:
-    import multiprocessing as mp
-
-    import zmq
-
-    endpoint = "tcp://127.0.0.1:5793"
-    p = mp.Process(target=_echo, args=(endpoint, n + 100))
-    p.start()
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.connect(endpoint)
-    for _ in range(100):
-        s.send(b"x")
-        s.recv()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        s.send(b"x" * 120)
-        s.recv()
-        out.append((time.perf_counter() - t0) * 1000)
-    ctx.destroy(linger=0)
-    p.join()
-    return out
 
 
 def main() -> None:
@@ -69,7 +43,7 @@ def main() -> None:
     ap.add_argument("--placement", default="single", choices=["single", "kind", "agent"])
     a = ap.parse_args()
 
-    raw = raw_round_trip_ms()
+    raw = raw_round_trip_ms(3000, size=120, endpoint="tcp://127.0.0.1:5793")
     out = Path(tempfile.mkdtemp(prefix="bench-live-")) / "session"
     teams = [f"team{i}" for i in range(a.teams)]
     t0 = time.perf_counter()

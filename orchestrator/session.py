@@ -274,12 +274,16 @@ class Session:
         if self.state not in states:
             raise ProtocolError("bad_state", f"the session is {self.state}; this needs it {' or '.join(states)}")
 
+    def _rebase(self) -> None:
+        """The next tick is due now; the pace is measured afresh from here."""
+        self.clock.rebase(self.tick, time.monotonic())
+        self.pace_marks.clear()
+
     def start(self) -> dict:
         self._require(WAITING)
         self.state = RUNNING
         self.wall_started = time.monotonic()
-        self.clock.rebase(self.tick, time.monotonic())
-        self.pace_marks.clear()
+        self._rebase()
         self._journal("start")
         self._note_all("session_started", "the game day has started")
         return self.summary()
@@ -294,8 +298,7 @@ class Session:
     def resume(self) -> dict:
         self._require(PAUSED)
         self.state = RUNNING
-        self.clock.rebase(self.tick, time.monotonic())
-        self.pace_marks.clear()
+        self._rebase()
         self._journal("resume")
         self._note_all("session_resumed", "resumed")
         return self.summary()
@@ -305,8 +308,7 @@ class Session:
         if not (isinstance(speed, (int, float)) and math.isfinite(speed) and 0 < speed <= MAX_SPEED):
             raise ProtocolError("bad_request", f"speed: got {speed!r}; expected a number > 0 and <= {MAX_SPEED:g}")
         self.clock.speed = float(speed)
-        self.clock.rebase(self.tick, time.monotonic())
-        self.pace_marks.clear()
+        self._rebase()
         self._journal("speed", speed=speed)
         self._note_all("speed_changed", f"speed is now {speed:g}x", speed=speed)
         return self.summary()
