@@ -401,3 +401,33 @@ def test_a_session_that_cannot_keep_its_speed_goes_on_from_where_it_is_instead_o
         assert session.due() > time.monotonic() - 1.0  # the next tick is due about now, not 100 s ago
     finally:
         session.close()
+
+
+def test_ctrl_c_ends_a_session_cleanly_with_its_directories_readable(tmp_path):
+    """SIGINT to `gameday serve`: exit 130, no traceback, each team's run directory
+    readable and marked ended, the ranking written."""
+    out = tmp_path / "session"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--team", "red", "--team", "blue",
+                             "--hosting", "inprocess", "--bind", "tcp://127.0.0.1:0", "--no-web", "--start",
+                             "--speed", "120", "--no-report", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((out / "teams" / "red" / "metrics.csv").exists()
+                   and (out / "teams" / "red" / "metrics.csv").read_text().count("\n") > 200):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    for team in ("red", "blue"):
+        run = load_run(out / "teams" / team)
+        assert run.meta["status"] == "ended" and len(run.metrics) == run.meta["ticks_done"] > 200
+    ranking = json.loads((out / "ranking.json").read_text())
+    assert sorted(r["team"] for r in ranking["teams"]) == ["blue", "red"]
+    assert json.loads((out / "session.json").read_text())["status"] == "ended"
