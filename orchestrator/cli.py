@@ -184,6 +184,11 @@ def playbooks_show(name):
         click.echo(f"  {m['name']:28s} risk {m['risk']:6s} {lead}, {dep}" + (f"; params {params}" if params else ""))
         if m["description"]:
             click.echo(f"      {m['description']}")
+    if info["faults"]:
+        click.echo("\nfaults (a live game day's facilitator injects them: gameday facilitate inject NAME):")
+        for f in info["faults"]:
+            params = ", ".join(f"{k}={v!r}" for k, v in f["params"].items())
+            click.echo(f"  {f['name']:28s} {f['description']}" + (f"; params {params}" if params else ""))
     if info["par"]:
         click.echo("\npar (the historical response):")
         for k, v in info["par"].items():

@@ -582,9 +582,9 @@ def _check_condition(c, loc: str, observed: set, alarms: set, actions: set, issu
 
 
 def describe(tpl: Template) -> dict:
-    """What ``gameday playbooks show`` prints: description, variables, mitigations."""
+    """What ``gameday playbooks show`` prints: description, variables, mitigations, faults."""
     values = resolve_variables(tpl, {}, tpl.source)
     data = validate_playbook(parse_yaml(render(tpl, values), tpl.source, first_line=tpl.body_line), tpl.source)
     return {"name": data["name"], "title": data["title"], "description": data["description"],
-            "variables": tpl.header, "mitigations": data["mitigations"], "par": {k: format_clock(v) for k, v in data["par"].items()},
+            "variables": tpl.header, "mitigations": data["mitigations"], "faults": data["faults"], "par": {k: format_clock(v) for k, v in data["par"].items()},
             "runbooks": builtin_runbooks(data["name"])}

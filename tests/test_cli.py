@@ -47,6 +47,9 @@ def test_playbooks_show_lists_variables_mitigations_par_and_runbooks():
     mitigations = out.split("\nmitigations:\n", 1)[1]
     for name in names:
         assert f"  {name} " in mitigations, name
+    faults = out.split("\nfaults (", 1)[1].split("\npar (", 1)[0]
+    for f in playbook["faults"]:
+        assert f"  {f['name']} " in faults and f["description"] in faults, f["name"]
     par = out.split("\npar (the historical response):\n", 1)[1]
     assert "loop_broken" in par and "13:34" in par and "backlog_drained" in par and "18:40" in par
     runbooks = builtin_runbooks(FLAGSHIP)
