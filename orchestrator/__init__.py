@@ -1,4 +1,4 @@
 """Runs game days: playbook loading, world building, hosting, scoring, journal, CLI."""
-from .api import run
+from .api import compare, run
 
-__all__ = ["run"]
+__all__ = ["compare", "run"]

@@ -3,6 +3,8 @@
     >>> import orchestrator
     >>> r = orchestrator.run(runbook="none", seed=3, duration="4h", out="runs/none-s3")
     >>> r.score["loop_broken"], r.metrics["bridge.utilisation"].max()
+    >>> df = orchestrator.compare(runbooks=["none", "protect-early"], seeds=10, duration="3h")
+    >>> df.groupby("runbook")["loop_broken_s"].median()
 """
 from __future__ import annotations
 
@@ -30,3 +32,20 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-run-"))
     return execute(spec, out, progress=progress, hosting=hosting, placement=placement, address=address,
                    snapshot_every=snapshot_every)
+
+
+def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), seeds=10, sweep: dict | None = None,
+            sets: dict | None = None, duration=None, tick=None, address: str | None = None, parallel: bool = True,
+            progress: bool = False, max_workers: int | None = None):
+    """Every (runbook, seed, sweep point) as a whole world in a Ray task (``parallel``;
+    on the cluster at ``address``, else a local Ray) or one by one here; returns the
+    results as a pandas DataFrame, one row per run (see ``orchestrator.comparison.COLUMNS``).
+    ``seeds``: N (seeds 1..N) or a list; ``sweep``: {variable: [values]}, every
+    combination is a sweep point. ``reports.compare_stats.summary(df)`` and ``pairs(df)``
+    give the statistics."""
+    from .comparison import compare as run_comparison
+
+    return run_comparison(playbook, list(runbooks), seeds, sweep or {}, sets,
+                          parse_duration(duration) if duration is not None else None,
+                          parse_duration(tick) if tick is not None else None, address, parallel, progress,
+                          max_workers=max_workers)

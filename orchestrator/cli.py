@@ -223,6 +223,76 @@ def playbooks_validate(file, sets, vars_file, runbooks):
         click.echo(f"{rb}: valid")
 
 
+@main.command("compare")
+@click.argument("playbook", default="us-east-1-2021")
+@click.option("--runbook", "-r", "runbooks", multiple=True, required=True,
+              help="A runbook to compare (repeatable): a built-in name or a YAML file.")
+@click.option("--seeds", type=click.IntRange(min=1), default=10, show_default=True, help="Seeds 1..N for every runbook.")
+@click.option("--sweep", "sweeps", multiple=True, metavar="VAR=V1,V2,...",
+              help="A playbook variable and its values (repeatable; every combination is a sweep point).")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a playbook variable (repeatable).")
+@click.option("--vars", "vars_file", type=click.Path(dir_okay=False), help="YAML file of variable overrides.")
+@click.option("--duration", callback=_duration, help="Simulated time of every run (e.g. 3h); default from the playbook.")
+@click.option("--tick", callback=_duration, help="Simulated seconds per tick; default from the playbook.")
+@click.option("--address", envvar="RAY_ADDRESS", help="Ray cluster to run on (default: RAY_ADDRESS, else a local Ray).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="At most this many runs at once [default: the Ray cluster's CPUs].")
+@click.option("--serial", is_flag=True, help="Run one by one in this process instead of as Ray tasks (same results).")
+@click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk).")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Directory for the results [default: runs/compare-<playbook>-<time>].")
+@click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
+def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration, tick, address, workers, serial,
+                    keep_runs, out, report, progress):
+    """Compare runbooks over seeds (and sweeps of playbook variables).
+
+    Every (runbook, seed, sweep point) is a whole world run in a Ray task. Writes
+    results.csv (one row per run), summary.csv (per runbook: success rate, median and
+    p90 time to break the loop with bootstrap 95% CIs, impact), pairs.csv (each pair's
+    Mann-Whitney U test, Holm-corrected) and the comparison report, and prints the
+    summary and the verdicts.
+    """
+    from reports import compare_stats as cs
+    from reports.compare_report import write_comparison_report
+    from .comparison import compare, parse_sweeps
+
+    sweep = parse_sweeps(list(sweeps))
+    values = _variables(playbook, sets, vars_file)
+    if out is None:
+        out = Path("runs") / f"compare-{Path(playbook).name.split('.')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(out)
+    from .journal import check_out_dir
+
+    check_out_dir(out)
+    df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
+                 progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "results.csv", index=False)
+    summ, tests = cs.summary(df, list(sweep)), cs.pairs(df, list(sweep))
+    summ.to_csv(out / "summary.csv", index=False)
+    tests.to_csv(out / "pairs.csv", index=False)
+    from reports.compare_report import _fmt_s
+
+    for r in summ.to_dict("records"):
+        point = ", ".join(f"{k}={r[k]}" for k in sweep)
+        click.echo(f"{(point + ': ') if point else ''}{r['runbook']}: {r['runs']} runs, loop broken in "
+                   f"{r['success_rate']:.0%}, median {_fmt_s(r['median_break_s'])} (95% CI "
+                   f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
+                   f"{_fmt_s(r['p90_break_s'])}, median impact {r['median_impact']:.1f}")
+    for t in tests.to_dict("records"):
+        point = ", ".join(f"{k}={t[k]}" for k in sweep)
+        click.echo(f"{(point + ': ') if point else ''}{t['verdict']} (p = {t['p_holm']:.4f} after Holm)")
+    if len(tests):
+        click.echo(f"test: {cs.TEST}")
+    if report:
+        horizon = df["horizon_s"].max()
+        written = write_comparison_report(df, out, list(sweep), {"playbook": Path(playbook).name.split(".")[0],
+                                                                  "seeds": seeds, "horizon": f"{horizon / 3600:g} h"})
+        click.echo(f"report: {written[1]}")
+    click.echo(f"results: {out / 'results.csv'}")
+
+
 # -- live game days -----------------------------------------------------------------------------
 
 def _session_tokens(session_dir: str) -> dict:

@@ -1,14 +1,21 @@
-"""Run as a script by tests/test_ray_hosting.py: a local two-node Ray cluster
-(ray.cluster_utils.Cluster) with the hosts spread over both nodes; prints JSON."""
+"""Run as a script by the tests (the ``cluster_check`` fixture): a local two-node Ray
+cluster (ray.cluster_utils.Cluster) with a world's hosts spread over both nodes, then a
+runbook comparison run as tasks on that cluster; prints JSON."""
 import json
 import sys
 
 import ray
 from ray.cluster_utils import Cluster
 
+from orchestrator.comparison import compare
 from orchestrator.hosting import InProcessHost
 from orchestrator.ray_hosting import RayHost
 from orchestrator.runner import RunSpec, prepare
+
+
+#: the comparison run on the cluster; tests/test_compare.py runs it one by one and compares
+COMPARE = {"playbook": "tests/playbooks/mini_loop.yaml.j2", "runbooks": ["none", "tests/playbooks/fix_early.yaml"],
+           "seeds": 3, "sweep": {"clients": [1000, 2000]}}
 
 
 def main(ticks: int) -> None:
@@ -23,8 +30,9 @@ def main(ticks: int) -> None:
             nodes = sorted({w["node"] for w in hosted.where.values()})
         finally:
             hosted.close()
+        table = compare(COMPARE["playbook"], COMPARE["runbooks"], COMPARE["seeds"], COMPARE["sweep"], address=cluster.address)
         print(json.dumps({"same": same, "host_nodes": len(nodes), "cluster_nodes": len(ray.nodes()),
-                          "hosts": len(hosted.where)}))
+                          "hosts": len(hosted.where), "compare": table.to_csv(index=False)}))
     finally:
         ray.shutdown()
         cluster.shutdown()

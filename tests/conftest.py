@@ -85,3 +85,16 @@ def runbook_file(tmp_path_factory):
         return str(path)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def cluster_check():
+    """tests/cluster_check.py's JSON: a two-node Ray cluster started once, in its own
+    process (this session's Ray is already running), for the hosting and comparison tests."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "tests.cluster_check", "600"], cwd=root, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

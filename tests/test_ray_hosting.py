@@ -184,20 +184,11 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
-def test_a_two_node_cluster_with_hosts_on_both_nodes_gives_identical_results():
+def test_a_two_node_cluster_with_hosts_on_both_nodes_gives_identical_results(cluster_check):
     """A separate Ray (a local multi-node cluster) in its own process, since this session's
     Ray is already running."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-m", "tests.cluster_check", "600"], cwd=root, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["cluster_nodes"] == 2 and result["host_nodes"] == 2, result  # the agents really are spread
+    assert cluster_check["same"]
+    assert cluster_check["cluster_nodes"] == 2 and cluster_check["host_nodes"] == 2  # the agents really are spread
     assert result["same"], result
 
 

@@ -1,0 +1,106 @@
+"""The comparison report: the results table summarised per runbook, every pair's test,
+and two charts per sweep point (the CDF of time to break the loop, box plots of impact),
+as Markdown with PNGs beside it and as one self-contained HTML file."""
+from __future__ import annotations
+
+import base64
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import compare_stats as cs
+from .build import environment
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    if math.isinf(seconds):
+        return "not broken"
+    return f"{seconds / 60:.1f} min"
+
+
+def _points(df: pd.DataFrame, sweep_vars: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    if not sweep_vars:
+        return [("all runs", df)]
+    return [(", ".join(f"{k}={v}" for k, v in zip(sweep_vars, key if isinstance(key, tuple) else (key,))), g)
+            for key, g in df.groupby(sweep_vars, sort=False)]
+
+
+def charts(df: pd.DataFrame, sweep_vars: list[str]) -> dict[str, bytes]:
+    """{"break_cdf": png, "impact": png}, a panel per sweep point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = _points(df, sweep_vars)
+    out = {}
+    for name in ("break_cdf", "impact"):
+        fig, axes = plt.subplots(1, len(points), figsize=(max(6, 4.2 * len(points)), 3.4), dpi=100, squeeze=False)
+        for ax, (label, g) in zip(axes[0], points):
+            names = list(dict.fromkeys(g["runbook"]))
+            if name == "break_cdf":
+                horizon = float((g["horizon_s"] - g["trigger_s"].fillna(0)).max()) / 60
+                for rb in names:
+                    t = np.sort(cs.time_to_break(g[g["runbook"] == rb]).to_numpy()) / 60
+                    y = np.arange(1, len(t) + 1) / len(t)
+                    finite = np.isfinite(t)
+                    ax.step(np.r_[0, t[finite], horizon], np.r_[0, y[finite], y[finite][-1] if finite.any() else 0],
+                            where="post", label=rb)
+                ax.set_xlabel("minutes after the trigger")
+                ax.set_ylabel("share of runs with the loop broken")
+                ax.set_ylim(0, 1.05)
+            else:
+                ax.boxplot([g[g["runbook"] == rb]["impact"].to_numpy() for rb in names], tick_labels=names)
+                ax.set_ylabel("impact (weighted error-minutes)")
+                ax.tick_params(axis="x", labelrotation=20)
+            ax.set_title(label, fontsize=10, loc="left")
+            ax.grid(alpha=0.3)
+        if name == "break_cdf":
+            axes[0][-1].legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        out[name] = buf.getvalue()
+    return out
+
+
+def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] | None = None,
+                            info: dict | None = None) -> list[Path]:
+    """compare.md (charts in charts/) and compare.html (self-contained) in ``out``."""
+    sweep_vars = list(sweep_vars or [])
+    out = Path(out)
+    (out / "charts").mkdir(parents=True, exist_ok=True)
+    summ = cs.summary(df, sweep_vars)
+    tests = cs.pairs(df, sweep_vars)
+    rows = [{**r, "median": f"{_fmt_s(r['median_break_s'])} ({_fmt_s(r['median_break_ci'][0])} to "
+                              f"{_fmt_s(r['median_break_ci'][1])})",
+             "p90": f"{_fmt_s(r['p90_break_s'])} ({_fmt_s(r['p90_break_ci'][0])} to {_fmt_s(r['p90_break_ci'][1])})",
+             "impact": f"{r['median_impact']:.1f} ({r['median_impact_ci'][0]:.1f} to {r['median_impact_ci'][1]:.1f})",
+             "point": ", ".join(f"{k}={r[k]}" for k in sweep_vars) or "all runs"}
+            for r in summ.to_dict("records")]
+    verdicts = [{**t, "point": ", ".join(f"{k}={t[k]}" for k in sweep_vars) or "all runs"}
+                for t in tests.to_dict("records")]
+    pngs = charts(df, sweep_vars)
+    for name, png in pngs.items():
+        (out / "charts" / f"{name}.png").write_bytes(png)
+    outcomes = df.groupby([*sweep_vars, "runbook"], sort=False)["outcome"].value_counts().unstack(fill_value=0)
+    records = outcomes.reset_index().to_dict("records")
+    keys = [*sweep_vars, "runbook"]
+    heads = keys + list(outcomes.columns)
+    outcome_lines = ["| " + " | ".join(map(str, heads)) + " |", "|" + "---|" * len(keys) + "---:|" * len(outcomes.columns)]
+    outcome_lines += ["| " + " | ".join(str(r[h]) for h in heads) + " |" for r in records]
+    env = environment()
+    ctx = {"info": info or {}, "rows": rows, "verdicts": verdicts, "test": cs.TEST, "n": len(df),
+           "outcomes": records, "outcome_names": list(outcomes.columns), "keys": keys, "outcome_lines": outcome_lines}
+    (out / "compare.md").write_text(env.get_template("compare.md.j2").render(
+        **ctx, charts={k: f"charts/{k}.png" for k in pngs}), encoding="utf-8")
+    (out / "compare.html").write_text(env.get_template("compare.html.j2").render(
+        **ctx, charts={k: "data:image/png;base64," + base64.b64encode(v).decode("ascii") for k, v in pngs.items()}),
+        encoding="utf-8")
+    return [out / "compare.md", out / "compare.html"]

@@ -1,0 +1,105 @@
+"""Comparing runbooks: whole worlds as Ray tasks, the results table, the statistics and
+the comparison report. On tests/playbooks/mini_loop.yaml.j2, a small world where the
+surge leaves the loop stuck unless the back-off fix ships (a run takes a fraction of a
+second), so many seeds stay cheap."""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import orchestrator
+from orchestrator.comparison import compare
+from reports import compare_stats as cs
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+MINI = str(HERE / "playbooks" / "mini_loop.yaml.j2")
+FIX = str(HERE / "playbooks" / "fix_early.yaml")
+FIX_COPY = str(HERE / "playbooks" / "fix_early_copy.yaml")
+
+
+@pytest.fixture(scope="module")
+def on_ray(ray_session):
+    """none, the fix, and the fix under another name; 6 seeds each, as Ray tasks."""
+    return orchestrator.compare(MINI, ["none", FIX, FIX_COPY], seeds=6)
+
+
+def test_a_runbook_that_helps_beats_none_and_identical_runbooks_are_not_different(on_ray):
+    df = on_ray
+    assert len(df) == 18 and list(df.columns[:3]) == ["runbook", "seed", "trigger_s"]
+    assert set(df[df["runbook"] == "none"]["outcome"]) == {"stuck"}
+    assert set(df[df["runbook"] == "fix_early"]["outcome"]) == {"broken by the runbook"}
+    tests = cs.pairs(df).set_index(["a", "b"])
+    helps = tests.loc[("none", "fix_early")]
+    assert helps["p_holm"] < cs.ALPHA and helps["better"] == "fix_early"
+    same = tests.loc[("fix_early", "fix_early_copy")]
+    assert same["p"] == 1.0 and same["better"] == "" and "no significant difference" in same["verdict"]
+    summ = cs.summary(df).set_index("runbook")
+    assert summ.loc["none", "success_rate"] == 0.0 and summ.loc["fix_early", "success_rate"] == 1.0
+    assert np.isinf(summ.loc["none", "median_break_s"])
+    lo, hi = summ.loc["fix_early", "median_break_ci"]
+    assert lo <= summ.loc["fix_early", "median_break_s"] <= hi < 600
+
+
+def test_results_in_parallel_equal_results_run_one_by_one(on_ray):
+    serial = compare(MINI, ["none", FIX, FIX_COPY], 6, parallel=False)
+    pd.testing.assert_frame_equal(on_ray, serial)
+
+
+def test_a_two_node_cluster_gives_the_same_table(cluster_check):
+    from tests.cluster_check import COMPARE
+
+    here = compare(str(ROOT / COMPARE["playbook"]), [r if r == "none" else str(ROOT / r) for r in COMPARE["runbooks"]],
+                   COMPARE["seeds"], COMPARE["sweep"], parallel=False)
+    there = pd.read_csv(io.StringIO(cluster_check["compare"]))
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(here.to_csv(index=False))), there)
+    assert set(there["clients"]) == {1000, 2000} and len(there) == 12
+
+
+def test_the_statistics_on_known_samples():
+    assert cs.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert cs.mann_whitney(np.array([1.0, 2, 3, 4]), np.array([5.0, 6, 7, 8])) == pytest.approx(2 / 70 * 2 / 2, abs=0.01)
+    assert cs.mann_whitney(np.array([np.inf] * 4), np.array([np.inf] * 4)) == 1.0
+    df = pd.DataFrame({"runbook": ["a"] * 4, "seed": range(4), "loop_formed": [True, True, False, True],
+                       "loop_broken_s": [60.0, np.nan, np.nan, 120.0], "impact": [1.0, 2, 3, 4],
+                       "collateral": 0, "actions": 1})
+    t = cs.time_to_break(df).tolist()
+    assert t == [60.0, np.inf, 0.0, 120.0]  # never formed counts 0, stuck counts slowest
+    s = cs.summary(df).iloc[0]
+    assert s["success_rate"] == 0.75 and s["median_break_s"] == 60.0 and np.isinf(s["p90_break_s"])
+
+
+def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session, tmp_path):
+    out = tmp_path / "cmp"
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
+                           "--seeds", "4", "--sweep", "clients=1000,2000", "--serial", "--out", str(out),
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_csv(out / "results.csv")
+    assert len(df) == 16 and {"runbook", "seed", "clients", "loop_broken_s", "impact", "outcome"} <= set(df.columns)
+    assert set(pd.read_csv(out / "pairs.csv")["clients"]) == {1000, 2000}
+    assert "clients=2000: fix_early breaks the loop faster than none" in proc.stdout
+    assert "Mann-Whitney" in proc.stdout
+    md = (out / "compare.md").read_text()
+    assert "| clients=2000 | none vs fix_early |" in md and "![time to break the loop](charts/break_cdf.png)" in md
+    for name in ("break_cdf", "impact"):
+        assert (out / "charts" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (out / "compare.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and "src=\"charts/" not in html
+
+
+def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
+    for args, words in ((["-r", "none", "-r", "no-such-runbook"], "no-such-runbook"),
+                        (["-r", "none", "--sweep", "clients"], "--sweep"),
+                        (["-r", "none", "--sweep", "cleints=1,2"], "cleints")):
+        out = tmp_path / f"cmp{len(words)}"
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, *args, "--seeds", "2",
+                               "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
+        assert not out.exists()
