@@ -189,7 +189,6 @@ def test_a_two_node_cluster_with_hosts_on_both_nodes_gives_identical_results(clu
     Ray is already running."""
     assert cluster_check["same"]
     assert cluster_check["cluster_nodes"] == 2 and cluster_check["host_nodes"] == 2  # the agents really are spread
-    assert result["same"], result
 
 
 def _group_hosts(pid: int) -> dict[int, int]:
