@@ -604,6 +604,73 @@ def replay(run_dir, out):
     sys.exit(1)
 
 
+def _axis(value: str):
+    from .comparison import parse_sweeps
+
+    (name, values), = parse_sweeps([value]).items()
+    return name, values
+
+
+@main.command("phasemap")
+@click.argument("playbook", default="us-east-1-2021")
+@click.option("--x", "x", required=True, metavar="VAR=V1,V2,...", help="The horizontal axis: a playbook variable and its values.")
+@click.option("--y", "y", required=True, metavar="VAR=V1,V2,...", help="The vertical axis.")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per cell (seeds 1..N).")
+@click.option("--runbook", "-r", default="none", show_default=True, help="Who acts (none: the system alone).")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a playbook variable (repeatable).")
+@click.option("--duration", callback=_duration, help="Simulated time of every run; default from the playbook.")
+@click.option("--address", envvar="RAY_ADDRESS", help="Ray cluster to run on (default: RAY_ADDRESS, else a local Ray).")
+@click.option("--serial", is_flag=True, help="Run one by one in this process instead of as Ray tasks (same results).")
+@click.option("--out", type=click.Path(file_okay=False), help="Directory [default: runs/phasemap-<playbook>-<time>].")
+def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, serial, out):
+    """Map metastability over two variables: each cell healthy (the loop never formed),
+    recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
+    (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md."""
+    from reports.compare_report import phase_chart
+    from .journal import check_out_dir
+    from .phasemap import phase_map
+
+    xa, ya = _axis(x), _axis(y)
+    if out is None:
+        out = Path("runs") / f"phasemap-{Path(playbook).name.split('.')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(out)
+    check_out_dir(out)
+    cells, runs = phase_map(playbook, xa, ya, seeds, runbook, _variables(playbook, sets, None), duration,
+                            address=address, parallel=not serial, progress=True)
+    out.mkdir(parents=True, exist_ok=True)
+    cells.to_csv(out / "phasemap.csv", index=False)
+    runs.to_csv(out / "runs.csv", index=False)
+    (out / "phasemap.png").write_bytes(phase_chart(cells, xa[0], ya[0]))
+    grid = cells.pivot(index=ya[0], columns=xa[0], values="phase")
+    lines = [f"# Phase map: {Path(playbook).name.split('.')[0]}, runbook {runbook}, {seeds} seeds per cell", "",
+             f"| {ya[0]} \\ {xa[0]} | " + " | ".join(map(str, grid.columns)) + " |",
+             "|---|" + "---|" * len(grid.columns)]
+    lines += [f"| {idx} | " + " | ".join(grid.loc[idx]) + " |" for idx in grid.index]
+    lines += ["", "![phase map](phasemap.png)", ""]
+    (out / "phasemap.md").write_text("\n".join(lines), encoding="utf-8")
+    click.echo("\n".join(lines[2:-3]))
+    click.echo(f"phase map: {out / 'phasemap.png'}")
+
+
+@main.command("fork")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--at", "at", required=True, help="The decision point: a clock time of the run (e.g. 09:30).")
+@click.option("--runbook", "-r", required=True, help="The runbook that takes over at that time (a built-in name or a file).")
+@click.option("--out", type=click.Path(file_okay=False), help="Directory for the fork [default: RUN_DIR-fork-<time>].")
+def fork_command(run_dir, at, runbook, out):
+    """Continue RUN_DIR (scripted or live) from its exact state at --at with another
+    runbook, to the scenario's end, and say what changed ("loop broken 95 minutes
+    sooner"). Up to --at the fork is the original, tick for tick."""
+    from .fork import fork
+
+    out = Path(out) if out else Path(f"{Path(run_dir).as_posix().rstrip('/')}-fork-{time.strftime('%Y%m%d-%H%M%S')}")
+    result = fork(Path(run_dir), at, runbook, out)
+    click.echo(f"forked {run_dir} at {at}: {result['runbook_before']} -> {result['runbook']}")
+    for d in result["differences"]:
+        click.echo(f"  {d['text']}")
+    click.echo(f"fork: {out}")
+
+
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False))
 def keys(directory):

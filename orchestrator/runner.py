@@ -195,12 +195,12 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
     try:
         while not run.done:
-            _feed(run, (injections or {}).get(run.tick, []))
+            feed(run, (injections or {}).get(run.tick, []))
             clock.wait_for(run.tick)
             run.step()
             if bar is not None:
                 bar.update(1)
-        _feed(run, (injections or {}).get(run.tick, []))  # a session's notes after the last tick
+        feed(run, (injections or {}).get(run.tick, []))  # a session's notes after the last tick
         status = "complete"
     except HostingError as e:
         status = "failed"
@@ -212,7 +212,7 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     return load_run(out)
 
 
-def _feed(run: WorldRun, recorded: list[dict]) -> None:
+def feed(run: WorldRun, recorded: list[dict]) -> None:
     """Send recorded inputs into ``run`` again: what was injected, and a session's notes."""
     for e in recorded:
         rest = {k: v for k, v in e.items() if k not in ("tick", "clock", "agent", "event", "kind", "dst", "body")}
@@ -222,12 +222,9 @@ def _feed(run: WorldRun, recorded: list[dict]) -> None:
             run.note(e["event"], **rest)
 
 
-def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str = "kind",
-           address: str | None = None) -> RunData:
-    """Play a recorded run again from its directory: the rendered playbook and runbook,
-    the seed, and everything that entered the world from outside (a team's commands, a
-    facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
-    are copied at their ticks. The result is identical, ticks and events."""
+def recording(run_dir: Path, duration_s: float | None = None) -> tuple[dict, dict[int, list[dict]], RunSpec]:
+    """What it takes to play a recorded run again: (meta, tick -> recorded inputs, the
+    spec). ``duration_s``: play this long instead of the ticks the run did."""
     run_dir = Path(run_dir)
     try:
         meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
@@ -244,10 +241,20 @@ def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str 
                 injections.setdefault(int(e["tick"]), []).append(e)
     ticks = int(meta.get("ticks_done", 0))
     if ticks == 0:
-        raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to replay")
+        raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to play again")
     spec = RunSpec(playbook=str(run_dir / "playbook.yaml"), runbook=str(run_dir / "runbook.yaml"), seed=int(meta["seed"]),
-                   duration=ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]), shards=meta.get("shards_option"),
-                   console=meta.get("operator") == "console")
+                   duration=duration_s or ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]),
+                   shards=meta.get("shards_option"), console=meta.get("operator") == "console")
+    return meta, injections, spec
+
+
+def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str = "kind",
+           address: str | None = None) -> RunData:
+    """Play a recorded run again from its directory: the rendered playbook and runbook,
+    the seed, and everything that entered the world from outside (a team's commands, a
+    facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
+    are copied at their ticks. The result is identical, ticks and events."""
+    _, injections, spec = recording(run_dir)
     return execute(spec, out, hosting=hosting, placement=placement, address=address, injections=injections)
 
 

@@ -104,3 +104,38 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
         **ctx, charts={k: "data:image/png;base64," + base64.b64encode(v).decode("ascii") for k, v in pngs.items()}),
         encoding="utf-8")
     return [out / "compare.md", out / "compare.html"]
+
+
+PHASE_COLOURS = {"healthy": "#4caf50", "recovered by itself": "#ffc107", "stuck": "#d32f2f", "mixed": "#9e9e9e"}
+
+
+def phase_chart(cells: pd.DataFrame, x: str, y: str, title: str = "") -> bytes:
+    """The phase map as a heat map: a cell per (x, y), coloured by its phase, with the
+    count of stuck runs written in it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    xs, ys = list(dict.fromkeys(cells[x])), list(dict.fromkeys(cells[y]))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(xs) + 2.5), max(3, 0.7 * len(ys) + 1.6)), dpi=100)
+    for _, c in cells.iterrows():
+        i, j = xs.index(c[x]), ys.index(c[y])
+        ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, color=PHASE_COLOURS[c["phase"]]))
+        runs = int(c["healthy"] + c["recovered by itself"] + c["stuck"])
+        ax.text(i, j, f"{int(c['stuck'])}/{runs}", ha="center", va="center", fontsize=9)
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.set_ylim(-0.5, len(ys) - 0.5)
+    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [str(v) for v in ys])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title or "phases (stuck runs / runs in each cell)", fontsize=10, loc="left")
+    ax.legend(handles=[Patch(color=c, label=p) for p, c in PHASE_COLOURS.items()], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

@@ -103,3 +103,35 @@ def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
                                "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
         assert not out.exists()
+
+
+# -- the phase map ---------------------------------------------------------------------------------
+
+GRID = (("clients", [1000, 2000]), ("surge_setups", [50, 200]))
+
+
+def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
+    from orchestrator.phasemap import phase_map
+
+    with_bug, runs = phase_map(MINI, *GRID, seeds=2, parallel=False)
+    without, _ = phase_map(MINI, *GRID, seeds=2, sets={"latent_bug": False}, parallel=False)
+    phase = {(r["clients"], r["surge_setups"]): r["phase"] for r in with_bug.to_dict("records")}
+    assert len(runs) == 8 and set(runs["runbook"]) == {"none"}
+    assert phase[(1000, 50)] == "healthy"  # a small surge on a light load: nothing happens
+    assert phase[(2000, 200)] == "stuck"  # a big surge on a heavy load: the loop sustains itself
+    assert phase[(1000, 200)] == "recovered by itself"
+    assert (without["phase"] == "stuck").sum() < (with_bug["phase"] == "stuck").sum()
+    assert (without["phase"] == "stuck").sum() == 0
+
+
+def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
+    from orchestrator.phasemap import hysteresis
+
+    h = hysteresis(MINI, "rate", [0.8, 0.9, 1.0, 1.1], "shed_load", "factor", [0.5, 0.6, 0.7, 0.8, 0.9], "00:10",
+                   seeds=2, duration=1800, parallel=False)
+    print(f"\ntips at rate {h['tip_load']}, recovers from stuck at rate {h['recover_load']}")
+    assert h["tip_load"] is not None and h["recover_load"] is not None
+    assert h["recover_load"] < h["tip_load"]
+    # and a stuck system brought to just under the tipping load stays stuck
+    just_under = h["recovery"][h["recovery"]["runbook"] == "shed-to-0.9"]
+    assert set(just_under["outcome"]) == {"stuck"}

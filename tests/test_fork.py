@@ -1,0 +1,73 @@
+"""Forking a recorded run at a decision point with another runbook."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import orchestrator
+from orchestrator.fork import fork
+
+HERE = Path(__file__).parent
+MINI = str(HERE / "playbooks" / "mini_loop.yaml.j2")
+FIX = str(HERE / "playbooks" / "fix_early.yaml")
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory, runbook_file):
+    """The fix shipped late (00:12): the loop runs for nine minutes."""
+    late = runbook_file("fix-late", [{"name": "fix", "when": {"at": "00:12"}, "do": "fix_backoff"}])
+    return orchestrator.run(MINI, runbook=late, seed=2, out=tmp_path_factory.mktemp("orig") / "run"), late
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_fork_is_the_original_up_to_t_and_differs_after_when_the_runbook_acts_earlier(original, tmp_path):
+    run, _ = original
+    result = fork(run.dir, "00:06", FIX, tmp_path / "fork")
+    t = 360
+    a, b = pd.read_csv(run.dir / "metrics.csv"), pd.read_csv(tmp_path / "fork" / "metrics.csv")
+    pd.testing.assert_frame_equal(a.iloc[:t], b.iloc[:t])  # tick for tick up to the fork
+    assert not a.iloc[t:].equals(b.iloc[t:].set_index(a.index[t:]))
+    assert [e for e in events(run.dir) if e["tick"] < t] == [e for e in events(tmp_path / "fork") if e["tick"] < t]
+    asked = [e for e in events(tmp_path / "fork") if e["event"] == "action_requested"]
+    assert [(e["tick"], e["action"]) for e in asked] == [(t, "fix_backoff")]  # the new runbook acts at once
+    loop = next(d for d in result["differences"] if d["measure"] == "loop broken")
+    assert loop["minutes"] < -3 and "sooner" in loop["text"]
+    meta = json.loads((tmp_path / "fork" / "meta.json").read_text())
+    assert meta["forked_at_tick"] == t and meta["runbook"] == "fix-early" and meta["runbook_before_fork"] == "fix-late"
+
+
+def test_a_fork_with_the_same_runbook_is_the_original(original, tmp_path):
+    run, late = original
+    fork(run.dir, "00:06", late, tmp_path / "same")
+    pd.testing.assert_frame_equal(pd.read_csv(run.dir / "metrics.csv"), pd.read_csv(tmp_path / "same" / "metrics.csv"))
+    forked = [e for e in events(tmp_path / "same") if e["event"] != "forked"]
+    assert forked == events(run.dir)
+
+
+def test_a_fork_of_a_run_whose_action_was_already_asked_does_not_ask_it_again(tmp_path):
+    """The original fixed at 00:04; a fork at 00:10 to the same rule under another name
+    counts the fix as done and changes nothing."""
+    run = orchestrator.run(MINI, runbook=FIX, seed=3, out=tmp_path / "early")
+    fork(run.dir, "00:10", str(HERE / "playbooks" / "fix_early_copy.yaml"), tmp_path / "copy")
+    pd.testing.assert_frame_equal(pd.read_csv(run.dir / "metrics.csv"), pd.read_csv(tmp_path / "copy" / "metrics.csv"))
+
+
+def test_the_fork_command_says_what_changed_and_refuses_a_time_outside_the_run(original, tmp_path):
+    run, _ = original
+    root = HERE.parent
+    ok = subprocess.run([sys.executable, "-m", "orchestrator.cli", "fork", str(run.dir), "--at", "00:06", "-r", FIX,
+                         "--out", str(tmp_path / "f")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "fix-late -> fix-early" in ok.stdout and "loop broken" in ok.stdout and "sooner" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "fork", str(run.dir), "--at", "23:00", "-r", FIX,
+                          "--out", str(tmp_path / "g")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--at" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "g").exists()
