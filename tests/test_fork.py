@@ -71,3 +71,22 @@ def test_the_fork_command_says_what_changed_and_refuses_a_time_outside_the_run(o
                           "--out", str(tmp_path / "g")], cwd=root, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--at" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "g").exists()
+
+
+def test_a_live_teams_run_forks_too(tmp_path):
+    """A console-operated world (a live team's run directory) with a command at 00:05;
+    forked at 00:08 to a runbook: the prefix, the team's command included, is kept."""
+    from orchestrator.runner import RunSpec, WorldRun
+
+    run = WorldRun(RunSpec(playbook=MINI, seed=4, console=True), tmp_path / "team")
+    while not run.done:
+        if run.tick == 300:
+            run.inject("console_command", "operator", {"id": "c1", "action": "shed_load", "params": {"factor": 0.9},
+                                                       "by": "alice"}, by="alice")
+        run.step()
+    run.close("complete")
+    fork(tmp_path / "team", "00:08", FIX, tmp_path / "fork")
+    a, b = pd.read_csv(tmp_path / "team" / "metrics.csv"), pd.read_csv(tmp_path / "fork" / "metrics.csv")
+    pd.testing.assert_frame_equal(a.iloc[:480], b.iloc[:480])
+    asked = [(e["tick"], e["action"]) for e in events(tmp_path / "fork") if e["event"] == "action_requested"]
+    assert asked == [(300, "shed_load"), (480, "fix_backoff")]
