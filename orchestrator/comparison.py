@@ -145,6 +145,11 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         issues.append(Issue("--runbook", None, "at least one runbook"))
     if not seeds or any(s < 0 for s in seeds):
         issues.append(Issue("--seeds", seeds, "a number of seeds >= 1"))
+    labels = [Path(rb).stem if rb.endswith((".yaml", ".yml")) else rb for rb in runbooks]
+    issues += [Issue("--runbook", rb, f"runbooks with different names ({label!r} is given twice)")
+               for i, (rb, label) in enumerate(zip(runbooks, labels)) if label in labels[:i]]
+    issues += [Issue("--sweep", var, "a playbook variable whose name is not a column of the results")
+               for var in (sweeps or {}) if var in COLUMNS]
     if issues:
         raise InvalidInput("gameday compare", "options", issues)
     sets = dict(sets or {})

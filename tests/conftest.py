@@ -30,26 +30,51 @@ from pathlib import Path
 import orchestrator
 from reports.rundir import load_run
 
-#: The longest in-process run (12 h 40 min of the world with nobody acting) is started in
-#: a process of its own when the session begins, on the second core, while the first
-#: core runs the other tests; the test that needs it waits for it (about a minute saved).
+#: The longest in-process runs (12 hours with nobody acting, and the historical response)
+#: are played one after the other in a process of their own, started when the session
+#: begins: it uses the second core while the first runs the other tests, and the tests
+#: that need the runs wait for them (about a minute and a half saved).
 PREWARMED = {"none": ("test_with_nobody_acting_the_bridge_is_still_congested_12_hours_after_the_trigger",
-                      {"runbook": "none", "duration": "12h40m"})}
-_prewarm: dict[str, tuple[subprocess.Popen, Path, dict]] = {}
+                      {"runbook": "none", "duration": "12h40m"}),
+             "historical": ("test_the_report_figures_are_those_of_the_score_and_the_metrics", {"runbook": "historical"})}
+_prewarm: dict[str, tuple[Path, dict]] = {}
+_prewarm_proc: list[subprocess.Popen] = []
+_prewarm_log: list = []
 
 
 def pytest_collection_modifyitems(session, config, items):
     names = {item.originalname for item in items}
+    jobs = []
     for key, (test, kwargs) in PREWARMED.items():
         if test in names:
             out = Path(tempfile.mkdtemp(prefix="gameday-prewarm-")) / key
-            code = f"import orchestrator; orchestrator.run(out={str(out)!r}, **{kwargs!r})"
-            _prewarm[key] = (subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.PIPE, text=True), out, kwargs)
+            _prewarm[key] = (out, kwargs)
+            jobs.append((str(out), kwargs))
+    if jobs:
+        code = ("import orchestrator, pathlib\n"
+                f"for out, kwargs in {jobs!r}:\n"
+                "    orchestrator.run(out=out, **kwargs)\n"
+                "    pathlib.Path(out + '.done').touch()\n")
+        log = open(Path(tempfile.mkdtemp(prefix="gameday-prewarm-")) / "stderr.txt", "w+")
+        _prewarm_proc.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=log))
+        _prewarm_log.append(log)
+
+
+def _wait_for(out: Path) -> None:
+    import time
+
+    proc = _prewarm_proc[0]
+    deadline = time.monotonic() + 900
+    while not Path(f"{out}.done").exists():
+        if proc.poll() is not None and not Path(f"{out}.done").exists():
+            _prewarm_log[0].seek(0)
+            raise AssertionError(f"the prewarmed run {out.name} failed: {_prewarm_log[0].read()[-3000:]}")
+        assert time.monotonic() < deadline, f"the prewarmed run {out.name} took too long"
+        time.sleep(0.2)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for proc, _, _ in _prewarm.values():
+    for proc in _prewarm_proc:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -62,11 +87,9 @@ def run_2021(tmp_path_factory):
 
     def get(key: str, **kwargs):
         if key not in cache:
-            if key in _prewarm and _prewarm[key][2] == kwargs:
-                proc, out, _ = _prewarm[key]
-                _, err = proc.communicate(timeout=900)
-                assert proc.returncode == 0, err[-3000:]
-                cache[key] = load_run(out)
+            if key in _prewarm and _prewarm[key][1] == kwargs:
+                _wait_for(_prewarm[key][0])
+                cache[key] = load_run(_prewarm[key][0])
             else:
                 cache[key] = orchestrator.run(out=tmp_path_factory.mktemp("run") / key, **kwargs)
         return cache[key]
