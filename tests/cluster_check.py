@@ -24,7 +24,7 @@ def main(ticks: int) -> None:
     ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR")
     try:
         _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=2, duration=ticks))
-        clean, hosted = InProcessHost(plan), RayHost(plan, placement="agent", spread=True)
+        clean, hosted = InProcessHost(plan), RayHost(plan, placement="kind", spread=True)
         try:
             same = all(clean.step().metrics == hosted.step().metrics for _ in range(ticks))
             nodes = sorted({w["node"] for w in hosted.where.values()})

@@ -95,11 +95,11 @@ def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session,
 
 
 def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
-    for args, words in ((["-r", "none", "-r", "no-such-runbook"], "no-such-runbook"),
+    for i, (args, words) in enumerate(((["-r", "none", "-r", "no-such-runbook"], "no-such-runbook"),
                         (["-r", "none", "--sweep", "clients"], "--sweep"),
                         (["-r", "none", "--sweep", "cleints=1,2"], "cleints"),
-                        (["-r", FIX, "-r", FIX], "given twice")):
-        out = tmp_path / f"cmp{len(words)}"
+                        (["-r", FIX, "-r", FIX], "given twice"))):
+        out = tmp_path / f"cmp{i}"
         proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, *args, "--seeds", "2",
                                "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
