@@ -203,7 +203,6 @@ class Session:
         self.lag_s = 0.0  # how far the last tick ran behind its due time
         self.behind = 0  # times the clock gave up catching up (the speed asked for was too high)
         self.pace_marks: deque = deque(maxlen=10)  # (wall, tick) every half second: the pace really kept
-        self.wall_started: float | None = None
         self.info = {"playbook": self.pb.name, "seed": seed, "teams": list(self.teams), "speed": speed or "max",
                      "tick_s": self.dt, "start_clock": format_clock(self.start_s),
                      "end_clock": format_clock(self.start_s + self.ticks * self.dt), "hosting": hosting,
@@ -282,7 +281,6 @@ class Session:
     def start(self) -> dict:
         self._require(WAITING)
         self.state = RUNNING
-        self.wall_started = time.monotonic()
         self._rebase()
         self._journal("start")
         self._note_all("session_started", "the game day has started")
