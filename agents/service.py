@@ -5,6 +5,13 @@ success is limited by its capacity, by the health of the things it depends on, a
 the share of its servers that are broken. ``recycling`` models servers that break when a
 dependency stays unhealthy and can only be recycled while another service (the control
 plane) works: recovery that depends on the thing that is itself impaired.
+
+``queue`` puts a FIFO work queue in front of the service. Each request waits for the
+work queued before it; a request whose wait exceeds its caller's timeout fails for the
+caller, yet stays queued and is worked on later, for nobody. Past 100% utilisation the
+queue grows until every request outwaits its caller: goodput falls towards zero while
+the service stays busy, and the callers' retries keep it there (congestive collapse)
+until arrivals are throttled below capacity or the queue is reset.
 """
 from __future__ import annotations
 
@@ -22,6 +29,9 @@ class Service(Agent):
         "utilisation": ("ratio", "offered / capacity this tick"),
         "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
         "dependency_health": ("ratio", "product of the success ratios of its dependencies"),
+        "queue_backlog": ("requests", "requests waiting in the work queue (0 without a queue)"),
+        "queue_wait_s": ("seconds", "how long a request arriving this tick waits for its turn"),
+        "goodput": ("requests", "requests answered this tick while their callers still waited"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
@@ -41,7 +51,14 @@ class Service(Agent):
                 self.health.setdefault(extra, 1.0)
         self.broken = 0.0
         self.capacity_factor = 1.0
+        queue = spec.get("queue")
+        self.queue_limit_s = float(queue.get("limit", 3600.0)) if queue else None
+        self.backlog = 0.0
         self.read_wiring(spec)
+
+    def op_reset_queue(self, tick: int) -> None:
+        """Throw away everything queued (its callers have given up on most of it)."""
+        self.backlog = 0.0
 
     def op_scale_capacity(self, tick: int, factor: float) -> None:
         self.capacity_factor = float(factor)
@@ -75,25 +92,46 @@ class Service(Agent):
             dep *= self.health[d]
         offered = sum(int(b["requests"]) for b in flows)
         cap = self.capacity * self.capacity_factor * (1.0 - self.broken) * dt
-        p = dep * (1.0 - self.broken) * (min(1.0, cap / offered) if offered else 1.0)
+        wait_s = self.backlog / cap * dt if cap else float("inf")
+        if self.queue_limit_s is None:
+            p = dep * (1.0 - self.broken) * (min(1.0, cap / offered) if offered else 1.0)
+        else:
+            p = dep * (1.0 - self.broken)
+            room = max(0.0, self.queue_limit_s / dt * cap - self.backlog)
         ok_total = 0
         for b in flows:
             n = int(b["requests"])
-            ok = int(self.rng.binomial(n, p)) if n else 0
+            delay, rej = b["delay"], 0
+            if self.queue_limit_s is None:
+                ok = int(self.rng.binomial(n, p)) if n else 0
+            else:
+                rej = max(0, n - int(room))  # refused at once: cheap for everyone
+                room -= n - rej
+                self.backlog += n - rej
+                delay = b["delay"] + wait_s
+                good = p if delay <= float(b["rt"]) else 0.0  # outwaited its caller: work for nobody
+                ok = int(self.rng.binomial(n - rej, good)) if n - rej and good > 0 else 0
             ok_total += ok
             self.send(b["origin"], "flow_result", {
                 "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
                 "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
-                "r_fail": b["r_fail"] + n - ok, "r_rej": b["r_rej"], "delay": b["delay"]}, tick)
+                "r_fail": b["r_fail"] + n - rej - ok, "r_rej": b["r_rej"] + rej, "delay": delay}, tick)
+        if self.queue_limit_s is not None:
+            served = min(self.backlog, cap)
+            self.backlog -= served
         ratio = ok_total / offered if offered else p
         for sub in self.health_subscribers:
             self.send(sub, "health", {"ratio": ratio}, tick)
         metrics = {
             "offered": offered,
             "success_ratio": ratio,
-            "utilisation": offered / cap if cap else (1.0 if offered else 0.0),
+            "utilisation": (served / cap if cap else 0.0) if self.queue_limit_s is not None
+            else offered / cap if cap else (1.0 if offered else 0.0),
             "broken_fraction": self.broken,
             "dependency_health": dep,
+            "queue_backlog": self.backlog,
+            "queue_wait_s": wait_s if self.queue_limit_s is not None else 0.0,
+            "goodput": ok_total,
         }
         self.report(tick, metrics)
         return self.finish(metrics)

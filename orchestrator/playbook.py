@@ -62,6 +62,9 @@ SERVICE = M(
     recycling=M("servers that break and need recycling", breaks_when=Field("str", required=True),
                 below=ratio(default=0.5), break_rate=non_negative(default=0.01), max_broken=ratio(default=0.8),
                 needs=Field("str"), repair_rate=non_negative(default=0.001)),
+    queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
+            "than their caller's timeout are still worked on, for nobody (congestive collapse)",
+            limit=positive("duration", default=3600.0, doc="seconds of work the queue holds; more is refused at once")),
 )
 
 POPULATION = M(
