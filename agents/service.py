@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
+from .dns import DnsAutomation
 from .shards import HealthReports
 
 
@@ -32,6 +33,7 @@ class Service(Agent):
         "queue_backlog": ("requests", "requests waiting in the work queue (0 without a queue)"),
         "queue_wait_s": ("seconds", "how long a request arriving this tick waits for its turn"),
         "goodput": ("requests", "requests answered this tick while their callers still waited"),
+        "dns_records_ok": ("flag", "1 while the service's endpoint has DNS records (always, without DNS automation)"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
@@ -54,7 +56,17 @@ class Service(Agent):
         queue = spec.get("queue")
         self.queue_limit_s = float(queue.get("limit", 3600.0)) if queue else None
         self.backlog = 0.0
+        self.dns = DnsAutomation(spec["dns"], world.dt) if spec.get("dns") else None
         self.read_wiring(spec)
+
+    def op_restore_dns(self, tick: int) -> None:
+        """Repair the endpoint's DNS records by hand."""
+        if self.dns is not None:
+            self.dns.restore()
+
+    def op_set_dns_automation(self, tick: int, enabled: bool = True) -> None:
+        if self.dns is not None:
+            self.dns.enabled = bool(enabled)
 
     def op_reset_queue(self, tick: int) -> None:
         """Throw away everything queued (its callers have given up on most of it)."""
@@ -90,6 +102,10 @@ class Service(Agent):
         dep = 1.0
         for d in self.depends_on:
             dep *= self.health[d]
+        if self.dns is not None:
+            for what in self.dns.step(tick, self.rng):
+                self.event(tick, "dns", what=what)
+            dep *= 1.0 if self.dns.ok else 0.0  # no records: nobody reaches the service
         offered = sum(int(b["requests"]) for b in flows)
         cap = self.capacity * self.capacity_factor * (1.0 - self.broken) * dt
         wait_s = self.backlog / cap * dt if cap else float("inf")
@@ -132,6 +148,7 @@ class Service(Agent):
             "queue_backlog": self.backlog,
             "queue_wait_s": wait_s if self.queue_limit_s is not None else 0.0,
             "goodput": ok_total,
+            "dns_records_ok": 1 if self.dns is None or self.dns.ok else 0,
         }
         self.report(tick, metrics)
         return self.finish(metrics)

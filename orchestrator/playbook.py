@@ -65,6 +65,13 @@ SERVICE = M(
     queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
             "than their caller's timeout are still worked on, for nobody (congestive collapse)",
             limit=positive("duration", default=3600.0, doc="seconds of work the queue holds; more is refused at once")),
+    dns=M("DNS automation for the service's endpoint: a planner, enactors and their clean-up (see agents/dns.py)",
+          plan_every=positive("duration", default=60.0), enactors=positive("int", default=3),
+          delay=positive("duration", default=5.0, doc="how long an enactor usually takes to apply a plan"),
+          slow_chance=ratio(default=0.0, doc="chance that an application is badly delayed"),
+          slow_delay=positive("duration", default=600.0), cleanup_after=positive("duration", default=30.0),
+          keep=positive("int", default=3, doc="clean-up deletes plans this many generations older than its own"),
+          guard=Field("bool", default=False, doc="skip stale plans and never delete the plan in place")),
 )
 
 POPULATION = M(
