@@ -20,10 +20,15 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 
+def data_uri(png: bytes) -> str:
+    """A PNG inlined in HTML, so that the page is one self-contained file."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
 def write_report(run_dir, fmt: str = "both", out: Path | None = None) -> list[Path]:
     """Write the report of ``run_dir`` into ``out`` (default: ``run_dir/report``); returns
     the files written."""
-    from .charts import make_charts  # matplotlib is imported only when a report is drawn
+    from .charts import run_charts  # matplotlib is imported only when a report is drawn
 
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -31,10 +36,7 @@ def write_report(run_dir, fmt: str = "both", out: Path | None = None) -> list[Pa
     a: Analysis = analyse(run)
     out = Path(out) if out is not None else run.dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    scoring = a.scoring
-    charts = make_charts(run.metrics, a, float(run.meta.get("tick_s", 1.0)), str(run.meta.get("start_clock", "start")),
-                         (scoring.get("loop") or {}).get("devices", []), (scoring.get("loop") or {}).get("populations", []),
-                         (scoring.get("backlog") or {}).get("populations", []))
+    charts = run_charts(run, a)
     env = environment()
     written = []
     if fmt in ("md", "both"):
@@ -47,7 +49,7 @@ def write_report(run_dir, fmt: str = "both", out: Path | None = None) -> list[Pa
         (out / "report.md").write_text(env.get_template("run.md.j2").render(a=a, charts=paths), encoding="utf-8")
         written.append(out / "report.md")
     if fmt in ("html", "both"):
-        uris = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii") for name, png in charts.items()}
+        uris = {name: data_uri(png) for name, png in charts.items()}
         (out / "report.html").write_text(env.get_template("run.html.j2").render(a=a, charts=uris), encoding="utf-8")
         written.append(out / "report.html")
     return written

@@ -37,6 +37,11 @@ def _finish(fig, ax, analysis: Analysis, dt: float, start_label: str) -> bytes:
     ax.set_xlabel(f"hours after {start_label}")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return png(fig)
+
+
+def png(fig) -> bytes:
+    """A finished figure as PNG bytes; the figure is closed."""
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -44,45 +49,61 @@ def _finish(fig, ax, analysis: Analysis, dt: float, start_label: str) -> bytes:
     return buf.getvalue()
 
 
+def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None) -> dict[str, bytes]:
+    """The charts of a run directory, following the scoring section the analysis read;
+    ``only``: draw just these."""
+    scoring = analysis.scoring
+    return make_charts(run.metrics, analysis, float(run.meta.get("tick_s", 1.0)), str(run.meta.get("start_clock", "start")),
+                       (scoring.get("loop") or {}).get("devices", []), (scoring.get("loop") or {}).get("populations", []),
+                       (scoring.get("backlog") or {}).get("populations", []), only)
+
+
 def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str, loop_devices: list[str],
-                loop_populations: list[str], backlog_populations: list[str]) -> dict[str, bytes]:
+                loop_populations: list[str], backlog_populations: list[str],
+                only: tuple[str, ...] | None = None) -> dict[str, bytes]:
     if m.empty:
         return {}
     part, hours = _thin(m, dt)
     window = max(1, round(60 / dt))
     charts = {}
 
-    fig, ax = _figure("Bridge: utilisation and connection-setup success", "ratio")
-    for d in loop_devices:
-        if f"{d}.utilisation" in m:
-            ax.plot(hours, part[f"{d}.utilisation"], label=f"{d} utilisation")
-            ax.plot(hours, part[f"{d}.setup_success_ratio"], label=f"{d} setup success")
-    ax.set_ylim(-0.02, 1.05)
-    charts["bridge"] = _finish(fig, ax, analysis, dt, start_label)
+    def wanted(name: str) -> bool:
+        return only is None or name in only
 
-    fig, ax = _figure("Retry amplification (attempts per wanted request, 1-minute mean)", "x")
-    for p in loop_populations:
-        if f"{p}.attempts" in m:
-            tries = (m[f"{p}.attempts"] + m[f"{p}.conn_attempts"]).rolling(window, min_periods=1).sum()
-            want = m[f"{p}.demand"].rolling(window, min_periods=1).sum()
-            ax.plot(hours, (tries / want.where(want > 0)).iloc[::max(1, len(m) // MAX_POINTS)], label=p)
-    charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
+    if wanted("bridge"):
+        fig, ax = _figure("Bridge: utilisation and connection-setup success", "ratio")
+        for d in loop_devices:
+            if f"{d}.utilisation" in m:
+                ax.plot(hours, part[f"{d}.utilisation"], label=f"{d} utilisation")
+                ax.plot(hours, part[f"{d}.setup_success_ratio"], label=f"{d} setup success")
+        ax.set_ylim(-0.02, 1.05)
+        charts["bridge"] = _finish(fig, ax, analysis, dt, start_label)
 
-    fig, ax = _figure("Error rate per service (requests failed for good, 1-minute mean)", "ratio")
-    for p in populations(m):
-        ax.plot(hours, m[f"{p}.error_ratio"].rolling(window, min_periods=1).mean().iloc[::max(1, len(m) // MAX_POINTS)],
-                label=p)
-    ax.set_ylim(-0.02, 1.05)
-    charts["errors"] = _finish(fig, ax, analysis, dt, start_label)
+    if wanted("amplification"):
+        fig, ax = _figure("Retry amplification (attempts per wanted request, 1-minute mean)", "x")
+        for p in loop_populations:
+            if f"{p}.attempts" in m:
+                tries = (m[f"{p}.attempts"] + m[f"{p}.conn_attempts"]).rolling(window, min_periods=1).sum()
+                want = m[f"{p}.demand"].rolling(window, min_periods=1).sum()
+                ax.plot(hours, (tries / want.where(want > 0)).iloc[::max(1, len(m) // MAX_POINTS)], label=p)
+        charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
 
-    if backlog_populations:
+    if wanted("errors"):
+        fig, ax = _figure("Error rate per service (requests failed for good, 1-minute mean)", "ratio")
+        for p in populations(m):
+            ax.plot(hours, m[f"{p}.error_ratio"].rolling(window, min_periods=1).mean().iloc[::max(1, len(m) // MAX_POINTS)],
+                    label=p)
+        ax.set_ylim(-0.02, 1.05)
+        charts["errors"] = _finish(fig, ax, analysis, dt, start_label)
+
+    if backlog_populations and wanted("backlog"):
         fig, ax = _figure("Backlog of durable work", "requests")
         for p in backlog_populations:
             if f"{p}.backlog" in m:
                 ax.plot(hours, part[f"{p}.backlog"], label=p)
         charts["backlog"] = _finish(fig, ax, analysis, dt, start_label)
 
-    if "monitoring.visibility" in m:
+    if "monitoring.visibility" in m and wanted("visibility"):
         fig, ax = _figure("Monitoring visibility (share of observed metrics that are fresh)", "ratio")
         ax.plot(hours, part["monitoring.visibility"], color="tab:purple", label="visibility")
         ax.set_ylim(-0.02, 1.05)

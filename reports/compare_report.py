@@ -3,8 +3,6 @@ and two charts per sweep point (the CDF of time to break the loop, box plots of 
 as Markdown with PNGs beside it and as one self-contained HTML file."""
 from __future__ import annotations
 
-import base64
-import io
 import math
 from pathlib import Path
 
@@ -12,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from . import compare_stats as cs
-from .build import environment
+from .build import data_uri, environment
 
 
 def _fmt_s(seconds: float) -> str:
@@ -32,10 +30,7 @@ def _points(df: pd.DataFrame, sweep_vars: list[str]) -> list[tuple[str, pd.DataF
 
 def charts(df: pd.DataFrame, sweep_vars: list[str]) -> dict[str, bytes]:
     """{"break_cdf": png, "impact": png}, a panel per sweep point."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .charts import plt, png
 
     points = _points(df, sweep_vars)
     out = {}
@@ -62,11 +57,7 @@ def charts(df: pd.DataFrame, sweep_vars: list[str]) -> dict[str, bytes]:
             ax.grid(alpha=0.3)
         if name == "break_cdf":
             axes[0][-1].legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        plt.close(fig)
-        out[name] = buf.getvalue()
+        out[name] = png(fig)
     return out
 
 
@@ -101,7 +92,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     (out / "compare.md").write_text(env.get_template("compare.md.j2").render(
         **ctx, charts={k: f"charts/{k}.png" for k in pngs}), encoding="utf-8")
     (out / "compare.html").write_text(env.get_template("compare.html.j2").render(
-        **ctx, charts={k: "data:image/png;base64," + base64.b64encode(v).decode("ascii") for k, v in pngs.items()}),
+        **ctx, charts={k: data_uri(v) for k, v in pngs.items()}),
         encoding="utf-8")
     return [out / "compare.md", out / "compare.html"]
 
@@ -112,11 +103,9 @@ PHASE_COLOURS = {"healthy": "#4caf50", "recovered by itself": "#ffc107", "stuck"
 def phase_chart(cells: pd.DataFrame, x: str, y: str, title: str = "") -> bytes:
     """The phase map as a heat map: a cell per (x, y), coloured by its phase, with the
     count of stuck runs written in it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+
+    from .charts import plt, png
 
     xs, ys = list(dict.fromkeys(cells[x])), list(dict.fromkeys(cells[y]))
     fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(xs) + 2.5), max(3, 0.7 * len(ys) + 1.6)), dpi=100)
@@ -134,8 +123,4 @@ def phase_chart(cells: pd.DataFrame, x: str, y: str, title: str = "") -> bytes:
     ax.set_title(title or "phases (stuck runs / runs in each cell)", fontsize=10, loc="left")
     ax.legend(handles=[Patch(color=c, label=p) for p, c in PHASE_COLOURS.items()], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return png(fig)

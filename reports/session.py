@@ -3,12 +3,11 @@ section per team built from the team's run directory with the after-action repor
 own analysis and templates."""
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
 from .analysis import analyse
-from .build import environment
+from .build import data_uri, environment
 from .rundir import load_run
 
 CHARTS_PER_TEAM = ("bridge", "backlog")  # the two that tell the story; each team's own report has all five
@@ -32,7 +31,7 @@ def read_session(session_dir: Path) -> tuple[dict, dict, list[dict]]:
 
 def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
     """report/session.md and report/session.html (self-contained) in ``session_dir``."""
-    from .charts import make_charts
+    from .charts import run_charts
 
     session_dir = Path(session_dir)
     info, ranking, journal = read_session(session_dir)
@@ -43,12 +42,7 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
     for name in order:
         run = load_run(session_dir / "teams" / name)
         a = analyse(run)
-        scoring = a.scoring
-        charts = make_charts(run.metrics, a, float(run.meta.get("tick_s", 1.0)), str(run.meta.get("start_clock", "start")),
-                             (scoring.get("loop") or {}).get("devices", []), (scoring.get("loop") or {}).get("populations", []),
-                             (scoring.get("backlog") or {}).get("populations", []))
-        uris = {k: "data:image/png;base64," + base64.b64encode(v).decode("ascii") for k, v in charts.items()
-                if k in CHARTS_PER_TEAM}
+        uris = {k: data_uri(v) for k, v in run_charts(run, a, CHARTS_PER_TEAM).items()}
         teams.append({"name": name, "a": a, "charts": uris, "report": f"../teams/{name}/report/report.md"})
     controls = [j for j in journal if j.get("control") != "created"]
     env = environment()
