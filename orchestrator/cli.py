@@ -58,6 +58,16 @@ def _speed(value: str):
     return speed
 
 
+def _stem(path: str) -> str:
+    """A playbook's or run directory's name for a default output directory."""
+    return Path(path).name.split(".")[0]
+
+
+def _out_dir(out: str | None, default: str) -> Path:
+    """``out``, or ``default`` with the time appended, so that runs never collide."""
+    return Path(out) if out else Path(f"{default}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def _variables(playbook: str, sets: tuple, vars_file: str | None) -> dict:
     values = read_vars_file(vars_file) if vars_file else {}
     where = {name: f"{name} (--vars {vars_file})" for name in values}
@@ -116,9 +126,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     """
     spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=_variables(playbook, sets, vars_file),
                    duration=duration, tick=tick, shards=shards)
-    if out is None:
-        name = Path(playbook).name.split(".")[0]
-        out = Path("runs") / f"{name}-{Path(runbook or 'default').stem}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = _out_dir(out, f"runs/{_stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
     data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address,
                    speed=speed, snapshot_every=snapshot_every)
     if as_json:
@@ -259,9 +267,7 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
 
     sweep = parse_sweeps(list(sweeps))
     values = _variables(playbook, sets, vars_file)
-    if out is None:
-        out = Path("runs") / f"compare-{Path(playbook).name.split('.')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(out)
+    out = _out_dir(out, f"runs/compare-{_stem(playbook)}")
     from .journal import check_out_dir
 
     check_out_dir(out)
@@ -287,7 +293,7 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
         click.echo(f"test: {cs.TEST}")
     if report:
         horizon = df["horizon_s"].max()
-        written = write_comparison_report(df, out, list(sweep), {"playbook": Path(playbook).name.split(".")[0],
+        written = write_comparison_report(df, out, list(sweep), {"playbook": _stem(playbook),
                                                                   "seeds": seeds, "horizon": f"{horizon / 3600:g} h"})
         click.echo(f"report: {written[1]}")
     click.echo(f"results: {out / 'results.csv'}")
@@ -384,10 +390,7 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
 
     check_bind(bind, curve_secret)
     check_teams(list(teams))
-    if out is None:
-        name = Path(playbook).name.split(".")[0]
-        out = Path("runs") / f"session-{name}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(out)
+    out = _out_dir(out, f"runs/session-{_stem(playbook)}-s{seed}")
     check_out_dir(out)
     values = _variables(playbook, sets, vars_file)
     click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
@@ -593,7 +596,7 @@ def replay(run_dir, out):
 
     from .runner import replay as replay_run
 
-    out = Path(out) if out else Path(f"{Path(run_dir).as_posix().rstrip('/')}-replay-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = _out_dir(out, f"{Path(run_dir).as_posix().rstrip('/')}-replay")
     data = replay_run(Path(run_dir), out)
     same = [f for f in ("metrics.csv", "events.jsonl") if filecmp.cmp(Path(run_dir) / f, data.dir / f, shallow=False)]
     click.echo(f"replayed {data.meta['ticks_done']} ticks into {data.dir}")
@@ -631,9 +634,7 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
     from .phasemap import phase_map
 
     xa, ya = _axis(x), _axis(y)
-    if out is None:
-        out = Path("runs") / f"phasemap-{Path(playbook).name.split('.')[0]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(out)
+    out = _out_dir(out, f"runs/phasemap-{_stem(playbook)}")
     check_out_dir(out)
     cells, runs = phase_map(playbook, xa, ya, seeds, runbook, _variables(playbook, sets, None), duration,
                             address=address, parallel=not serial, progress=True)
@@ -642,7 +643,7 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
     runs.to_csv(out / "runs.csv", index=False)
     (out / "phasemap.png").write_bytes(phase_chart(cells, xa[0], ya[0]))
     grid = cells.pivot(index=ya[0], columns=xa[0], values="phase")
-    lines = [f"# Phase map: {Path(playbook).name.split('.')[0]}, runbook {runbook}, {seeds} seeds per cell", "",
+    lines = [f"# Phase map: {_stem(playbook)}, runbook {runbook}, {seeds} seeds per cell", "",
              f"| {ya[0]} \\ {xa[0]} | " + " | ".join(map(str, grid.columns)) + " |",
              "|---|" + "---|" * len(grid.columns)]
     lines += [f"| {idx} | " + " | ".join(grid.loc[idx]) + " |" for idx in grid.index]
@@ -663,7 +664,7 @@ def fork_command(run_dir, at, runbook, out):
     sooner"). Up to --at the fork is the original, tick for tick."""
     from .fork import fork
 
-    out = Path(out) if out else Path(f"{Path(run_dir).as_posix().rstrip('/')}-fork-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = _out_dir(out, f"{Path(run_dir).as_posix().rstrip('/')}-fork")
     result = fork(Path(run_dir), at, runbook, out)
     click.echo(f"forked {run_dir} at {at}: {result['runbook_before']} -> {result['runbook']}")
     for d in result["differences"]:

@@ -38,6 +38,11 @@ class Point:
         return f"{Path(self.runbook).stem}-s{self.seed}{extra}"
 
 
+def runbook_label(ref: str) -> str:
+    """A runbook's name in the results: a built-in's name, or a file's name without .yaml."""
+    return Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
+
+
 def parse_sweeps(items: list[str]) -> dict[str, list]:
     """``--sweep var=v1,v2`` (repeatable) -> {var: [v1, v2]}."""
     out: dict[str, list] = {}
@@ -74,7 +79,7 @@ def row_of(point: Point, score: dict, horizon_s: float) -> dict:
     else:
         outcome = "recovered by itself" if score["actions_taken"] == 0 else "broken by the runbook"
     backlog = score.get("backlog_drained") or {}
-    row = {"runbook": Path(point.runbook).stem if point.runbook.endswith((".yaml", ".yml")) else point.runbook,
+    row = {"runbook": runbook_label(point.runbook),
            "seed": point.seed, **point.sweep,
            "trigger_s": float(score["trigger"].get("seconds_after_start", math.nan)),
            "loop_formed": bool(score["loop_formed"]), "loop_broken_s": after_trigger(broken),
@@ -145,7 +150,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         issues.append(Issue("--runbook", None, "at least one runbook"))
     if not seeds or any(s < 0 for s in seeds):
         issues.append(Issue("--seeds", seeds, "a number of seeds >= 1"))
-    labels = [Path(rb).stem if rb.endswith((".yaml", ".yml")) else rb for rb in runbooks]
+    labels = [runbook_label(rb) for rb in runbooks]
     issues += [Issue("--runbook", rb, f"runbooks with different names ({label!r} is given twice)")
                for i, (rb, label) in enumerate(zip(runbooks, labels)) if label in labels[:i]]
     issues += [Issue("--sweep", var, "a playbook variable whose name is not a column of the results")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from .comparison import compare
+from .comparison import compare, runbook_label
 
 PHASES = ("healthy", "recovered by itself", "stuck")
 
@@ -66,6 +66,6 @@ def hysteresis(playbook: str, load_var: str, loads: list[float], shed_action: st
         rec_runs = compare(playbook, books, seeds, {}, {**(sets or {}), load_var: top}, duration, parallel=parallel,
                            address=address)
     recovered = [f * top for f, book in zip(factors, books)
-                 if not _majority_stuck(rec_runs[rec_runs["runbook"] == Path(book).stem])]
+                 if not _majority_stuck(rec_runs[rec_runs["runbook"] == runbook_label(book)])]
     return {"tip_load": min(stuck_at) if stuck_at else None, "recover_load": max(recovered) if recovered else None,
             "tipping": tip_runs, "recovery": rec_runs}

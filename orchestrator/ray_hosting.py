@@ -286,10 +286,9 @@ class RayHost:
         if self.snapshot_every:
             self.sent_log[t] = expected
             oldest = min(self._keep_from().values()) - 1
-            for old in [k for k in self.sent_log if k < oldest]:
-                del self.sent_log[old]
-            for old in [k for k in self.injected if k < oldest]:
-                del self.injected[old]
+            for log in (self.sent_log, self.injected):  # what no replacement can need any more
+                for old in [k for k in log if k < oldest]:
+                    del log[old]
         else:
             self.injected.pop(t, None)
         self.rejected_frames = sum(self.rejected_by.values()) + self.rejected_before_restarts + self.control_rejected

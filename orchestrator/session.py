@@ -278,28 +278,24 @@ class Session:
         self.clock.rebase(self.tick, time.monotonic())
         self.pace_marks.clear()
 
-    def start(self) -> dict:
-        self._require(WAITING)
-        self.state = RUNNING
-        self._rebase()
-        self._journal("start")
-        self._note_all("session_started", "the game day has started")
+    def _move(self, needs: str, to: str, control: str, event: str, shown: str) -> dict:
+        """Start, pause or resume: check the state, change it, journal it everywhere."""
+        self._require(needs)
+        self.state = to
+        if to == RUNNING:
+            self._rebase()
+        self._journal(control)
+        self._note_all(event, shown)
         return self.summary()
+
+    def start(self) -> dict:
+        return self._move(WAITING, RUNNING, "start", "session_started", "the game day has started")
 
     def pause(self) -> dict:
-        self._require(RUNNING)
-        self.state = PAUSED
-        self._journal("pause")
-        self._note_all("session_paused", "paused by the facilitator")
-        return self.summary()
+        return self._move(RUNNING, PAUSED, "pause", "session_paused", "paused by the facilitator")
 
     def resume(self) -> dict:
-        self._require(PAUSED)
-        self.state = RUNNING
-        self._rebase()
-        self._journal("resume")
-        self._note_all("session_resumed", "resumed")
-        return self.summary()
+        return self._move(PAUSED, RUNNING, "resume", "session_resumed", "resumed")
 
     def set_speed(self, speed: float) -> dict:
         self._require(WAITING, RUNNING, PAUSED)
