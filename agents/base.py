@@ -17,7 +17,7 @@ import numpy as np
 from .shards import apply_to_shards
 
 #: Bumped whenever a message body changes shape; hosts refuse other versions.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 #: The world's boundary. Messages an agent sends here leave the world (to a team's
 #: console); messages from here come in from outside (a team's commands, a facilitator's

@@ -26,6 +26,7 @@ class DnsAutomation:
         self.keep = int(spec.get("keep", 3))
         self.guard = bool(spec.get("guard", False))
         self.enabled = True
+        self.delay_next = 0  # ticks the next application takes, when a fault has slowed an enactor
         self.newest = 0
         self.plans = {0}
         self.active: int | None = 0  # None: the plan in place was deleted, the endpoint has no records
@@ -53,6 +54,8 @@ class DnsAutomation:
                     slow = rng.random() < self.slow_chance
                     e["plan"] = self.newest
                     e["done_at"] = tick + (self.slow_delay if slow else max(1, round(self.delay * (0.5 + rng.random()))))
+                    if self.delay_next:
+                        e["done_at"], self.delay_next = tick + self.delay_next, 0
             elif tick >= e["done_at"]:
                 plan, e["plan"] = e["plan"], None
                 if self.active is None or (self.guard and plan < self.active):

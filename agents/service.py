@@ -1,17 +1,23 @@
-"""A service: capacity, dependencies, and servers that can break and need recycling.
+"""A service: capacity, dependencies, and the features a playbook can switch on.
 
-A service answers the requests that reach it as the last hop of a flow. Its own
-success is limited by its capacity, by the health of the things it depends on, and by
-the share of its servers that are broken. ``recycling`` models servers that break when a
-dependency stays unhealthy and can only be recycled while another service (the control
-plane) works: recovery that depends on the thing that is itself impaired.
+A service answers the requests that reach it as the last hop of a flow, or hands the
+ones it answered well on to the service named in ``then`` (a launch that then needs its
+network configured). Its success is limited by its capacity, by the health of the
+things it depends on, and by the share of its servers that are broken. Features:
 
-``queue`` puts a FIFO work queue in front of the service. Each request waits for the
-work queued before it; a request whose wait exceeds its caller's timeout fails for the
-caller, yet stays queued and is worked on later, for nobody. Past 100% utilisation the
-queue grows until every request outwaits its caller: goodput falls towards zero while
-the service stays busy, and the callers' retries keep it there (congestive collapse)
-until arrivals are throttled below capacity or the queue is reset.
+- ``recycling``: servers break when a dependency stays unhealthy and can only be
+  recycled while another service (the control plane) works: recovery that depends on
+  the thing that is itself impaired.
+- ``queue``: a FIFO work queue (work_queue.py); requests that outwait their callers are
+  worked on for nobody (congestive collapse).
+- ``leases``: leases with a TTL kept in a store service (leases.py); their renewal and
+  re-establishment go through the service's own queue.
+- ``dns``: the endpoint's records are managed by automation that can race (dns.py).
+- ``health_checks``: the service is a load balancer whose targets flap while network
+  propagation lags (health_checks.py).
+
+``throttle`` admits at most so many requests per second (its own lease work included);
+the rest are refused at once.
 """
 from __future__ import annotations
 
@@ -19,7 +25,10 @@ import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo
 from .dns import DnsAutomation
+from .health_checks import HealthChecks
+from .leases import LeaseTable
 from .shards import HealthReports
+from .work_queue import WorkQueue
 
 
 class Service(Agent):
@@ -27,19 +36,28 @@ class Service(Agent):
     METRICS = {
         "offered": ("requests", "requests that reached the service this tick"),
         "success_ratio": ("ratio", "share of requests the service answered well; without traffic, its readiness"),
-        "utilisation": ("ratio", "offered / capacity this tick"),
+        "utilisation": ("ratio", "work done / capacity this tick (offered / capacity without a queue)"),
         "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
         "dependency_health": ("ratio", "product of the success ratios of its dependencies"),
-        "queue_backlog": ("requests", "requests waiting in the work queue (0 without a queue)"),
-        "queue_wait_s": ("seconds", "how long a request arriving this tick waits for its turn"),
+        "queue_backlog": ("units", "work waiting in the work queue (0 without a queue)"),
+        "queue_wait_s": ("seconds", "how long work arriving this tick waits for its turn"),
         "goodput": ("requests", "requests answered this tick while their callers still waited"),
+        "work_done": ("units", "work the service did this tick, its own lease work included"),
+        "work_useful": ("units", "work started this tick that succeeded in time (useful / done falls to 0 in congestive collapse)"),
+        "throttled": ("requests", "requests and lease work refused this tick by the throttle"),
+        "leases_held": ("ratio", "share of the service's leases held (1 without leases)"),
+        "leases_expired": ("leases", "leases that expired this tick"),
         "dns_records_ok": ("flag", "1 while the service's endpoint has DNS records (always, without DNS automation)"),
+        "targets_in_service": ("ratio", "share of a load balancer's targets in service (1 without health checks)"),
+        "target_flaps": ("targets", "targets taken out of or put back into service this tick"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
         self.capacity = float(spec.get("capacity", 1e12))  # requests per second
         self.depends_on = list(spec.get("depends_on") or [])
+        self.then = spec.get("then")
+        self.fail_fast = bool(spec.get("fail_fast", False))
         rec = spec.get("recycling") or {}
         self.rec_when = rec.get("breaks_when")  # dependency whose failure breaks servers
         self.rec_threshold = float(rec.get("below", 0.5))
@@ -47,16 +65,18 @@ class Service(Agent):
         self.rec_max = float(rec.get("max_broken", 0.8))
         self.rec_needs = rec.get("needs")  # service whose health recycling requires
         self.rec_repair_rate = float(rec.get("repair_rate", 0.001))  # share per second
+        self.queue = WorkQueue(spec["queue"].get("limit", 3600.0)) if spec.get("queue") else None
+        self.leases = LeaseTable(spec["leases"], world.dt) if spec.get("leases") else None
+        self.checks = HealthChecks(spec["health_checks"], world.dt) if spec.get("health_checks") else None
+        self.dns = DnsAutomation(spec["dns"], world.dt) if spec.get("dns") else None
         self.health: dict[str, float] = {d: 1.0 for d in self.depends_on}
-        for extra in (self.rec_when, self.rec_needs):
+        for extra in (self.rec_when, self.rec_needs, self.leases and self.leases.store, self.checks and self.checks.network):
             if extra:
                 self.health.setdefault(extra, 1.0)
+        self.network_delay_s = 0.0  # the propagation wait reported by the health checks' network service
         self.broken = 0.0
         self.capacity_factor = 1.0
-        queue = spec.get("queue")
-        self.queue_limit_s = float(queue.get("limit", 3600.0)) if queue else None
-        self.backlog = 0.0
-        self.dns = DnsAutomation(spec["dns"], world.dt) if spec.get("dns") else None
+        self.throttle: float | None = None  # requests per second admitted; None: no throttle
         self.read_wiring(spec)
 
     def op_restore_dns(self, tick: int) -> None:
@@ -68,9 +88,24 @@ class Service(Agent):
         if self.dns is not None:
             self.dns.enabled = bool(enabled)
 
-    def op_reset_queue(self, tick: int) -> None:
-        """Throw away everything queued (its callers have given up on most of it)."""
-        self.backlog = 0.0
+    def op_delay_dns_enactor(self, tick: int, seconds: float) -> None:
+        """The next plan an enactor picks up takes this long to apply."""
+        if self.dns is not None:
+            self.dns.delay_next = max(1, round(float(seconds) / self.world.dt))
+
+    def op_reset_queue(self, tick: int, fraction: float = 1.0) -> None:
+        """Throw away a share of what is queued, as restarting that share of the hosts does
+        (their callers have given up on most of it)."""
+        if self.queue is not None:
+            self.queue.reset(fraction)
+
+    def op_throttle(self, tick: int, rate: float | None = None) -> None:
+        """Admit at most ``rate`` requests per second; no rate lifts the throttle."""
+        self.throttle = None if rate is None else float(rate)
+
+    def op_set_failover(self, tick: int, enabled: bool = True) -> None:
+        if self.checks is not None:
+            self.checks.set_failover(enabled)
 
     def op_scale_capacity(self, tick: int, factor: float) -> None:
         self.capacity_factor = float(factor)
@@ -79,6 +114,9 @@ class Service(Agent):
         """Recycle broken servers by hand (only works while ``needs`` is healthy)."""
         if not self.rec_needs or self.health.get(self.rec_needs, 1.0) >= 0.9:
             self.broken *= 1.0 - float(fraction)
+
+    def _admitted(self, n: int, share: float) -> int:
+        return int(self.rng.binomial(n, share)) if n and share < 1.0 else n
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         dt = self.world.dt
@@ -89,6 +127,8 @@ class Service(Agent):
                 flows.append(msg.body)
             elif msg.kind == "health":
                 health.take(msg)
+                if self.checks is not None and msg.src == self.checks.network:
+                    self.network_delay_s = float(msg.body.get("wait_s", 0.0))
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
 
@@ -106,49 +146,88 @@ class Service(Agent):
             for what in self.dns.step(tick, self.rng):
                 self.event(tick, "dns", what=what)
             dep *= 1.0 if self.dns.ok else 0.0  # no records: nobody reaches the service
-        offered = sum(int(b["requests"]) for b in flows)
         cap = self.capacity * self.capacity_factor * (1.0 - self.broken) * dt
-        wait_s = self.backlog / cap * dt if cap else float("inf")
-        if self.queue_limit_s is None:
-            p = dep * (1.0 - self.broken) * (min(1.0, cap / offered) if offered else 1.0)
+        ready = dep * (1.0 - self.broken)
+        flaps = 0
+        if self.checks is not None:
+            removed, added = self.checks.step(tick, self.rng, self.network_delay_s)
+            flaps = removed + added
+            cap *= self.checks.in_service_share
+            ready *= self.checks.reachable_share
+        renewals, attempts = self.leases.due(tick, self.rng) if self.leases is not None else (0, 0)
+        offered = sum(int(b["requests"]) for b in flows)
+        demand = offered + renewals + attempts
+        share = min(1.0, self.throttle * dt / demand) if self.throttle is not None and demand else 1.0
+        within = 1.0  # without a queue: the share of the work the capacity covers, failures shared by all
+        if self.queue is not None:
+            self.queue.open(cap, dt)
+            wait_s = self.queue.wait_s
         else:
-            p = dep * (1.0 - self.broken)
-            room = max(0.0, self.queue_limit_s / dt * cap - self.backlog)
-        ok_total = 0
+            wait_s = 0.0
+            within = min(1.0, cap / (demand * share)) if demand else 1.0
+
+        ok_total = units_in = throttled = 0
         for b in flows:
             n = int(b["requests"])
-            delay, rej = b["delay"], 0
-            if self.queue_limit_s is None:
-                ok = int(self.rng.binomial(n, p)) if n else 0
+            m = self._admitted(n, share)
+            throttled += n - m
+            delay = b["delay"]
+            if self.queue is None:
+                queued, good = m, ready * within
             else:
-                rej = max(0, n - int(room))  # refused at once: cheap for everyone
-                room -= n - rej
-                self.backlog += n - rej
-                delay = b["delay"] + wait_s
-                good = p if delay <= float(b["rt"]) else 0.0  # outwaited its caller: work for nobody
-                ok = int(self.rng.binomial(n - rej, good)) if n - rej and good > 0 else 0
+                queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
+                delay += wait_s
+                good = ready if delay <= float(b["rt"]) else 0.0  # outwaited its caller: work for nobody
+            ok = int(self.rng.binomial(queued, good)) if queued and good > 0 else 0
             ok_total += ok
-            self.send(b["origin"], "flow_result", {
-                "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
-                "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
-                "r_fail": b["r_fail"] + n - rej - ok, "r_rej": b["r_rej"] + rej, "delay": delay}, tick)
-        if self.queue_limit_s is not None:
-            served = min(self.backlog, cap)
-            self.backlog -= served
-        ratio = ok_total / offered if offered else p
+            units_in += queued
+            failed, rej = queued - ok, n - queued
+            if self.fail_fast:  # it answers an error at once rather than letting its caller time out
+                failed, rej = 0, n - ok
+            if self.then:  # answered well here: on to the next service, whose answer the caller gets
+                self.send(self.then, "flow", b | {"hops": [], "requests": ok, "delay": delay,
+                                                  "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej}, tick)
+            else:
+                self.send(b["origin"], "flow_result", {
+                    "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
+                    "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
+                    "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej, "delay": delay}, tick)
+        useful = float(ok_total)
+        lapsed = 0
+        if self.leases is not None:
+            lease = self.leases
+            r_in, a_in = self._admitted(renewals, share), self._admitted(attempts, share)
+            throttled += renewals + attempts - r_in - a_in
+            chance = self.health[lease.store] * (1.0 - self.broken) * within
+            if self.queue is not None:
+                r_in, a_in = self.queue.admit(r_in), self.queue.admit(a_in, lease.cost)
+                chance *= 1.0 if wait_s <= lease.timeout_s else 0.0
+            again = int(self.rng.binomial(a_in, chance)) if a_in and chance > 0 else 0
+            lapsed, renewed = lease.settle(tick, self.rng, chance * r_in / renewals if renewals else 0.0, again)
+            useful += renewed + again * lease.cost
+            units_in += r_in + a_in * lease.cost
+        done = self.queue.serve() if self.queue is not None else min(float(units_in), cap)
+        held = self.leases.held_fraction if self.leases is not None else 1.0
+        ratio = (ok_total / offered if offered else ready) * held
         for sub in self.health_subscribers:
-            self.send(sub, "health", {"ratio": ratio}, tick)
+            self.send(sub, "health", {"ratio": ratio, "wait_s": wait_s}, tick)
         metrics = {
             "offered": offered,
             "success_ratio": ratio,
-            "utilisation": (served / cap if cap else 0.0) if self.queue_limit_s is not None
-            else offered / cap if cap else (1.0 if offered else 0.0),
+            "utilisation": (done if self.queue is not None else demand * share) / cap if cap else (1.0 if demand else 0.0),
             "broken_fraction": self.broken,
             "dependency_health": dep,
-            "queue_backlog": self.backlog,
-            "queue_wait_s": wait_s if self.queue_limit_s is not None else 0.0,
+            "queue_backlog": self.queue.backlog if self.queue is not None else 0.0,
+            "queue_wait_s": wait_s,
             "goodput": ok_total,
+            "work_done": done,
+            "work_useful": useful,
+            "throttled": throttled,
+            "leases_held": held,
+            "leases_expired": lapsed,
             "dns_records_ok": 1 if self.dns is None or self.dns.ok else 0,
+            "targets_in_service": self.checks.in_service_share if self.checks is not None else 1.0,
+            "target_flaps": flaps,
         }
         self.report(tick, metrics)
         return self.finish(metrics)

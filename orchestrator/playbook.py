@@ -62,9 +62,29 @@ SERVICE = M(
     recycling=M("servers that break and need recycling", breaks_when=Field("str", required=True),
                 below=ratio(default=0.5), break_rate=non_negative(default=0.01), max_broken=ratio(default=0.8),
                 needs=Field("str"), repair_rate=non_negative(default=0.001)),
+    fail_fast=Field("bool", default=False, doc="a request it cannot serve gets an error at once, not a timeout"),
+    then=Field("str", doc="a service every request answered well goes on to; the caller gets that one's answer"),
     queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
             "than their caller's timeout are still worked on, for nobody (congestive collapse)",
             limit=positive("duration", default=3600.0, doc="seconds of work the queue holds; more is refused at once")),
+    leases=M("leases with a time to live that the service holds in a store service (see agents/leases.py)",
+             count=positive("int", required=True, doc="leases held (say, one per server managed)"),
+             store=Field("str", required=True, doc="the service the leases are kept in; renewing needs it"),
+             ttl=positive("duration", default=300.0, doc="a lease not renewed for this long expires"),
+             renew_every=positive("duration", default=60.0),
+             retry_every=positive("duration", default=60.0, doc="how often an expired lease's re-establishment is tried"),
+             timeout=positive("duration", default=30.0, doc="lease work that waited longer in the queue fails"),
+             reestablish_cost=positive(default=1.0, doc="units of work re-establishing a lease costs (a renewal costs 1)")),
+    health_checks=M("the service is a load balancer whose health checks take targets out of service and put "
+                    "them back (see agents/health_checks.py)",
+                    network=Field("str", required=True, doc="the service whose queue wait is the network propagation delay"),
+                    targets=positive("int", default=100), interval=positive("duration", default=10.0),
+                    fall=positive("int", default=3, doc="failed checks in a row that take a target out"),
+                    rise=positive("int", default=3, doc="passed checks in a row that put it back"),
+                    checker_turnover=non_negative(default=0.0, doc="share of the health-check fleet that is new each hour"),
+                    target_turnover=non_negative(default=0.0, doc="share of the targets that are new each hour"),
+                    dns_ttl=positive("duration", default=60.0, doc="how long callers keep sending to a removed target"),
+                    failover=Field("bool", default=True, doc="failed checks take targets out of service")),
     dns=M("DNS automation for the service's endpoint: a planner, enactors and their clean-up (see agents/dns.py)",
           plan_every=positive("duration", default=60.0), enactors=positive("int", default=3),
           delay=positive("duration", default=5.0, doc="how long an enactor usually takes to apply a plan"),
@@ -135,13 +155,16 @@ PLAYBOOK = M(
                effects=L(EFFECT, required=True)), default=list),
     scoring=M("scoring", default=dict,
               loop=M("when the loop counts as broken", default=dict, devices=names(), populations=names(),
+                     services=names("services whose work must be useful again (work_useful / work_done)"),
                      setup_success_min=ratio(default=0.95), amplification_max=positive(default=1.5),
+                     useful_work_min=ratio(default=0.9),
                      hold=non_negative("duration", default=600.0)),
               healthy=M("when devices count as healthy", default=dict, devices=names("default: loop.devices"),
                         utilisation_max=positive(default=0.85),
                         success_min=ratio(default=0.99), hold=non_negative("duration", default=600.0)),
               backlog=M("durable backlogs", default=dict, populations=names(),
-                        threshold=positive(default=60.0, doc="seconds of arrivals counted as steady state"),
+                        services=names("services whose work queue must be back to steady state"),
+                        threshold=positive(default=60.0, doc="seconds of arrivals (of queue wait, for a service) counted as steady state"),
                         hold=non_negative("duration", default=600.0)),
               recovered=M("per-population recovery milestones", default=dict, populations=names(),
                           success_min=ratio(default=0.95), hold=non_negative("duration", default=300.0)),
@@ -422,6 +445,19 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
             for key in ("breaks_when", "needs"):
                 if rec.get(key) and rec[key] not in health_sources:
                     issues.append(Issue(f"services[{i}].recycling.{key}", rec[key], "a population or a service"))
+        for loc, other in ((f"services[{i}].then", s.get("then")),
+                           (f"services[{i}].leases.store", (s.get("leases") or {}).get("store")),
+                           (f"services[{i}].health_checks.network", (s.get("health_checks") or {}).get("network"))):
+            if other is not None and (other not in services or other == s["name"]):
+                issues.append(Issue(loc, other, "another service"))
+    chain = {s["name"]: s.get("then") for s in data["services"]}
+    for i, s in enumerate(data["services"]):
+        seen, at = {s["name"]}, chain.get(s["name"])
+        while at in chain and at not in seen:
+            seen.add(at)
+            at = chain[at]
+        if at == s["name"]:
+            issues.append(Issue(f"services[{i}].then", s["then"], "a chain of services that does not lead back to this one"))
     for section in ("monitoring", "deployment", "status"):
         check_path(data[section]["path"], f"{section}.path")
     if data["status"].get("failover"):
@@ -455,6 +491,8 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
     sc = data["scoring"]
     for key, pool, what in (("loop.devices", devices, "a device pool"), ("healthy.devices", devices, "a device pool"),
                             ("loop.populations", {p["name"] for p in data["populations"]}, "a population"),
+                            ("loop.services", services, "a service"),
+                            ("backlog.services", {s["name"] for s in data["services"] if s.get("queue")}, "a service with a queue"),
                             ("backlog.populations", {p["name"] for p in data["populations"] if p["work"] == "durable"}, "a durable population"),
                             ("recovered.populations", {p["name"] for p in data["populations"]}, "a population")):
         a, b = key.split(".")

@@ -71,6 +71,8 @@ class Scorer:
         self.loop_pops = sc["loop"]["populations"]
         self.setup = Rolling(w)
         self.amp = Rolling(w)
+        self.loop_services = sc["loop"]["services"]
+        self.useful = Rolling(w)
         self.healthy_devices = sc["healthy"]["devices"] or self.loop_devices
         self.dev_util = {d: Rolling(w) for d in self.healthy_devices}
         self.dev_ok = {d: Rolling(w) for d in self.healthy_devices}
@@ -78,7 +80,7 @@ class Scorer:
         hold = lambda s: max(0, round(s / dt))  # noqa: E731
         self.milestones = {"loop_broken": Milestone("loop_broken", hold(sc["loop"]["hold"])),
                            "devices_healthy": Milestone("devices_healthy", hold(sc["healthy"]["hold"]))}
-        if sc["backlog"]["populations"]:
+        if sc["backlog"]["populations"] or sc["backlog"]["services"]:
             self.milestones["backlog_drained"] = Milestone("backlog_drained", hold(sc["backlog"]["hold"]))
         for p in sc["recovered"]["populations"]:
             self.milestones[f"recovered:{p}"] = Milestone(f"recovered:{p}", hold(sc["recovered"]["hold"]))
@@ -109,6 +111,8 @@ class Scorer:
         attempts = sum(metrics[p]["attempts"] + metrics[p]["conn_attempts"] for p in self.loop_pops)
         demand = sum(metrics[p]["demand"] for p in self.loop_pops)
         self.amp.add(attempts, demand)
+        self.useful.add(sum(min(metrics[s]["work_useful"], metrics[s]["work_done"]) for s in self.loop_services),
+                        sum(metrics[s]["work_done"] for s in self.loop_services))
         for d in self.healthy_devices:
             self.dev_util[d].add(metrics[d]["utilisation"], 1)
             self.dev_ok[d].add(metrics[d]["request_success_ratio"] * metrics[d]["setup_success_ratio"], 1)
@@ -123,13 +127,15 @@ class Scorer:
         armed = self.trigger_tick is not None
         loop = self.sc["loop"]
         conds = {
-            "loop_broken": self.setup.ratio(1.0) >= loop["setup_success_min"] and self.amp.ratio(1.0) <= loop["amplification_max"],
+            "loop_broken": self.setup.ratio(1.0) >= loop["setup_success_min"] and self.amp.ratio(1.0) <= loop["amplification_max"]
+            and self.useful.ratio(1.0) >= loop["useful_work_min"],
             "devices_healthy": all(self.dev_util[d].ratio(0.0) <= self.sc["healthy"]["utilisation_max"]
                                    and self.dev_ok[d].ratio(1.0) >= self.sc["healthy"]["success_min"] for d in self.healthy_devices),
         }
         if "backlog_drained" in self.milestones:
             thr = self.sc["backlog"]["threshold"]
-            conds["backlog_drained"] = all(metrics[p]["backlog"] <= thr * self.arrival[p] for p in self.sc["backlog"]["populations"])
+            conds["backlog_drained"] = (all(metrics[p]["backlog"] <= thr * self.arrival[p] for p in self.sc["backlog"]["populations"])
+                                        and all(metrics[s]["queue_wait_s"] <= thr for s in self.sc["backlog"]["services"]))
         for p, r in self.pop_ok.items():
             conds[f"recovered:{p}"] = r.ratio(1.0) >= self.sc["recovered"]["success_min"]
         out = []

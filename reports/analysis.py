@@ -18,6 +18,7 @@ from .summary import fmt_delta as _delta
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
 BLIND_VISIBILITY = 0.5  # monitoring is blind while under half of the observed metrics are fresh
+MIN_BLIND_S = 300.0  # shorter blindness (the first telemetry still on its way) is not a finding
 WINDOW_S = 60.0  # rates are reported per minute
 
 
@@ -183,13 +184,10 @@ def analyse(run: RunData) -> Analysis:
     history = historical_actions(str(meta.get("playbook", "")))
     loop = (playbook.get("scoring") or {}).get("loop") or {}
     bad_tick = None
-    if trigger_tick is not None and ticks_done:
-        for dev in loop.get("devices", []):
-            col = f"{dev}.setup_success_ratio"
-            if col in m:
-                below = m.index[(m.index >= trigger_tick) & (m[col] < float(loop.get("setup_success_min", 0.95)))]
-                if len(below) and (bad_tick is None or below[0] < bad_tick):
-                    bad_tick = int(below[0])
+    signal = loop_signal(loop, m, dt) if ticks_done else None
+    if trigger_tick is not None and signal is not None:
+        below = m.index[(m.index >= trigger_tick) & (signal[1] < signal[2])]
+        bad_tick = int(below[0]) if len(below) else None
     for e in events:
         ev, tick = e["event"], e["tick"]
         if ev == "trigger":
@@ -223,8 +221,7 @@ def analyse(run: RunData) -> Analysis:
         elif ev == "host_restarted":
             add(tick, f"simulator: host {e.get('host')} restarted", e.get("reason", ""))
     if bad_tick is not None:
-        add(bad_tick, "ground truth: bridge setup success below "
-                      f"{float(loop.get('setup_success_min', 0.95)):.0%}", "what the operators could not yet see")
+        add(bad_tick, f"ground truth: {signal[0]} below {signal[2]:.0%}", "what the operators could not yet see")
     for key, tick in milestones_reached.items():
         add(tick, f"milestone: {_milestone_label(key)}", "", key)
     timeline.sort(key=lambda r: r["tick"])
@@ -234,8 +231,8 @@ def analyse(run: RunData) -> Analysis:
     if "monitoring.visibility" in m and ticks_done:
         blind = m["monitoring.visibility"] < BLIND_VISIBILITY
         runs = stretches(blind)
-        if runs:
-            total = float(blind.sum() * dt)
+        total = float(blind.sum() * dt)
+        if runs and total >= MIN_BLIND_S:
             first, last = max(runs, key=lambda r: r[1] - r[0])
             findings.append(Finding(
                 f"Monitoring was blind for {_minutes(total)}",
@@ -244,21 +241,21 @@ def analyse(run: RunData) -> Analysis:
                 f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
     findings += _rules_never_fired(runbook, events, playbook, m, dt, at)
     effective = [e for e in events if e["event"] == "action_effective"]
-    findings += _collateral(effective, m, dt, loop, at)
+    findings += _collateral(effective, m, dt, signal, at)
     loop_at = milestones_reached.get("loop_broken")
-    breaker = _loop_breaker(effective, m, dt, loop, loop_at, playbook)
+    breaker = _loop_breaker(effective, m, dt, loop, loop_at, playbook, signal)
     if breaker is not None:
         e, before, after = breaker
         findings.append(Finding(
             f"{e['action']} broke the loop",
-            f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before bridge setup success "
+            f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before {signal[0]} "
             f"began its final climb; "
-            f"setup success averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
+            f"it averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
             f"the loop condition held from {at(loop_at)} on", "loop_breaker"))
 
     # -- summary --------------------------------------------------------------------------------
-    summary = _summary(trigger, trigger_tick, bad_tick, events, milestones_reached, score, weighted, backlog, at, dt,
-                       partial, until)
+    summary = _summary(trigger, trigger_tick, bad_tick, signal[0] if signal else "the loop's measure", events,
+                       milestones_reached, score, weighted, backlog, at, dt, partial, until)
     lb = score.get("loop_broken") or {}
     if partial:
         verdict = f"Partial run (status {meta.get('status')}): simulated until {until}; no verdict."
@@ -282,6 +279,23 @@ def analyse(run: RunData) -> Analysis:
                     backlog=backlog, timeline=timeline, findings=findings, appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": at(e["tick"]), "action": e["action"]} for e in effective],
                     scoring=playbook.get("scoring") or {})
+
+
+
+def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series, float] | None:
+    """(what it is, its value per tick, its bound) of the loop's ground truth: the first
+    loop device's connection-setup success, else the share of the first loop service's
+    work that was useful (1-minute sums)."""
+    for d in loop.get("devices", []):
+        if f"{d}.setup_success_ratio" in m:
+            return f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop.get("setup_success_min", 0.95))
+    for s in loop.get("services", []):
+        if f"{s}.work_done" in m:
+            w = max(1, round(60 / dt))
+            done = m[f"{s}.work_done"].rolling(w, min_periods=1).sum()
+            useful = m[f"{s}.work_useful"].clip(upper=m[f"{s}.work_done"]).rolling(w, min_periods=1).sum()
+            return f"{s} useful work", (useful / done.where(done > 0)).fillna(1.0), float(loop.get("useful_work_min", 0.9))
+    return None
 
 
 def historical_actions(playbook: str) -> dict[str, float]:
@@ -309,15 +323,16 @@ def _parse_clock(text) -> float:
     return parts[0] * 3600 + (parts[1] if len(parts) > 1 else 0) * 60 + (parts[2] if len(parts) > 2 else 0)
 
 
-def _summary(trigger, trigger_tick, bad_tick, events, milestones, score, weighted, backlog, at, dt, partial, until):
+def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, score, weighted, backlog, at, dt, partial,
+             until):
     out = []
     if trigger is None:
         out.append(f"No trigger fired by {until}.")
     elif bad_tick is not None:
-        out.append(f"The trigger at {at(trigger_tick)} set off the loop: bridge setup success fell out of bounds at "
+        out.append(f"The trigger at {at(trigger_tick)} set off the loop: {measure} fell out of bounds at "
                    f"{at(bad_tick)}, {_minutes((bad_tick - trigger_tick) * dt)} after it.")
     else:
-        out.append(f"The trigger at {at(trigger_tick)} did not push bridge setup success out of bounds.")
+        out.append(f"The trigger at {at(trigger_tick)} did not push {measure} out of bounds.")
     alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
     actions = sum(1 for e in events if e["event"] == "action_requested")
     loop = milestones.get("loop_broken")
@@ -396,37 +411,38 @@ def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
     return text
 
 
-def _window_means(m: pd.DataFrame, col: str, t: int, ticks: int) -> tuple[float, float]:
-    before = m.loc[(m.index >= t - ticks) & (m.index < t), col].mean()
-    after = m.loc[(m.index >= t) & (m.index < t + ticks), col].mean()
+def _window_means(series: pd.Series, t: int, ticks: int) -> tuple[float, float]:
+    before = series[(series.index >= t - ticks) & (series.index < t)].mean()
+    after = series[(series.index >= t) & (series.index < t + ticks)].mean()
     return float(before), float(after)
 
 
-def _loop_breaker(effective, m, dt, loop, loop_at, playbook):
-    """(action, setup success before, after) of the last action acting on the loop (on
-    its devices, the populations crossing them, or the trigger) to take effect before
-    bridge setup success began the climb that the loop-broken milestone ends."""
-    col = next((f"{d}.setup_success_ratio" for d in loop.get("devices", []) if f"{d}.setup_success_ratio" in m), None)
-    if col is None or loop_at is None or loop_at >= len(m):
+def _loop_breaker(effective, m, dt, loop, loop_at, playbook, signal):
+    """(action, signal before, after) of the last action acting on the loop (on its
+    devices or services, the populations crossing or calling them, or the trigger) to
+    take effect before the loop's signal began the climb that the loop-broken milestone
+    ends."""
+    if signal is None or loop_at is None or loop_at >= len(m):
         return None
-    devices = set(loop.get("devices", []))
-    on_loop = devices | {"triggers"} | {p["name"] for p in playbook.get("populations") or [] if devices & set(p.get("path") or [])}
+    parts = set(loop.get("devices", [])) | set(loop.get("services", []))
+    on_loop = parts | {"triggers"} | {p["name"] for p in playbook.get("populations") or []
+                                      if parts & (set(p.get("path") or []) | {p.get("target")})}
     acting = {mit["name"] for mit in playbook.get("mitigations") or []
               if any(eff.get("target") in on_loop for eff in mit.get("effects") or [])}
     # The climb starts after the last minute that was clearly bad (a 1-minute mean under
     # half the bound): single ticks swing too much with the retry waves.
-    mean = m[col].rolling(max(1, round(60 / dt)), min_periods=1).mean()
-    bad = m.index[(m.index < loop_at) & (mean < 0.5 * float(loop.get("setup_success_min", 0.95)))]
+    mean = signal[1].rolling(max(1, round(60 / dt)), min_periods=1).mean()
+    bad = m.index[(m.index < loop_at) & (mean < 0.5 * signal[2])]
     candidates = [e for e in effective if e["action"] in acting and len(bad) and e["tick"] <= bad[-1]]
     if not candidates:
         return None
     e = candidates[-1]
-    before, after = _window_means(m, col, int(e["tick"]), max(1, round(300 / dt)))
+    before, after = _window_means(signal[1], int(e["tick"]), max(1, round(300 / dt)))
     return e, before, after
 
 
-def _collateral(effective, m, dt, loop, at) -> list[Finding]:
-    """Actions that broke connections, with what happened to the bridge around them."""
+def _collateral(effective, m, dt, signal, at) -> list[Finding]:
+    """Actions that broke connections, with what happened to the loop's signal around them."""
     out = []
     cols = [c for c in m.columns if c.endswith(".broken_connections") and "#" not in c]
     window = max(1, round(600 / dt))
@@ -435,14 +451,13 @@ def _collateral(effective, m, dt, loop, at) -> list[Finding]:
         broken = int(m.loc[(m.index >= t) & (m.index < t + max(1, round(60 / dt))), cols].to_numpy().sum()) if cols else 0
         if broken <= 0:
             continue
-        col = next((f"{d}.setup_success_ratio" for d in loop.get("devices", []) if f"{d}.setup_success_ratio" in m), None)
-        if col is None:
+        if signal is None:
             out.append(Finding(f"{e['action']} broke {broken:,} connections", f"at {at(t)}", "collateral"))
             continue
-        before, after = _window_means(m, col, t, window)
+        before, after = _window_means(signal[1], t, window)
         worse = not after > before
         out.append(Finding(
             f"{e['action']} broke {broken:,} connections" + (" and made things worse" if worse else ""),
-            f"at {at(t)}; {col} averaged {before:.0%} in the 10 minutes before and {after:.0%} in the 10 minutes "
+            f"at {at(t)}; {signal[0]} averaged {before:.0%} in the 10 minutes before and {after:.0%} in the 10 minutes "
             f"after" + (": the collateral damage outweighed the benefit" if worse else ""), "collateral"))
     return out

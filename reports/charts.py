@@ -52,55 +52,69 @@ def png(fig) -> bytes:
 def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None) -> dict[str, bytes]:
     """The charts of a run directory, following the scoring section the analysis read;
     ``only``: draw just these."""
-    scoring = analysis.scoring
     return make_charts(run.metrics, analysis, float(run.meta.get("tick_s", 1.0)), str(run.meta.get("start_clock", "start")),
-                       (scoring.get("loop") or {}).get("devices", []), (scoring.get("loop") or {}).get("populations", []),
-                       (scoring.get("backlog") or {}).get("populations", []), only)
+                       analysis.scoring, only)
 
 
-def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str, loop_devices: list[str],
-                loop_populations: list[str], backlog_populations: list[str],
+def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str, scoring: dict,
                 only: tuple[str, ...] | None = None) -> dict[str, bytes]:
+    """loop (the loop's devices or services), amplification (if the loop has populations),
+    errors, backlog (if the scoring names backlogs) and visibility."""
     if m.empty:
         return {}
+    loop, backlog = scoring.get("loop") or {}, scoring.get("backlog") or {}
     part, hours = _thin(m, dt)
     window = max(1, round(60 / dt))
+    every = max(1, len(m) // MAX_POINTS)
     charts = {}
 
     def wanted(name: str) -> bool:
         return only is None or name in only
 
-    if wanted("bridge"):
-        fig, ax = _figure("Bridge: utilisation and connection-setup success", "ratio")
-        for d in loop_devices:
-            if f"{d}.utilisation" in m:
-                ax.plot(hours, part[f"{d}.utilisation"], label=f"{d} utilisation")
-                ax.plot(hours, part[f"{d}.setup_success_ratio"], label=f"{d} setup success")
+    devices = [d for d in loop.get("devices", []) if f"{d}.utilisation" in m]
+    services = [s for s in loop.get("services", []) if f"{s}.work_done" in m]
+    if (devices or services) and wanted("loop"):
+        what = "utilisation and connection-setup success" if devices else "utilisation and useful share of the work"
+        fig, ax = _figure(f"The loop: {', '.join(devices + services)} {what}", "ratio")
+        for d in devices:
+            ax.plot(hours, part[f"{d}.utilisation"], label=f"{d} utilisation")
+            ax.plot(hours, part[f"{d}.setup_success_ratio"], label=f"{d} setup success")
+        for s in services:
+            done = m[f"{s}.work_done"].rolling(window, min_periods=1).sum()
+            useful = m[f"{s}.work_useful"].clip(upper=m[f"{s}.work_done"]).rolling(window, min_periods=1).sum()
+            ax.plot(hours, part[f"{s}.utilisation"], label=f"{s} utilisation")
+            ax.plot(hours, (useful / done.where(done > 0)).fillna(1.0).iloc[::every], label=f"{s} useful work (1-minute)")
         ax.set_ylim(-0.02, 1.05)
-        charts["bridge"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
 
-    if wanted("amplification"):
+    loop_populations = [p for p in loop.get("populations", []) if f"{p}.attempts" in m]
+    if loop_populations and wanted("amplification"):
         fig, ax = _figure("Retry amplification (attempts per wanted request, 1-minute mean)", "x")
         for p in loop_populations:
-            if f"{p}.attempts" in m:
-                tries = (m[f"{p}.attempts"] + m[f"{p}.conn_attempts"]).rolling(window, min_periods=1).sum()
-                want = m[f"{p}.demand"].rolling(window, min_periods=1).sum()
-                ax.plot(hours, (tries / want.where(want > 0)).iloc[::max(1, len(m) // MAX_POINTS)], label=p)
+            tries = (m[f"{p}.attempts"] + m[f"{p}.conn_attempts"]).rolling(window, min_periods=1).sum()
+            want = m[f"{p}.demand"].rolling(window, min_periods=1).sum()
+            ax.plot(hours, (tries / want.where(want > 0)).iloc[::every], label=p)
         charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
 
     if wanted("errors"):
         fig, ax = _figure("Error rate per service (requests failed for good, 1-minute mean)", "ratio")
         for p in populations(m):
-            ax.plot(hours, m[f"{p}.error_ratio"].rolling(window, min_periods=1).mean().iloc[::max(1, len(m) // MAX_POINTS)],
+            ax.plot(hours, m[f"{p}.error_ratio"].rolling(window, min_periods=1).mean().iloc[::every],
                     label=p)
         ax.set_ylim(-0.02, 1.05)
         charts["errors"] = _finish(fig, ax, analysis, dt, start_label)
 
+    backlog_populations = [p for p in backlog.get("populations", []) if f"{p}.backlog" in m]
+    queues = [s for s in backlog.get("services", []) if f"{s}.queue_wait_s" in m]
     if backlog_populations and wanted("backlog"):
         fig, ax = _figure("Backlog of durable work", "requests")
         for p in backlog_populations:
-            if f"{p}.backlog" in m:
-                ax.plot(hours, part[f"{p}.backlog"], label=p)
+            ax.plot(hours, part[f"{p}.backlog"], label=p)
+        charts["backlog"] = _finish(fig, ax, analysis, dt, start_label)
+    elif queues and wanted("backlog"):
+        fig, ax = _figure("Backlog: how long new work waits in the queue", "minutes")
+        for s in queues:
+            ax.plot(hours, part[f"{s}.queue_wait_s"] / 60.0, label=s)
         charts["backlog"] = _finish(fig, ax, analysis, dt, start_label)
 
     if "monitoring.visibility" in m and wanted("visibility"):

@@ -10,7 +10,7 @@ from .analysis import analyse
 from .build import data_uri, environment
 from .rundir import load_run
 
-CHARTS_PER_TEAM = ("bridge", "backlog")  # the two that tell the story; each team's own report has all five
+CHARTS_PER_TEAM = ("loop", "backlog")  # the two that tell the story; each team's own report has them all
 
 
 def read_session(session_dir: Path) -> tuple[dict, dict, list[dict]]:

@@ -30,13 +30,18 @@ from pathlib import Path
 import orchestrator
 from reports.rundir import load_run
 
-#: The longest in-process runs (12 hours with nobody acting, and the historical response)
+#: The longest in-process runs (12 hours with nobody acting, and the historical responses)
 #: are played one after the other in a process of their own, started when the session
 #: begins: it uses the second core while the first runs the other tests, and the tests
 #: that need the runs wait for them (about a minute and a half saved).
 PREWARMED = {"none": ("test_with_nobody_acting_the_bridge_is_still_congested_12_hours_after_the_trigger",
                       {"runbook": "none", "duration": "12h40m"}),
-             "historical": ("test_the_report_figures_are_those_of_the_score_and_the_metrics", {"runbook": "historical"})}
+             "historical": ("test_the_report_figures_are_those_of_the_score_and_the_metrics", {"runbook": "historical"}),
+             "capacity-only": ("test_historical_capacity_addition_alone_does_not_break_the_loop",
+                               {"runbook": str(Path(__file__).parent / "playbooks" / "runbooks" / "capacity-only.yaml"),
+                                "duration": "9h"}),
+             "2025-historical": ("test_historical_reproduces_the_shape_of_aws_timeline",
+                                 {"playbook": "us-east-1-2025", "runbook": "historical"})}
 _prewarm: dict[str, tuple[Path, dict]] = {}
 _prewarm_proc: list[subprocess.Popen] = []
 _prewarm_log: list = []
@@ -82,7 +87,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def run_2021(tmp_path_factory):
-    """run_2021(key, **kwargs): an in-process run of us-east-1-2021, cached by key."""
+    """run_2021(key, **kwargs): an in-process run (of us-east-1-2021 unless kwargs name
+    another playbook), cached by key."""
     cache = {}
 
     def get(key: str, **kwargs):

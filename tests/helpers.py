@@ -27,3 +27,31 @@ def step_world(playbook: str, sets: dict | None = None, seed: int = 1, duration:
         res = host.step()
         rows.append({f"{a}.{m}": v for a, ms in res.metrics.items() for m, v in ms.items()})
     return pd.DataFrame(rows)
+
+
+def serve(args: list[str], out: Path):
+    """`gameday serve ARGS --out OUT` in a subprocess; returns (process, tokens.json) once
+    the session has written its tokens."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", *args, "--out", str(out)],
+                            cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "tokens.json").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the session did not start"
+        time.sleep(0.2)
+    time.sleep(0.2)  # (written atomically enough: one small file, read after its size settles)
+    return proc, json.loads((out / "tokens.json").read_text())
+
+
+def stop(proc, clients) -> None:
+    """Close the test's console clients and kill a `gameday serve` still running."""
+    for c in clients:
+        c.close()
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()

@@ -23,6 +23,7 @@ from orchestrator.live_server import LiveServer
 from orchestrator.runner import replay
 from orchestrator.session import Session
 from reports.rundir import load_run
+from tests.helpers import serve, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,18 +67,9 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
     out = tmp_path / "session"
     gcs = ray_session.get_runtime_context().gcs_address
     clients = []
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--team", "good", "--team", "idle",
-                             "--hosting", "ray", "--placement", "single", "--address", gcs, "--bind", "tcp://127.0.0.1:0",
-                             "--no-web", "--duration", "70m", "--speed", "800", "--linger", "2", "--out", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, toks = serve(["--team", "good", "--team", "idle", "--hosting", "ray", "--placement", "single", "--address", gcs,
+                        "--bind", "tcp://127.0.0.1:0", "--no-web", "--duration", "70m", "--speed", "800", "--linger", "2"], out)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "tokens.json").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        time.sleep(0.2)  # (written atomically enough: one small file, read after its size settles)
-        toks = json.loads((out / "tokens.json").read_text())
         clients = fac, good, idle = [LiveClient(toks["server"], toks[k] if k == "facilitator" else toks["teams"][k])
                                      for k in ("facilitator", "good", "idle")]
         assert good.call("hello", {"team": "good", "role": "alice"})["team"] == "good"
@@ -96,11 +88,7 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
         board = fac.call("scoreboard")
         stdout, stderr = proc.communicate(timeout=180)
     finally:
-        for c in clients:
-            c.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        stop(proc, clients)
     assert proc.returncode == 0, stderr[-3000:]
     ranking = json.loads((out / "ranking.json").read_text())
     assert [r["team"] for r in ranking["teams"]] == ["good", "idle"] == [r["team"] for r in board["teams"]]

@@ -44,7 +44,7 @@ def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
 def test_the_report_is_written_as_markdown_with_charts_and_as_one_html_file(historical, tmp_path):
     written = write_report(historical.dir, "both", tmp_path / "report")
     names = {p.name for p in written}
-    assert {"report.md", "report.html", "bridge.png", "amplification.png", "errors.png", "backlog.png",
+    assert {"report.md", "report.html", "loop.png", "amplification.png", "errors.png", "backlog.png",
             "visibility.png"} <= names
     md = (tmp_path / "report" / "report.md").read_text()
     for heading in ("## Summary", "## Impact", "## Timeline", "## Charts", "## Findings", "## Action items", "## Appendix"):

@@ -1,0 +1,58 @@
+"""Leases with a time to live, held by a manager service and kept in a store service.
+
+The manager renews each lease every ``renew_every``; a renewal needs the store and a
+turn in the manager's work queue. A lease that misses renewals for ``ttl`` expires, and
+the manager then tries to re-establish it every ``retry_every``, which costs
+``reestablish_cost`` units of the manager's work. When the store comes back after an
+outage longer than the TTL, every lease is expired at once: the re-establishment work
+arrives together (thundering herd), and if it outgrows the queue's capacity each
+attempt outwaits its own timeout and is retried, so none succeeds (see work_queue.py).
+
+Leases are counted, not listed: ``missed[phase, k]`` is how many leases renew in
+that phase of the renewal period and have missed their last ``k`` renewals.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class LeaseTable:
+    def __init__(self, spec: dict, dt: float):
+        ticks = lambda s: max(1, round(float(s) / dt))  # noqa: E731
+        self.count = int(spec["count"])
+        self.store = spec["store"]
+        self.period = ticks(spec.get("renew_every", 60.0))
+        self.max_missed = max(1, math.floor(float(spec.get("ttl", 300.0)) / (self.period * dt)))
+        self.retry_chance = min(1.0, dt / float(spec.get("retry_every", 60.0)))
+        self.timeout_s = float(spec.get("timeout", 30.0))
+        self.cost = float(spec.get("reestablish_cost", 1.0))
+        self.missed = np.zeros((self.period, self.max_missed), dtype=np.int64)
+        self.missed[:, 0] = [self.count // self.period + (1 if i < self.count % self.period else 0)
+                             for i in range(self.period)]
+        self.expired = 0
+
+    @property
+    def held_fraction(self) -> float:
+        return 1.0 - self.expired / self.count if self.count else 1.0
+
+    def due(self, tick: int, rng: np.random.Generator) -> tuple[int, int]:
+        """(renewals, re-establishment attempts) the manager starts this tick."""
+        renewals = int(self.missed[tick % self.period].sum())
+        attempts = int(rng.binomial(self.expired, self.retry_chance)) if self.expired else 0
+        return renewals, attempts
+
+    def settle(self, tick: int, rng: np.random.Generator, renew_ok: float, reestablished: int) -> tuple[int, int]:
+        """Record this tick's outcomes: each renewal succeeded with chance ``renew_ok``;
+        ``reestablished`` expired leases are held again. Returns (leases that expired,
+        leases renewed)."""
+        row = self.missed[tick % self.period]
+        new = np.zeros_like(row)
+        ok = rng.binomial(row, renew_ok) if renew_ok > 0 else np.zeros_like(row)
+        new[0] = int(ok.sum()) + reestablished
+        new[1:] = (row - ok)[:-1]
+        lapsed = int(row[-1] - ok[-1])
+        self.missed[tick % self.period] = new
+        self.expired += lapsed - reestablished
+        return lapsed, int(ok.sum())

@@ -1,0 +1,69 @@
+"""Leases kept in a store (agents/leases.py) on tests/playbooks/lease_herd.yaml.j2: a
+manager holds 20,000 leases (TTL 30 min, renewed every 10 min) in a store and does
+100 units of work per second; a renewal costs 1, re-establishing a lease 2. The store is
+unreachable from 00:10 for ``outage_minutes``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import orchestrator
+
+LH = str(Path(__file__).parent / "playbooks" / "lease_herd.yaml.j2")
+
+
+def window(r, start: str, end: str):
+    m = r.metrics
+    return m[(m["clock"] >= start) & (m["clock"] < end)]
+
+
+def reestablished_after(r, start: str) -> float:
+    """Minutes from ``start`` until 99% of the leases are held again (inf: never)."""
+    m = r.metrics
+    back = m[(m["clock"] >= start) & (m["manager.leases_held"] >= 0.99)]
+    return float("inf") if back.empty else (back.index[0] - m.index[m["clock"] >= start][0]) / 60.0
+
+
+@pytest.fixture(scope="module")
+def nobody_acts():
+    return orchestrator.run(LH, runbook="none", seed=1)
+
+
+def test_leases_expire_a_ttl_after_their_last_renewal(nobody_acts):
+    # Last renewed between 00:00 and 00:10, before the store went away: they lapse from 00:30 to 00:40.
+    assert window(nobody_acts, "00:10", "00:30")["manager.leases_held"].min() == 1.0
+    assert window(nobody_acts, "00:41", "01:10")["manager.leases_held"].max() == 0.0
+    assert nobody_acts.metrics["manager.leases_expired"].sum() == 20000
+
+
+def test_with_nobody_acting_the_manager_stays_collapsed_after_the_store_is_back(nobody_acts):
+    late = window(nobody_acts, "01:30", "03:00")  # the store has been back since 01:10
+    assert late["store-callers.error_ratio"].max() < 0.05
+    assert late["manager.leases_held"].max() == 0.0  # no forward progress ...
+    assert late["manager.work_useful"].sum() == 0
+    assert late["manager.utilisation"].min() == 1.0  # ... while the manager works flat out
+    assert late["manager.queue_wait_s"].min() > 60  # every attempt outwaits its own timeout
+    assert nobody_acts.score["loop_formed"] and not nobody_acts.score["loop_broken"]["reached"]
+
+
+def test_an_outage_shorter_than_the_ttl_costs_no_lease():
+    r = orchestrator.run(LH, runbook="none", seed=1, sets={"outage_minutes": 15}, duration=3600)
+    assert r.metrics["manager.leases_held"].min() == 1.0
+    assert window(r, "00:40", "01:00")["manager.work_useful"].mean() > 30
+
+
+def test_the_re_establishment_time_has_a_sweet_spot_in_the_throttle(runbook_file):
+    """At 01:20 the operators throttle the manager to ``rate`` requests/s and restart its
+    hosts (dropping the stale queue). Below the renewal rate (33/s) the re-established
+    leases' renewals starve the rest; above capacity / 2 (50/s) the queue outgrows the
+    timeout again; in between, the more the faster."""
+    minutes = {}
+    for rate in (10, 25, 35, 45, 70):
+        book = runbook_file(f"lease-throttle-{rate}", [
+            {"when": {"at": "01:20"}, "do": {"action": "throttle", "params": {"rate": rate}}},
+            {"when": {"at": "01:20"}, "do": "restart_hosts"}])
+        minutes[rate] = reestablished_after(orchestrator.run(LH, runbook=book, seed=1), "01:20")
+    assert minutes[45] < minutes[35] < minutes[25], minutes  # tuned sensibly, it gets faster ...
+    assert minutes[10] > 2 * minutes[45], minutes  # ... and a throttle too tight is slow again
+    assert minutes[70] == float("inf"), minutes  # too loose: collapsed again
