@@ -41,6 +41,9 @@ class LiveClient:
     def _open(self) -> None:
         s = self.ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
+        # A DEALER blocks on send while it has no peer (a refused CURVE handshake leaves it
+        # without one): give up after the reply timeout instead of hanging.
+        s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
         if self.server_public is not None:
             public, secret = zmq.curve_keypair()
             s.curve_serverkey, s.curve_publickey, s.curve_secretkey = self.server_public, public, secret
@@ -63,7 +66,11 @@ class LiveClient:
         frame = lp.request(rid, self.token, op, args)
         tries = (self.retries if retries is None else retries) + 1
         for _ in range(tries):
-            self.sock.send(frame)
+            try:
+                self.sock.send(frame)
+            except zmq.Again:
+                self._reopen()
+                continue
             while self.sock.poll(self.timeout_ms):
                 rep = lp.parse_reply(self.sock.recv())
                 if rep["id"] != rid:  # a late answer to an earlier try of another request

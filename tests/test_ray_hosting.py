@@ -24,6 +24,17 @@ def test_ray_hosted_run_is_identical_to_the_in_process_run(ray_session, inproces
         assert filecmp.cmp(inprocess_run.dir / name, ray_run.dir / name, shallow=False), name
 
 
+def test_the_2025_world_on_ray_is_identical_to_the_in_process_run(ray_session, tmp_path):
+    """The second scenario, one actor per kind of agent: the DNS race, the leases'
+    health reports (with the queue wait they carry) and a repair by the runbook."""
+    kwargs = dict(playbook="us-east-1-2025", runbook="restore-dns-fast", seed=5, duration="1h20m")
+    local = orchestrator.run(out=tmp_path / "ip", **kwargs)
+    hosted = orchestrator.run(out=tmp_path / "ray", hosting="ray", placement="kind", **kwargs)
+    assert local.score["recovered"]["dynamodb-clients"]["reached"]  # the race happened and was repaired
+    for name in FILES:
+        assert filecmp.cmp(local.dir / name, hosted.dir / name, shallow=False), name
+
+
 def test_a_sharded_world_on_ray_is_identical_to_the_sharded_world_in_process(ray_session, tmp_path):
     """Three shards per population, the shards on three actors (placement kind)."""
     kwargs = dict(runbook="protect-early", seed=12, duration="40m", shards=3)
