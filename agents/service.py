@@ -118,6 +118,23 @@ class Service(Agent):
     def _admitted(self, n: int, share: float) -> int:
         return int(self.rng.binomial(n, share)) if n and share < 1.0 else n
 
+    def _lease_work(self, tick: int, renewals: int, attempts: int, share: float, within: float,
+                    wait_s: float) -> tuple[int, float, float, int]:
+        """This tick's renewals and re-establishment attempts, through the throttle and the
+        queue like any other work; a lease succeeds if the store answers and (with a
+        queue) it did not outwait its timeout. Returns (refused by the throttle, useful
+        units, units taken on, leases that lapsed)."""
+        lease = self.leases
+        r_in, a_in = self._admitted(renewals, share), self._admitted(attempts, share)
+        refused = renewals + attempts - r_in - a_in
+        chance = self.health[lease.store] * (1.0 - self.broken) * within
+        if self.queue is not None:
+            r_in, a_in = self.queue.admit(r_in), self.queue.admit(a_in, lease.cost)
+            chance *= 1.0 if wait_s <= lease.timeout_s else 0.0
+        again = int(self.rng.binomial(a_in, chance)) if a_in and chance > 0 else 0
+        lapsed, renewed = lease.settle(tick, self.rng, chance * r_in / renewals if renewals else 0.0, again)
+        return refused, renewed + again * lease.cost, r_in + a_in * lease.cost, lapsed
+
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         dt = self.world.dt
         flows = []
@@ -195,17 +212,10 @@ class Service(Agent):
         useful = float(ok_total)
         lapsed = 0
         if self.leases is not None:
-            lease = self.leases
-            r_in, a_in = self._admitted(renewals, share), self._admitted(attempts, share)
-            throttled += renewals + attempts - r_in - a_in
-            chance = self.health[lease.store] * (1.0 - self.broken) * within
-            if self.queue is not None:
-                r_in, a_in = self.queue.admit(r_in), self.queue.admit(a_in, lease.cost)
-                chance *= 1.0 if wait_s <= lease.timeout_s else 0.0
-            again = int(self.rng.binomial(a_in, chance)) if a_in and chance > 0 else 0
-            lapsed, renewed = lease.settle(tick, self.rng, chance * r_in / renewals if renewals else 0.0, again)
-            useful += renewed + again * lease.cost
-            units_in += r_in + a_in * lease.cost
+            refused, lease_useful, lease_units, lapsed = self._lease_work(tick, renewals, attempts, share, within, wait_s)
+            throttled += refused
+            useful += lease_useful
+            units_in += lease_units
         done = self.queue.serve() if self.queue is not None else min(float(units_in), cap)
         held = self.leases.held_fraction if self.leases is not None else 1.0
         ratio = (ok_total / offered if offered else ready) * held

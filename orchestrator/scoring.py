@@ -78,8 +78,9 @@ class Scorer:
         self.dev_ok = {d: Rolling(w) for d in self.healthy_devices}
         self.pop_ok = {p: Rolling(w) for p in sc["recovered"]["populations"]}
         hold = lambda s: max(0, round(s / dt))  # noqa: E731
-        self.milestones = {"loop_broken": Milestone("loop_broken", hold(sc["loop"]["hold"])),
-                           "devices_healthy": Milestone("devices_healthy", hold(sc["healthy"]["hold"]))}
+        self.milestones = {"loop_broken": Milestone("loop_broken", hold(sc["loop"]["hold"]))}
+        if self.healthy_devices:  # a world without devices (us-east-1-2025) has no such measure
+            self.milestones["devices_healthy"] = Milestone("devices_healthy", hold(sc["healthy"]["hold"]))
         if sc["backlog"]["populations"] or sc["backlog"]["services"]:
             self.milestones["backlog_drained"] = Milestone("backlog_drained", hold(sc["backlog"]["hold"]))
         for p in sc["recovered"]["populations"]:
@@ -167,7 +168,6 @@ class Scorer:
             "trigger": self._when(self.trigger_tick, "trigger"),
             "loop_formed": loop_formed,
             "loop_broken": self._when(ms["loop_broken"].at, "loop_broken"),
-            "devices_healthy": self._when(ms["devices_healthy"].at, "devices_healthy"),
             "first_customer_update": self._when(self.first_update, "first_customer_update"),
             "recovered": {k.split(":", 1)[1]: self._when(m.at, k) for k, m in ms.items() if k.startswith("recovered:")},
             "impact": {"error_minutes": {p: round(v, 3) for p, v in self.impact.items()},
@@ -176,6 +176,8 @@ class Scorer:
             "actions_taken": self.actions,
             "simulated_until": format_clock(self.start_s + (self.last_tick + 1) * self.dt),
         }
+        if "devices_healthy" in ms:
+            result["devices_healthy"] = self._when(ms["devices_healthy"].at, "devices_healthy")
         if "backlog_drained" in ms:
             result["backlog_drained"] = self._when(ms["backlog_drained"].at, "backlog_drained")
             result["backlog_peak"] = self.peak_backlog

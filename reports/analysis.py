@@ -291,11 +291,17 @@ def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series,
             return f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop.get("setup_success_min", 0.95))
     for s in loop.get("services", []):
         if f"{s}.work_done" in m:
-            w = max(1, round(60 / dt))
-            done = m[f"{s}.work_done"].rolling(w, min_periods=1).sum()
-            useful = m[f"{s}.work_useful"].clip(upper=m[f"{s}.work_done"]).rolling(w, min_periods=1).sum()
-            return f"{s} useful work", (useful / done.where(done > 0)).fillna(1.0), float(loop.get("useful_work_min", 0.9))
+            return f"{s} useful work", useful_share(m, s, dt), float(loop.get("useful_work_min", 0.9))
     return None
+
+
+def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
+    """Per tick, the share of the work ``service`` did over the last minute that was
+    useful (1 while it did none): near 0 in congestive collapse."""
+    w = max(1, round(60 / dt))
+    done = m[f"{service}.work_done"].rolling(w, min_periods=1).sum()
+    useful = m[f"{service}.work_useful"].clip(upper=m[f"{service}.work_done"]).rolling(w, min_periods=1).sum()
+    return (useful / done.where(done > 0)).fillna(1.0)
 
 
 def historical_actions(playbook: str) -> dict[str, float]:

@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # no display: reports are built in batch and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .analysis import Analysis, populations  # noqa: E402
+from .analysis import Analysis, populations, useful_share  # noqa: E402
 
 MAX_POINTS = 1500  # a 12-hour run at 1 s ticks is thinned to this many points per line
 
@@ -80,10 +80,8 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
             ax.plot(hours, part[f"{d}.utilisation"], label=f"{d} utilisation")
             ax.plot(hours, part[f"{d}.setup_success_ratio"], label=f"{d} setup success")
         for s in services:
-            done = m[f"{s}.work_done"].rolling(window, min_periods=1).sum()
-            useful = m[f"{s}.work_useful"].clip(upper=m[f"{s}.work_done"]).rolling(window, min_periods=1).sum()
             ax.plot(hours, part[f"{s}.utilisation"], label=f"{s} utilisation")
-            ax.plot(hours, (useful / done.where(done > 0)).fillna(1.0).iloc[::every], label=f"{s} useful work (1-minute)")
+            ax.plot(hours, useful_share(m, s, dt).iloc[::every], label=f"{s} useful work (1-minute)")
         ax.set_ylim(-0.02, 1.05)
         charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
 
