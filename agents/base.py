@@ -25,6 +25,22 @@ PROTOCOL_VERSION = 3
 OUTSIDE = "outside"
 
 
+class BadArgument(ValueError):
+    """An operation's argument out of its range (a throttle below 0, a share above 1): the
+    operation is rejected and journalled, the world goes on."""
+
+
+def share_or_rate(name: str, value, high: float | None = None) -> float:
+    """``value`` as a number from 0 (to ``high``), or BadArgument naming it."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not (x >= 0.0 and (high is None or x <= high)):
+        raise BadArgument(f"{name} {value!r}: expected a number from 0" + (f" to {high:g}" if high is not None else ""))
+    return x
+
+
 @dataclass
 class Message:
     """One tick message between agents. ``body`` holds only plain data."""
@@ -128,7 +144,11 @@ class Agent:
         if handler is None:
             self.event(tick, "apply_rejected", op=op, reason=f"{self.kind} {self.name!r} has no operation {op!r}")
             return
-        handler(tick, **(body.get("args") or {}))
+        try:
+            handler(tick, **(body.get("args") or {}))
+        except BadArgument as e:
+            self.event(tick, "apply_rejected", op=op, reason=str(e), by=body.get("by", ""))
+            return
         self.event(tick, "applied", op=op, args=body.get("args") or {}, by=body.get("by", ""))
 
     # -- the contract -------------------------------------------------------------

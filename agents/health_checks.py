@@ -42,8 +42,9 @@ class HealthChecks:
 
     def step(self, tick: int, rng: np.random.Generator, network_delay_s: float) -> tuple[int, int]:
         """Run this tick's checks; returns (targets removed, targets put back)."""
-        unready_checkers = min(1.0, self.checker_turnover * network_delay_s)
-        self.unready_targets = min(1.0, self.target_turnover * network_delay_s)
+        # (no turnover: nobody new, whatever the delay; an endless delay times 0 is no one)
+        unready_checkers = min(1.0, self.checker_turnover * network_delay_s) if self.checker_turnover else 0.0
+        self.unready_targets = min(1.0, self.target_turnover * network_delay_s) if self.target_turnover else 0.0
         removed = added = 0
         if tick % self.every == 0:
             fails = 1.0 - (1.0 - unready_checkers) * (1.0 - self.unready_targets)

@@ -43,13 +43,13 @@ class LeaseTable:
         attempts = int(rng.binomial(self.expired, self.retry_chance)) if self.expired else 0
         return renewals, attempts
 
-    def settle(self, tick: int, rng: np.random.Generator, renew_ok: float, reestablished: int) -> tuple[int, int]:
-        """Record this tick's outcomes: each renewal succeeded with chance ``renew_ok``;
-        ``reestablished`` expired leases are held again. Returns (leases that expired,
-        leases renewed)."""
+    def settle(self, tick: int, rng: np.random.Generator, renewed: int, reestablished: int) -> tuple[int, int]:
+        """Record this tick's outcomes: ``renewed`` of the leases due were renewed (drawn
+        among them at random); ``reestablished`` expired leases are held again. Returns
+        (leases that expired, leases renewed)."""
         row = self.missed[tick % self.period]
         new = np.zeros_like(row)
-        ok = rng.binomial(row, renew_ok) if renew_ok > 0 else np.zeros_like(row)
+        ok = rng.multivariate_hypergeometric(row, renewed) if renewed else np.zeros_like(row)
         new[0] = int(ok.sum()) + reestablished
         new[1:] = (row - ok)[:-1]
         lapsed = int(row[-1] - ok[-1])

@@ -16,14 +16,15 @@ things it depends on, and by the share of its servers that are broken. Features:
 - ``health_checks``: the service is a load balancer whose targets flap while network
   propagation lags (health_checks.py).
 
-``throttle`` admits at most so many requests per second (its own lease work included);
-the rest are refused at once.
+``throttle`` admits about so many requests per second (its own lease work included);
+the rest are refused at once. ``fail_fast`` makes every failure here an immediate error
+(a refusal) rather than a timeout for the caller.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import Agent, Message, StepResult, WorldInfo, share_or_rate
 from .dns import DnsAutomation
 from .health_checks import HealthChecks
 from .leases import LeaseTable
@@ -36,7 +37,7 @@ class Service(Agent):
     METRICS = {
         "offered": ("requests", "requests that reached the service this tick"),
         "success_ratio": ("ratio", "share of requests the service answered well; without traffic, its readiness"),
-        "utilisation": ("ratio", "work done / capacity this tick (offered / capacity without a queue)"),
+        "utilisation": ("ratio", "work done / capacity this tick (work admitted / capacity without a queue)"),
         "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
         "dependency_health": ("ratio", "product of the success ratios of its dependencies"),
         "queue_backlog": ("units", "work waiting in the work queue (0 without a queue)"),
@@ -96,12 +97,14 @@ class Service(Agent):
     def op_reset_queue(self, tick: int, fraction: float = 1.0) -> None:
         """Throw away a share of what is queued, as restarting that share of the hosts does
         (their callers have given up on most of it)."""
+        fraction = share_or_rate("fraction", fraction, 1.0)
         if self.queue is not None:
             self.queue.reset(fraction)
 
     def op_throttle(self, tick: int, rate: float | None = None) -> None:
-        """Admit at most ``rate`` requests per second; no rate lifts the throttle."""
-        self.throttle = None if rate is None else float(rate)
+        """Admit about ``rate`` requests per second (each one is admitted with the chance
+        that keeps the tick's total at the rate); no rate lifts the throttle."""
+        self.throttle = None if rate is None else share_or_rate("rate", rate)
 
     def op_set_failover(self, tick: int, enabled: bool = True) -> None:
         if self.checks is not None:
@@ -131,8 +134,9 @@ class Service(Agent):
         if self.queue is not None:
             r_in, a_in = self.queue.admit(r_in), self.queue.admit(a_in, lease.cost)
             chance *= 1.0 if wait_s <= lease.timeout_s else 0.0
+        renewing = int(self.rng.binomial(r_in, chance)) if r_in and chance > 0 else 0
         again = int(self.rng.binomial(a_in, chance)) if a_in and chance > 0 else 0
-        lapsed, renewed = lease.settle(tick, self.rng, chance * r_in / renewals if renewals else 0.0, again)
+        lapsed, renewed = lease.settle(tick, self.rng, renewing, again)
         return refused, renewed + again * lease.cost, r_in + a_in * lease.cost, lapsed
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
@@ -173,7 +177,8 @@ class Service(Agent):
             ready *= self.checks.reachable_share
         renewals, attempts = self.leases.due(tick, self.rng) if self.leases is not None else (0, 0)
         offered = sum(int(b["requests"]) for b in flows)
-        demand = offered + renewals + attempts
+        demand = offered + renewals + attempts  # requests, as the throttle counts them
+        units = offered + renewals + attempts * (self.leases.cost if self.leases is not None else 1.0)  # work
         share = min(1.0, self.throttle * dt / demand) if self.throttle is not None and demand else 1.0
         within = 1.0  # without a queue: the share of the work the capacity covers, failures shared by all
         if self.queue is not None:
@@ -181,7 +186,7 @@ class Service(Agent):
             wait_s = self.queue.wait_s
         else:
             wait_s = 0.0
-            within = min(1.0, cap / (demand * share)) if demand else 1.0
+            within = min(1.0, cap / (units * share)) if units * share > 0 else 1.0
 
         ok_total = units_in = throttled = 0
         for b in flows:
@@ -224,7 +229,7 @@ class Service(Agent):
         metrics = {
             "offered": offered,
             "success_ratio": ratio,
-            "utilisation": (done if self.queue is not None else demand * share) / cap if cap else (1.0 if demand else 0.0),
+            "utilisation": (done if self.queue is not None else units * share) / cap if cap else (1.0 if demand else 0.0),
             "broken_fraction": self.broken,
             "dependency_health": dep,
             "queue_backlog": self.queue.backlog if self.queue is not None else 0.0,

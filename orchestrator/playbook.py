@@ -70,7 +70,7 @@ SERVICE = M(
     leases=M("leases with a time to live that the service holds in a store service (see agents/leases.py)",
              count=positive("int", required=True, doc="leases held (say, one per server managed)"),
              store=Field("str", required=True, doc="the service the leases are kept in; renewing needs it"),
-             ttl=positive("duration", default=300.0, doc="a lease not renewed for this long expires"),
+             ttl=positive("duration", default=300.0, doc="a lease not renewed for this long expires (whole renewal periods)"),
              renew_every=positive("duration", default=60.0),
              retry_every=positive("duration", default=60.0, doc="how often an expired lease's re-establishment is tried"),
              timeout=positive("duration", default=30.0, doc="lease work that waited longer in the queue fails"),
@@ -450,6 +450,15 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
                            (f"services[{i}].health_checks.network", (s.get("health_checks") or {}).get("network"))):
             if other is not None and (other not in services or other == s["name"]):
                 issues.append(Issue(loc, other, "another service"))
+        hc = s.get("health_checks")
+        if hc and hc["network"] in services and not next(x for x in data["services"] if x["name"] == hc["network"]).get("queue"):
+            issues.append(Issue(f"services[{i}].health_checks.network", hc["network"],
+                                "a service with a queue (its queue wait is the propagation delay)"))
+        lease = s.get("leases")
+        if lease and (lease["ttl"] < lease["renew_every"] or abs(lease["ttl"] / lease["renew_every"]
+                                                                 - round(lease["ttl"] / lease["renew_every"])) > 1e-9):
+            issues.append(Issue(f"services[{i}].leases.ttl", lease["ttl"],
+                                f"a whole number of renewal periods ({lease['renew_every']:g} s), at least one"))
     chain = {s["name"]: s.get("then") for s in data["services"]}
     for i, s in enumerate(data["services"]):
         seen, at = {s["name"]}, chain.get(s["name"])

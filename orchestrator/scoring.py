@@ -129,7 +129,7 @@ class Scorer:
         loop = self.sc["loop"]
         conds = {
             "loop_broken": self.setup.ratio(1.0) >= loop["setup_success_min"] and self.amp.ratio(1.0) <= loop["amplification_max"]
-            and self.useful.ratio(1.0) >= loop["useful_work_min"],
+            and (not self.loop_services or self.useful.ratio(0.0) >= loop["useful_work_min"]),  # idle: no progress
             "devices_healthy": all(self.dev_util[d].ratio(0.0) <= self.sc["healthy"]["utilisation_max"]
                                    and self.dev_ok[d].ratio(1.0) >= self.sc["healthy"]["success_min"] for d in self.healthy_devices),
         }

@@ -297,11 +297,11 @@ def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series,
 
 def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     """Per tick, the share of the work ``service`` did over the last minute that was
-    useful (1 while it did none): near 0 in congestive collapse."""
+    useful (0 while it did none, as the score counts it): near 0 in congestive collapse."""
     w = max(1, round(60 / dt))
     done = m[f"{service}.work_done"].rolling(w, min_periods=1).sum()
     useful = m[f"{service}.work_useful"].clip(upper=m[f"{service}.work_done"]).rolling(w, min_periods=1).sum()
-    return (useful / done.where(done > 0)).fillna(1.0)
+    return (useful / done.where(done > 0)).fillna(0.0)
 
 
 def historical_actions(playbook: str) -> dict[str, float]:

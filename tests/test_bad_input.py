@@ -81,6 +81,11 @@ CASES = [
     playbook("variables_header_yaml_error.yaml.j2", "(parse of the variables header)", "line 5, column 16",
              "while parsing a flow sequence at line 4, column 14"),
     playbook("several_errors.yaml.j2", "(validate)", *SEVERAL_ERRORS, header="5 errors"),
+    playbook("bad_service_features.yaml.j2", "(validate)",
+             "services[1].leases.ttl: got 90.0; expected a whole number of renewal periods (60 s)",
+             "services[3].health_checks.network: got 'store'; expected a service with a queue",
+             "services[1].then: got 'launcher'; expected a chain of services that does not lead back to this one",
+             "services[2].then: got 'manager'; expected a chain of services", header="4 errors"),
     # runbooks, against the valid playbook
     runbook("runbook_unknown_mitigation.yaml",
             "rules[0].do.action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),

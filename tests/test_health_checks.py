@@ -19,6 +19,17 @@ def runs():
     return {fo: orchestrator.run(FL, runbook="none", seed=1, sets={"failover": fo}) for fo in (True, False)}
 
 
+@pytest.fixture(scope="module")
+def disabled_midway(tmp_path_factory):
+    """Failover on, disabled by the operators at 00:30, in the thick of the backlog."""
+    import yaml
+
+    book = tmp_path_factory.mktemp("rb") / "disable.yaml"
+    book.write_text(yaml.safe_dump({"name": "disable-failover", "rules": [
+        {"when": {"at": "00:30"}, "do": "disable_failover"}]}))
+    return orchestrator.run(FL, runbook=str(book), seed=1)
+
+
 def backlog_mask(m):
     return m["network-manager.queue_wait_s"] > 0
 
@@ -41,3 +52,13 @@ def test_flapping_makes_connection_errors_and_disabling_failover_stops_them(runs
     quiet = off[(off["clock"] >= "00:01") & (off["clock"] < "00:10")]["nlb-clients.error_ratio"].mean()
     assert off.loc[during, "nlb-clients.error_ratio"].mean() < quiet + 0.005
     assert runs[True].score["recovered"]["nlb-clients"]["reached"]  # errors end with the backlog
+
+
+def test_disabling_failover_during_the_backlog_puts_every_target_back_and_stops_the_errors(runs, disabled_midway):
+    m = disabled_midway.metrics
+    before, after = m[(m["clock"] >= "00:15") & (m["clock"] < "00:30")], m[(m["clock"] >= "00:32") & (m["clock"] < "00:50")]
+    assert (after["network-manager.queue_wait_s"] > 600).all()  # the backlog is still there ...
+    assert before["nlb.target_flaps"].sum() > 20 and before["nlb-clients.error_ratio"].mean() > 0.05
+    assert after["nlb.target_flaps"].sum() == 0 and after["nlb.targets_in_service"].min() == 1.0  # ... the flapping is not
+    quiet = m[(m["clock"] >= "00:01") & (m["clock"] < "00:10")]["nlb-clients.error_ratio"].mean()
+    assert after["nlb-clients.error_ratio"].mean() < quiet + 0.005
