@@ -30,6 +30,11 @@ class BadArgument(ValueError):
     operation is rejected and journalled, the world goes on."""
 
 
+def in_ticks(seconds, dt: float) -> int:
+    """A duration as a whole number of ticks, at least one."""
+    return max(1, round(float(seconds) / dt))
+
+
 def share_or_rate(name: str, value, high: float | None = None) -> float:
     """``value`` as a number from 0 (to ``high``), or BadArgument naming it."""
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import Agent, Message, StepResult, WorldInfo, in_ticks
 
 
 class Deployment(Agent):
@@ -25,8 +25,8 @@ class Deployment(Agent):
         super().__init__(name, spec, rng, world)
         dt = world.dt
         self.path = list(spec.get("path") or [])
-        self.step_ticks = max(1, round(float(spec.get("step_time", 60.0)) / dt))
-        self.retry_ticks = max(1, round(float(spec.get("retry_delay", 30.0)) / dt))
+        self.step_ticks = in_ticks(spec.get("step_time", 60.0), dt)
+        self.retry_ticks = in_ticks(spec.get("retry_delay", 30.0), dt)
         self.timeout = float(spec.get("timeout", 10.0))
         self.catalogue = {m["name"]: m for m in spec.get("catalogue") or []}
         self.actions: list[dict] = []

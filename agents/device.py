@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import Agent, Message, StepResult, WorldInfo, in_ticks
 from .shards import source_of
 
 
@@ -70,7 +70,7 @@ class DevicePool(Agent):
         self.c_reject = float(costs.get("reject", 0.5))
         table = spec.get("conntrack") or {}
         self.table_per_device = float(table.get("capacity_per_device", 1e9))
-        self.half_open_ticks = max(1, round(float(table.get("half_open_timeout", 30.0)) / world.dt))
+        self.half_open_ticks = in_ticks(table.get("half_open_timeout", 30.0), world.dt)
         queue = spec.get("queue") or {}
         self.buffer_s = float(queue.get("buffer", 5.0))
         self.base_latency = float(queue.get("base_latency", 0.002))
@@ -92,7 +92,7 @@ class DevicePool(Agent):
 
     def op_restart(self, tick: int, duration: float = 60.0) -> None:
         """Reboot every device: state is lost, connections drop, nothing passes meanwhile."""
-        self.down_until = tick + max(1, round(duration / self.world.dt))
+        self.down_until = tick + in_ticks(duration, self.world.dt)
         self._dropped_by_action = sum(self.established.values())
         for src, n in sorted(self.established.items()):
             if n:

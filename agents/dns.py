@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import in_ticks
+
 
 class DnsAutomation:
     def __init__(self, spec: dict, dt: float):
-        ticks = lambda s: max(1, round(float(s) / dt))  # noqa: E731
-        self.plan_every = ticks(spec.get("plan_every", 60.0))
-        self.delay = ticks(spec.get("delay", 5.0))
+        self.plan_every = in_ticks(spec.get("plan_every", 60.0), dt)
+        self.delay = in_ticks(spec.get("delay", 5.0), dt)
         self.slow_chance = float(spec.get("slow_chance", 0.0))
-        self.slow_delay = ticks(spec.get("slow_delay", 600.0))
-        self.cleanup_after = ticks(spec.get("cleanup_after", 30.0))
+        self.slow_delay = in_ticks(spec.get("slow_delay", 600.0), dt)
+        self.cleanup_after = in_ticks(spec.get("cleanup_after", 30.0), dt)
         self.keep = int(spec.get("keep", 3))
         self.guard = bool(spec.get("guard", False))
         self.enabled = True

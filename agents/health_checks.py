@@ -19,20 +19,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import in_ticks
+
 
 class HealthChecks:
     def __init__(self, spec: dict, dt: float):
-        ticks = lambda s: max(1, round(float(s) / dt))  # noqa: E731
         self.targets = int(spec.get("targets", 100))
         self.network = spec["network"]
-        self.every = ticks(spec.get("interval", 10.0))
+        self.every = in_ticks(spec.get("interval", 10.0), dt)
         self.fall = int(spec.get("fall", 3))
         self.rise = int(spec.get("rise", 3))
         self.checker_turnover = float(spec.get("checker_turnover", 0.0)) / 3600.0
         self.target_turnover = float(spec.get("target_turnover", 0.0)) / 3600.0
         self.failover = bool(spec.get("failover", True))
         self.in_service = self.targets
-        self.recent = np.zeros(ticks(spec.get("dns_ttl", 60.0)), dtype=np.int64)  # removals per tick, a ring
+        self.recent = np.zeros(in_ticks(spec.get("dns_ttl", 60.0), dt), dtype=np.int64)  # removals per tick, a ring
         self.unready_targets = 0.0
 
     def set_failover(self, enabled: bool) -> None:

@@ -17,20 +17,21 @@ import math
 
 import numpy as np
 
+from .base import in_ticks
+from .shards import split_clients
+
 
 class LeaseTable:
     def __init__(self, spec: dict, dt: float):
-        ticks = lambda s: max(1, round(float(s) / dt))  # noqa: E731
         self.count = int(spec["count"])
         self.store = spec["store"]
-        self.period = ticks(spec.get("renew_every", 60.0))
+        self.period = in_ticks(spec.get("renew_every", 60.0), dt)
         self.max_missed = max(1, math.floor(float(spec.get("ttl", 300.0)) / (self.period * dt)))
         self.retry_chance = min(1.0, dt / float(spec.get("retry_every", 60.0)))
         self.timeout_s = float(spec.get("timeout", 30.0))
         self.cost = float(spec.get("reestablish_cost", 1.0))
         self.missed = np.zeros((self.period, self.max_missed), dtype=np.int64)
-        self.missed[:, 0] = [self.count // self.period + (1 if i < self.count % self.period else 0)
-                             for i in range(self.period)]
+        self.missed[:, 0] = split_clients(self.count, self.period)  # as even over the phases as integers allow
         self.expired = 0
 
     @property
@@ -43,10 +44,10 @@ class LeaseTable:
         attempts = int(rng.binomial(self.expired, self.retry_chance)) if self.expired else 0
         return renewals, attempts
 
-    def settle(self, tick: int, rng: np.random.Generator, renewed: int, reestablished: int) -> tuple[int, int]:
+    def settle(self, tick: int, rng: np.random.Generator, renewed: int, reestablished: int) -> int:
         """Record this tick's outcomes: ``renewed`` of the leases due were renewed (drawn
         among them at random); ``reestablished`` expired leases are held again. Returns
-        (leases that expired, leases renewed)."""
+        the leases that expired."""
         row = self.missed[tick % self.period]
         new = np.zeros_like(row)
         ok = rng.multivariate_hypergeometric(row, renewed) if renewed else np.zeros_like(row)
@@ -55,4 +56,4 @@ class LeaseTable:
         lapsed = int(row[-1] - ok[-1])
         self.missed[tick % self.period] = new
         self.expired += lapsed - reestablished
-        return lapsed, int(ok.sum())
+        return lapsed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import Agent, Message, StepResult, WorldInfo, in_ticks
 from .shards import merge_metrics
 
 
@@ -29,10 +29,10 @@ class Monitoring(Agent):
         self.path = list(spec.get("path") or [])
         self.timeout = float(spec.get("timeout", 5.0))
         self.observe = list(spec.get("observe") or [])
-        self.stale_ticks = max(1, round(float(spec.get("stale_after", 180.0)) / dt))
-        self.log_delay_ticks = max(1, round(float(spec.get("log_delay", 600.0)) / dt))
-        self.publish_every = max(1, round(float(spec.get("publish_every", 10.0)) / dt))
-        self.alarms = [dict(a, for_ticks=max(1, round(float(a.get("for", 60.0)) / dt))) for a in spec.get("alarms") or []]
+        self.stale_ticks = in_ticks(spec.get("stale_after", 180.0), dt)
+        self.log_delay_ticks = in_ticks(spec.get("log_delay", 600.0), dt)
+        self.publish_every = in_ticks(spec.get("publish_every", 10.0), dt)
+        self.alarms = [dict(a, for_ticks=in_ticks(a.get("for", 60.0), dt)) for a in spec.get("alarms") or []]
         self.view: dict[str, tuple[float, int]] = {}  # metric -> (value, tick measured)
         self.truth: dict[str, tuple[float, int]] = {}
         self.pending: list[tuple[str, dict, int]] = []  # (agent, values, tick measured) waiting to cross

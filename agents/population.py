@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import Agent, Message, StepResult, WorldInfo, in_ticks
 from .draws import draw_without_replacement
 from .retry import CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
@@ -104,7 +104,7 @@ class PopulationControls:
                  duration: float = 60.0) -> None:
         """A burst of new connections: a share of connected clients re-establish their
         connections, spread over ``duration``, plus extra setups from elsewhere."""
-        ticks = max(1, round(duration / self.world.dt))
+        ticks = in_ticks(duration, self.world.dt)
         self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
                             "extra": float(extra_setups_per_second)})
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .base import in_ticks
+
 BACKOFFS = ("none", "constant", "exponential")
 JITTERS = ("none", "full", "equal", "decorrelated")
 
@@ -113,8 +115,8 @@ class CircuitBreaker:
 
     def __init__(self, threshold: float, window: float, open_for: float, probe_fraction: float, dt: float):
         self.threshold = threshold
-        self.window_ticks = max(1, round(window / dt))
-        self.open_ticks = max(1, round(open_for / dt))
+        self.window_ticks = in_ticks(window, dt)
+        self.open_ticks = in_ticks(open_for, dt)
         self.probe_fraction = probe_fraction
         self.attempts: list[int] = []
         self.failures: list[int] = []

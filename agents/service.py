@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, share_or_rate
+from .base import Agent, Message, StepResult, WorldInfo, in_ticks, share_or_rate
 from .dns import DnsAutomation
 from .health_checks import HealthChecks
 from .leases import LeaseTable
@@ -92,7 +92,7 @@ class Service(Agent):
     def op_delay_dns_enactor(self, tick: int, seconds: float) -> None:
         """The next plan an enactor picks up takes this long to apply."""
         if self.dns is not None:
-            self.dns.delay_next = max(1, round(float(seconds) / self.world.dt))
+            self.dns.delay_next = in_ticks(seconds, self.world.dt)
 
     def op_reset_queue(self, tick: int, fraction: float = 1.0) -> None:
         """Throw away a share of what is queued, as restarting that share of the hosts does
@@ -121,6 +121,9 @@ class Service(Agent):
     def _admitted(self, n: int, share: float) -> int:
         return int(self.rng.binomial(n, share)) if n and share < 1.0 else n
 
+    def _successes(self, n: int, chance: float) -> int:
+        return int(self.rng.binomial(n, chance)) if n and chance > 0 else 0
+
     def _lease_work(self, tick: int, renewals: int, attempts: int, share: float, within: float,
                     wait_s: float) -> tuple[int, float, float, int]:
         """This tick's renewals and re-establishment attempts, through the throttle and the
@@ -134,9 +137,8 @@ class Service(Agent):
         if self.queue is not None:
             r_in, a_in = self.queue.admit(r_in), self.queue.admit(a_in, lease.cost)
             chance *= 1.0 if wait_s <= lease.timeout_s else 0.0
-        renewing = int(self.rng.binomial(r_in, chance)) if r_in and chance > 0 else 0
-        again = int(self.rng.binomial(a_in, chance)) if a_in and chance > 0 else 0
-        lapsed, renewed = lease.settle(tick, self.rng, renewing, again)
+        renewed, again = self._successes(r_in, chance), self._successes(a_in, chance)
+        lapsed = lease.settle(tick, self.rng, renewed, again)
         return refused, renewed + again * lease.cost, r_in + a_in * lease.cost, lapsed
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
@@ -200,7 +202,7 @@ class Service(Agent):
                 queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
                 delay += wait_s
                 good = ready if delay <= float(b["rt"]) else 0.0  # outwaited its caller: work for nobody
-            ok = int(self.rng.binomial(queued, good)) if queued and good > 0 else 0
+            ok = self._successes(queued, good)
             ok_total += ok
             units_in += queued
             failed, rej = queued - ok, n - queued

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import Agent, Message, StepResult, WorldInfo, in_ticks
 
 
 class StatusDashboard(Agent):
@@ -25,7 +25,7 @@ class StatusDashboard(Agent):
         self.path = list(spec.get("path") or [])
         self.timeout = float(spec.get("timeout", 10.0))
         self.calls = int(spec.get("calls", 1))  # backend calls one post needs; all must succeed
-        self.retry_ticks = max(1, round(float(spec.get("retry_delay", 30.0)) / dt))
+        self.retry_ticks = in_ticks(spec.get("retry_delay", 30.0), dt)
         fo = spec.get("failover") or {}
         self.failover_after = round(float(fo["after"]) / dt) if fo else None
         self.failover_path = list(fo.get("path") or [])

@@ -280,15 +280,17 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     tests.to_csv(out / "pairs.csv", index=False)
     from reports.compare_report import _fmt_s
 
+    def at_point(rec: dict) -> str:
+        point = ", ".join(f"{k}={rec[k]}" for k in sweep)
+        return f"{point}: " if point else ""
+
     for r in summ.to_dict("records"):
-        point = ", ".join(f"{k}={r[k]}" for k in sweep)
-        click.echo(f"{(point + ': ') if point else ''}{r['runbook']}: {r['runs']} runs, loop broken in "
+        click.echo(f"{at_point(r)}{r['runbook']}: {r['runs']} runs, loop broken in "
                    f"{r['success_rate']:.0%}, median {_fmt_s(r['median_break_s'])} (95% CI "
                    f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
                    f"{_fmt_s(r['p90_break_s'])}, median impact {r['median_impact']:.1f}")
     for t in tests.to_dict("records"):
-        point = ", ".join(f"{k}={t[k]}" for k in sweep)
-        click.echo(f"{(point + ': ') if point else ''}{t['verdict']} (p = {t['p_holm']:.4f} after Holm)")
+        click.echo(f"{at_point(t)}{t['verdict']} (p = {t['p_holm']:.4f} after Holm)")
     if len(tests):
         click.echo(f"test: {cs.TEST}")
     if report:

@@ -8,6 +8,7 @@ import difflib
 import re
 import shlex
 
+from .live_protocol import kept_pace
 from .timefmt import format_duration, parse_clock
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -108,8 +109,8 @@ def render_header(state: dict | None, disconnected: bool = False) -> str:
         st = s.get("state", "?")
         parts.append({"waiting": "WAITING for the facilitator to start", "running": "running",
                       "paused": "PAUSED by the facilitator", "ended": "ENDED (type quit to leave)"}.get(st, st.upper()))
-        pace = s.get("pace")
-        if st == "running" and s.get("fell_behind") and pace and isinstance(speed, (int, float)) and pace < 0.95 * speed:
+        pace = kept_pace(s)
+        if pace is not None:
             parts.append(f"really {pace:.0f}x")
         elif st == "running" and (s.get("lag_s") or 0) >= 1:
             parts.append(f"server lags {s['lag_s']:.1f}s")

@@ -126,3 +126,14 @@ def parse_reply(frame: bytes) -> dict:
     if not isinstance(rep, dict) or rep.get("v") != VERSION or "id" not in rep or "ok" not in rep:
         raise ValueError("not a reply of this protocol")
     return rep
+
+
+def kept_pace(session: dict) -> float | None:
+    """From a session summary (the ``session`` of a state, or a scoreboard): the pace the
+    worlds really keep, when they fell behind and keep clearly less than the speed asked
+    for; None otherwise."""
+    speed, pace = session.get("speed"), session.get("pace")
+    if (session.get("state") == "running" and session.get("fell_behind") and pace
+            and isinstance(speed, (int, float)) and pace < 0.95 * speed):
+        return pace
+    return None

@@ -3,6 +3,8 @@ printed by ``gameday serve``. Takes the board of ``Session.scoreboard()`` (plus 
 server's "consoles", absent from the board written at the end)."""
 from __future__ import annotations
 
+from .live_protocol import kept_pace
+
 HEADINGS = ("rank", "team", "loop broken", "backlog drained", "impact so far", "first update", "actions", "consoles")
 RIGHT = {0, 4, 6, 7}  # numeric columns, right-aligned
 LAG_SHOWN_S = 1.0  # a lag below this is normal jitter, not worth the facilitator's attention
@@ -29,8 +31,8 @@ def _header(s: dict) -> str:
              f"{s.get('clock', '?')} / {s.get('end_clock', '?')}",
              f"speed {speed:g}x" if isinstance(speed, (int, float)) else f"speed {speed or '?'}",
              state]
-    lag, pace = s.get("lag_s") or 0, s.get("pace")
-    if s.get("fell_behind") and pace and state == "running" and isinstance(speed, (int, float)) and pace < 0.95 * speed:
+    lag, pace = s.get("lag_s") or 0, kept_pace(s)
+    if pace is not None:
         parts.append(f"the worlds keep only {pace:.0f}x")
     elif lag > LAG_SHOWN_S:
         parts.append(f"lag {lag:.1f} s")
