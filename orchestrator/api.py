@@ -19,11 +19,13 @@ from .timefmt import parse_duration
 def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int = 1, sets: dict | None = None,
         vars_file: str | None = None, out: str | Path | None = None, duration=None, tick=None,
         progress: bool = False, hosting: str = "inprocess", placement: str = "kind", address: str | None = None,
-        snapshot_every: int | None = None, shards: int | None = None) -> RunData:
+        snapshot_every: int | None = None, shards: int | None = None, attribution: bool = False) -> RunData:
     """Run a world in process (``runbook`` None: the playbook's ``historical`` runbook if
     it has one, else ``none``) and return its run data: ``metrics`` and ``events`` as
     pandas DataFrames, ``score`` as a dict, ``dir`` the run directory (a new temporary
-    directory when ``out`` is not given)."""
+    directory when ``out`` is not given). ``attribution``: also play the counterfactuals
+    that say which action broke the loop (``attribution.json``; ``gameday run`` does by
+    default)."""
     values = read_vars_file(vars_file) if vars_file else {}
     values.update(sets or {})
     spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=values,
@@ -31,7 +33,7 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
                    tick=parse_duration(tick) if tick is not None else None, shards=shards)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-run-"))
     return execute(spec, out, progress=progress, hosting=hosting, placement=placement, address=address,
-                   snapshot_every=snapshot_every)
+                   snapshot_every=snapshot_every, attribution=attribution)
 
 
 def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), seeds=10, sweep: dict | None = None,

@@ -12,6 +12,7 @@ import click
 from reports.build import FORMATS, write_report
 from reports.rundir import NotARunDirectory
 from reports.summary import summary_table
+from . import attribution as counterfactual
 from .errors import GamedayError, NotFound
 from .playbook import builtin_playbooks, describe, find_playbook, read_template, render, resolve_variables
 from .runner import RunSpec, execute, parse_sets, read_vars_file
@@ -112,13 +113,18 @@ def main():
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="TICKS",
               help="With --hosting ray: ticks between snapshots of each actor; an actor whose process dies is "
                    "replaced from its last snapshot and the run goes on unchanged (0: off) [default: 60].")
+@click.option("--attribution/--no-attribution", default=True, show_default=True,
+              help="Once the run is complete, find which action broke the loop by counterfactual: play the run "
+                   f"again from each of the (at most {counterfactual.MAX_ACTIONS}) latest actions before the loop broke, "
+                   f"without it, until its loop breaks or {counterfactual.LOOKAHEAD_S / 3600:g} h after it broke in the "
+                   "run, and write attribution.json.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Write the after-action report (report/report.md with its charts, report/report.html) into "
                    "the run directory at the end.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
 def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, shards, address, speed,
-        snapshot_every, report, progress, as_json):
+        snapshot_every, attribution, report, progress, as_json):
     """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook.
 
     Writes a run directory (rendered playbook and runbook, seed and versions,
@@ -128,11 +134,13 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
                    duration=duration, tick=tick, shards=shards)
     out = _out_dir(out, f"runs/{_stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
     data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address,
-                   speed=speed, snapshot_every=snapshot_every)
+                   speed=speed, snapshot_every=snapshot_every, attribution=attribution)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
     else:
         click.echo(summary_table(data))
+        if data.attribution is not None:
+            click.echo(f"\nattribution: {data.attribution['text']}")
         click.echo(f"\nrun directory: {data.dir}")
     if report:
         written = write_report(data.dir)
@@ -258,8 +266,9 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     Every (runbook, seed, sweep point) is a whole world run in a Ray task. Writes
     results.csv (one row per run), summary.csv (per runbook: success rate, median and
     p90 time to break the loop with bootstrap 95% CIs, impact), pairs.csv (each pair's
-    Mann-Whitney U test, Holm-corrected) and the comparison report, and prints the
-    summary and the verdicts.
+    effect sizes with 95% CIs, Fisher's exact test on success rates and Mann-Whitney U
+    on times to break, Holm-corrected, and whether the seeds could show a difference at
+    all) and the comparison report, and prints the summary and the verdicts.
     """
     from reports import compare_stats as cs
     from reports.compare_report import write_comparison_report
@@ -278,7 +287,7 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     summ, tests = cs.summary(df, list(sweep)), cs.pairs(df, list(sweep))
     summ.to_csv(out / "summary.csv", index=False)
     tests.to_csv(out / "pairs.csv", index=False)
-    from reports.compare_report import _fmt_s
+    from reports.compare_report import _fmt_s, pair_lines
 
     def at_point(rec: dict) -> str:
         point = ", ".join(f"{k}={rec[k]}" for k in sweep)
@@ -289,8 +298,8 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
                    f"{r['success_rate']:.0%}, median {_fmt_s(r['median_break_s'])} (95% CI "
                    f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
                    f"{_fmt_s(r['p90_break_s'])}, median impact {r['median_impact']:.1f}")
-    for t in tests.to_dict("records"):
-        click.echo(f"{at_point(t)}{t['verdict']} (p = {t['p_holm']:.4f} after Holm)")
+    for line in pair_lines(tests, list(sweep)):
+        click.echo(line)
     if len(tests):
         click.echo(f"test: {cs.TEST}")
     if report:

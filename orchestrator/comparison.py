@@ -22,7 +22,9 @@ from .runner import RunSpec, coerce_value, execute, prepare
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_drained_s", "backlog_drained",
            "impact", "first_update_s", "collateral", "actions", "outcome", "horizon_s")
-OUTCOMES = ("healthy", "recovered by itself", "broken by the runbook", "stuck")
+#: a run's outcome: no loop formed; it broke with nobody acting; the runbook's actions broke it;
+#: it broke and re-formed, and was not broken at the horizon; it never broke
+OUTCOMES = ("healthy", "recovered by itself", "broken by the runbook", "relapsed", "stuck")
 
 
 @dataclass
@@ -75,7 +77,7 @@ def row_of(point: Point, score: dict, horizon_s: float) -> dict:
     if not score["loop_formed"]:
         outcome = "healthy"
     elif not broken["reached"]:
-        outcome = "stuck"
+        outcome = "relapsed" if broken.get("relapsed") else "stuck"
     else:
         outcome = "recovered by itself" if score["actions_taken"] == 0 else "broken by the runbook"
     backlog = score.get("backlog_drained") or {}

@@ -17,6 +17,8 @@ import yaml
 from .comparison import compare, runbook_label
 
 PHASES = ("healthy", "recovered by itself", "stuck")
+#: a run's phase from its outcome: one whose loop broke and re-formed is stuck at the horizon
+PHASE_OF = {"healthy": "healthy", "recovered by itself": "recovered by itself", "relapsed": "stuck", "stuck": "stuck"}
 
 
 def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, runbook: str = "none",
@@ -32,7 +34,7 @@ def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, 
 def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     rows = []
     for (xv, yv), g in runs.groupby([x, y], sort=False):
-        counts = {p: int((g["outcome"] == p).sum()) for p in PHASES}
+        counts = {p: int((g["outcome"].map(PHASE_OF) == p).sum()) for p in PHASES}
         best = max(counts.values())
         winners = [p for p, n in counts.items() if n == best]
         rows.append({x: xv, y: yv, **counts, "phase": winners[0] if len(winners) == 1 else "mixed"})
@@ -40,7 +42,7 @@ def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 
 def _majority_stuck(runs: pd.DataFrame) -> bool:
-    return (runs["outcome"] == "stuck").sum() * 2 > len(runs)
+    return (runs["outcome"].map(PHASE_OF) == "stuck").sum() * 2 > len(runs)
 
 
 def hysteresis(playbook: str, load_var: str, loads: list[float], shed_action: str, shed_param: str,

@@ -166,7 +166,8 @@ PLAYBOOK = M(
                         services=names("services whose work queue must be back to steady state"),
                         threshold=positive(default=60.0, doc="seconds of arrivals (of queue wait, for a service) counted as steady state"),
                         hold=non_negative("duration", default=600.0)),
-              recovered=M("per-population recovery milestones", default=dict, populations=names(),
+              recovered=M("recovery milestones, per population (success of its attempts) and per service "
+                          "(its success ratio)", default=dict, populations=names(), services=names(),
                           success_min=ratio(default=0.95), hold=non_negative("duration", default=300.0)),
               impact=Field("dict", default=dict, values=non_negative())),
     par=Field("dict", default=dict, values=Field("clock")),
@@ -503,7 +504,8 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
                             ("loop.services", services, "a service"),
                             ("backlog.services", {s["name"] for s in data["services"] if s.get("queue")}, "a service with a queue"),
                             ("backlog.populations", {p["name"] for p in data["populations"] if p["work"] == "durable"}, "a durable population"),
-                            ("recovered.populations", {p["name"] for p in data["populations"]}, "a population")):
+                            ("recovered.populations", {p["name"] for p in data["populations"]}, "a population"),
+                            ("recovered.services", services, "a service")):
         a, b = key.split(".")
         for j, n in enumerate(sc[a][b]):
             if n not in pool:

@@ -1,6 +1,7 @@
 """Running a world: load -> build -> host -> step, journalling every tick."""
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import dataclass
@@ -96,7 +97,9 @@ class WorldRun:
 
     def __init__(self, spec: RunSpec, out: Path, hosting: str = "inprocess", placement: str = "kind",
                  address: str | None = None, snapshot_every: int | None = None, speed: float | None = None,
-                 meta: dict | None = None):
+                 meta: dict | None = None, keep_action_states: bool = False):
+        """``keep_action_states``: keep the world's state at the end of every tick in which
+        an action took effect (in-process hosting only), for the counterfactuals."""
         pb, rb_text, rb, self.plan = prepare(spec)
         self.hosting = hosting
         self.pb = pb
@@ -117,6 +120,8 @@ class WorldRun:
         self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
         self.injections = 0
         self.journal: list[dict] = []  # events of the next tick that come from outside the world
+        self.keep_action_states = keep_action_states and hosting == "inprocess"
+        self.action_states: dict[int, dict] = {}
         self.wall0 = time.perf_counter()
         self.closed = False
 
@@ -156,6 +161,10 @@ class WorldRun:
         milestones = self.scorer.update(res.tick, world, events)
         self.writer.write_tick(res.tick, full, events + milestones)
         res.events = events + milestones
+        if self.keep_action_states and any(e["event"] == "action_effective" for e in res.events):
+            # the state orchestrator/attribution.py's Replay restores
+            self.action_states[res.tick] = {"host": self.host.snapshot(), "scorer": copy.deepcopy(self.scorer),
+                                            "seq": self.injections}
         return res
 
     def step(self) -> TickResult:
@@ -182,12 +191,15 @@ class WorldRun:
 
 def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: str = "inprocess",
             placement: str = "kind", address: str | None = None, speed: float | None = None,
-            snapshot_every: int | None = None, injections: dict[int, list[dict]] | None = None) -> RunData:
+            snapshot_every: int | None = None, injections: dict[int, list[dict]] | None = None,
+            attribution: bool = False) -> RunData:
     """``speed``: simulated seconds per wall second (None: as fast as possible).
     ``snapshot_every``: ticks between the Ray hosts' snapshots (None: the default; 0: off).
     ``injections``: tick -> recorded ``injected`` events (and session notes) to send into
-    the world again before that tick (a replay)."""
-    run = WorldRun(spec, out, hosting, placement, address, snapshot_every, speed)
+    the world again before that tick (a replay). ``attribution``: once the run is
+    complete, play the counterfactuals of the actions before the loop broke and write
+    ``attribution.json`` (orchestrator/attribution.py)."""
+    run = WorldRun(spec, out, hosting, placement, address, snapshot_every, speed, keep_action_states=attribution)
     if speed is not None:
         clock = PacedClock(run.plan.info.dt, speed)
     clock = clock or SimulatedClock()
@@ -209,6 +221,10 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
         if bar is not None:
             bar.close()
         run.close(status)
+    if attribution and status == "complete":
+        from . import attribution as counterfactual  # it plays worlds itself: imported when used
+
+        counterfactual.write(out, run.action_states)
     return load_run(out)
 
 

@@ -360,26 +360,7 @@ class Session:
         return {"session": self.summary(), "catalogue": t.view.catalogue, **t.view.state(self.tick, since)}
 
     def scoreboard(self) -> dict:
-        rows = []
-        for t in self.teams.values():
-            sc = t.run.scorer.score()
-            loop, backlog = sc["loop_broken"], sc.get("backlog_drained") or {"reached": False}
-            if sc["trigger"]["reached"] and not sc["loop_formed"] and t.run.scorer.last_tick >= 0:
-                loop_text, loop_rank = "never formed", 0
-            elif loop["reached"]:
-                loop_text, loop_rank = f"broken {loop['clock']}", 1
-            else:
-                loop_text, loop_rank = "not yet", 2
-            rows.append({
-                "team": t.name, "loop": loop_text, "loop_broken": loop.get("clock"),
-                "backlog": f"drained {backlog['clock']}" if backlog["reached"] else "not yet",
-                "backlog_drained": backlog.get("clock"),
-                "impact": sc["impact"]["weighted_total"],
-                "first_update": sc["first_customer_update"].get("clock"),
-                "actions": sc["actions_taken"],
-                "_key": (loop_rank, loop.get("seconds_after_start", math.inf),
-                         backlog.get("seconds_after_start", math.inf), sc["impact"]["weighted_total"]),
-            })
+        rows = [team_row(t.name, t.run.scorer.score(), t.run.scorer.last_tick >= 0) for t in self.teams.values()]
         rows.sort(key=lambda r: r.pop("_key"))
         for i, r in enumerate(rows, 1):
             r["rank"] = i
@@ -396,6 +377,33 @@ class Session:
         write_json_atomic(self.dir / "ranking.json", board)
         self.write_info("ended", simulated_until=self.clock_text())
         return board
+
+
+def team_row(team: str, sc: dict, started: bool) -> dict:
+    """A team's row of the scoreboard from its score so far, with the key it is ranked by
+    (``_key``): a loop that never formed first, then broken loops by time, then the rest.
+    A loop that re-formed is not broken, whenever it first broke."""
+    loop, backlog = sc["loop_broken"], sc.get("backlog_drained") or {"reached": False}
+    if sc["trigger"]["reached"] and not sc["loop_formed"] and started:
+        loop_text, loop_rank = "never formed", 0
+    elif loop["reached"]:
+        loop_text, loop_rank = f"broken {loop['clock']}", 1
+        if loop["relapses"]:
+            loop_text += f" (after re-forming {loop['relapses'][-1]['clock']})"
+    elif loop["relapsed"]:
+        loop_text, loop_rank = f"re-formed {loop['relapses'][-1]['clock']}", 2
+    else:
+        loop_text, loop_rank = "not yet", 2
+    return {
+        "team": team, "loop": loop_text, "loop_broken": loop.get("clock"), "relapses": len(loop["relapses"]),
+        "backlog": f"drained {backlog['clock']}" if backlog["reached"] else "not yet",
+        "backlog_drained": backlog.get("clock"),
+        "impact": sc["impact"]["weighted_total"],
+        "first_update": sc["first_customer_update"].get("clock"),
+        "actions": sc["actions_taken"],
+        "_key": (loop_rank, loop.get("seconds_after_start", math.inf),
+                 backlog.get("seconds_after_start", math.inf), sc["impact"]["weighted_total"]),
+    }
 
 
 def _check_params(what: str, declared: dict, given: dict) -> dict:

@@ -26,7 +26,7 @@ WINDOW_S = 60.0  # rates are reported per minute
 class Finding:
     title: str
     evidence: str
-    kind: str  # monitoring_blind | rule_never_fired | collateral | loop_breaker
+    kind: str  # monitoring_blind | rule_never_fired | collateral | loop_breaker | relapse
 
 
 @dataclass
@@ -138,14 +138,13 @@ def analyse(run: RunData) -> Analysis:
 
     # -- the score beside par ---------------------------------------------------------------
     measures = []
-    milestones_reached: dict[str, int] = {}
-    for e in events:
-        if e["event"] == "milestone":
-            milestones_reached[e["milestone"]] = int(e["at_tick"])
+    milestones_reached, first_reached, relapses = milestone_history(events)
 
     def measure(label: str, key: str, tick: float | None):
-        row = {"measure": label, "yours": at(tick) if tick is not None else "not reached",
-               "par": _clock(par_s[key]) if key in par_s else "", "vs_par": ""}
+        yours = at(tick) if tick is not None else "not reached"
+        if relapses.get(key):
+            yours += f" (first {at(first_reached[key])}, relapsed {', '.join(at(t) for t in relapses[key])})"
+        row = {"measure": label, "yours": yours, "par": _clock(par_s[key]) if key in par_s else "", "vs_par": ""}
         if tick is not None and key in par_s:
             row["vs_par"] = _delta(start_s + tick * dt - par_s[key])
         measures.append(row)
@@ -155,7 +154,7 @@ def analyse(run: RunData) -> Analysis:
     measure("first customer update", "first_customer_update", first_update)
     for key, tick in sorted(milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)
-    for key in par_s:
+    for key in dict.fromkeys([*relapses, *par_s]):
         if key not in milestones_reached and key not in ("trigger", "first_customer_update"):
             measure(_milestone_label(key), key, None)
 
@@ -222,8 +221,16 @@ def analyse(run: RunData) -> Analysis:
             add(tick, f"simulator: host {e.get('host')} restarted", e.get("reason", ""))
     if bad_tick is not None:
         add(bad_tick, f"ground truth: {signal[0]} below {signal[2]:.0%}", "what the operators could not yet see")
-    for key, tick in milestones_reached.items():
-        add(tick, f"milestone: {_milestone_label(key)}", "", key)
+    effective = [e for e in events if e["event"] == "action_effective"]
+    for e in events:
+        if e["event"] == "milestone":
+            final = milestones_reached.get(e["milestone"]) == e["at_tick"]
+            add(e["at_tick"], f"milestone: {_milestone_label(e['milestone'])}",
+                "" if final or relapses.get(e["milestone"]) is None else "it did not hold", e["milestone"] if final else None)
+        elif e["event"] == "relapse":
+            before = _last_before(effective, e["at_tick"])
+            add(e["at_tick"], f"relapse: {_milestone_label(e['milestone'])} no longer",
+                f"{_relapse_what(e['milestone'])}" + (f", after {before['action']} ({at(before['tick'])})" if before else ""))
     timeline.sort(key=lambda r: r["tick"])
 
     # -- findings -----------------------------------------------------------------------------
@@ -240,27 +247,34 @@ def analyse(run: RunData) -> Analysis:
                 f"the longest stretch ran {at(first)}-{at(last + 1)} ({_minutes((last - first + 1) * dt)}), "
                 f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
     findings += _rules_never_fired(runbook, events, playbook, m, dt, at)
-    effective = [e for e in events if e["event"] == "action_effective"]
     findings += _collateral(effective, m, dt, signal, at)
+    findings += _relapses(relapses, first_reached, milestones_reached, effective, at, until)
     loop_at = milestones_reached.get("loop_broken")
-    breaker = _loop_breaker(effective, m, dt, loop, loop_at, playbook, signal)
-    if breaker is not None:
-        e, before, after = breaker
-        findings.append(Finding(
-            f"{e['action']} broke the loop",
-            f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before {signal[0]} "
-            f"began its final climb; "
-            f"it averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
-            f"the loop condition held from {at(loop_at)} on", "loop_breaker"))
+    if run.attribution is not None:
+        findings += _counterfactual_findings(run.attribution)
+    else:
+        breaker = _loop_breaker(effective, m, dt, loop, loop_at, playbook, signal)
+        if breaker is not None:
+            e, before, after = breaker
+            findings.append(Finding(
+                f"{e['action']} broke the loop",
+                f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before {signal[0]} "
+                f"began its final climb; "
+                f"it averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
+                f"the loop condition held from {at(loop_at)} on (a heuristic: no counterfactual was played for this "
+                f"run, see gameday run --attribution)", "loop_breaker"))
 
     # -- summary --------------------------------------------------------------------------------
     summary = _summary(trigger, trigger_tick, bad_tick, signal[0] if signal else "the loop's measure", events,
-                       milestones_reached, score, weighted, backlog, at, dt, partial, until)
+                       milestones_reached, relapses, score, weighted, backlog, at, dt, partial, until)
     lb = score.get("loop_broken") or {}
     if partial:
         verdict = f"Partial run (status {meta.get('status')}): simulated until {until}; no verdict."
     elif score.get("loop_formed") is False:
         verdict = "No feedback loop formed: nothing to break."
+    elif not lb.get("reached") and lb.get("relapsed"):
+        verdict = (f"The loop broke at {lb['first_at']['clock']} but re-formed at {lb['relapses'][-1]['clock']} "
+                   f"and was not broken again by {until}.")
     elif not lb.get("reached"):
         verdict = f"The loop was not broken by {until}."
     elif lb.get("vs_par_s") is not None:
@@ -280,6 +294,53 @@ def analyse(run: RunData) -> Analysis:
                     actions=[{"tick": e["tick"], "clock": at(e["tick"]), "action": e["action"]} for e in effective],
                     scoring=playbook.get("scoring") or {})
 
+
+
+def milestone_history(events: list[dict]) -> tuple[dict[str, int], dict[str, int], dict[str, list[int]]]:
+    """From the journal: (milestone -> tick it finally holds from, for those holding at
+    the end; milestone -> tick it was first confirmed; milestone -> ticks of its
+    relapses), as the scorer journalled them."""
+    final: dict[str, int] = {}
+    first: dict[str, int] = {}
+    relapses: dict[str, list[int]] = {}
+    for e in events:
+        if e["event"] == "milestone":
+            final[e["milestone"]] = int(e["at_tick"])
+            first.setdefault(e["milestone"], int(e["at_tick"]))
+        elif e["event"] == "relapse":
+            final.pop(e["milestone"], None)
+            relapses.setdefault(e["milestone"], []).append(int(e["at_tick"]))
+    return final, first, relapses
+
+
+def _relapse_what(key: str) -> str:
+    return {"loop_broken": "the loop re-formed", "backlog_drained": "the backlog grew again",
+            "devices_healthy": "the devices were unhealthy again"}.get(
+        key, f"{key[len('recovered:'):]} failed again" if key.startswith("recovered:") else f"{key} failed again")
+
+
+def _last_before(effective: list[dict], tick: int) -> dict | None:
+    """The last action to take effect at or before ``tick``."""
+    before = [e for e in effective if e["tick"] <= tick]
+    return before[-1] if before else None
+
+
+def _relapses(relapses, first, final, effective, at, until) -> list[Finding]:
+    """A finding per milestone that relapsed: when it first held, when it failed again
+    and after what, and whether it came back."""
+    out = []
+    for key, ticks in relapses.items():
+        label = _milestone_label(key)
+        before = _last_before(effective, ticks[-1])
+        after = f" after {before['action']} took effect at {at(before['tick'])}" if before else ""
+        end = (f"it held again from {at(final[key])} to the end" if key in final
+               else f"it did not hold again by {until}")
+        times = f"{len(ticks)} times" if len(ticks) > 1 else "once"
+        out.append(Finding(
+            f"{_relapse_what(key)[0].upper()}{_relapse_what(key)[1:]} at {at(ticks[-1])}" + after,
+            f"{label} was first reached at {at(first[key])} and relapsed {times} "
+            f"({', '.join(at(t) for t in ticks)}); {end}", "relapse"))
+    return out
 
 
 def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series, float] | None:
@@ -329,8 +390,8 @@ def _parse_clock(text) -> float:
     return parts[0] * 3600 + (parts[1] if len(parts) > 1 else 0) * 60 + (parts[2] if len(parts) > 2 else 0)
 
 
-def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, score, weighted, backlog, at, dt, partial,
-             until):
+def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relapses, score, weighted, backlog, at, dt,
+             partial, until):
     out = []
     if trigger is None:
         out.append(f"No trigger fired by {until}.")
@@ -345,6 +406,9 @@ def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, score
     seen = f"The operators' first alarm ({alarm['alarm']}) came at {at(alarm['tick'])}" if alarm else \
         "No alarm reached the operators"
     broken = f"the loop was broken at {at(loop)}" if loop is not None else f"the loop was not broken by {until}"
+    if relapses.get("loop_broken"):
+        again = relapses["loop_broken"]
+        broken += f" (it had re-formed {len(again)} time{'s' if len(again) > 1 else ''}, last at {at(again[-1])})"
     out.append(f"{seen}; {broken}, after {actions} action{'s' if actions != 1 else ''} asked.")
     third = []
     if weighted is not None:
@@ -415,6 +479,27 @@ def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
         vis = m.loc[held, "monitoring.visibility"].mean()
         text += f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"
     return text
+
+
+def _counterfactual_findings(att: dict) -> list[Finding]:
+    """attribution.json as a finding: the action without which the loop broke latest, or
+    that no single action did, with every counterfactual played as evidence."""
+    played = att.get("counterfactuals") or []
+    if not played:
+        return []
+    evidence = "; ".join(
+        f"without {c['action']} ({c['took_effect']}) " + (
+            f"the loop was still unbroken at {c['played_until']}" if c["loop_broken_without"] is None
+            else f"it broke at {c['loop_broken_without']}") for c in played)
+    evidence += f" (the loop broke at {att.get('loop_broken')} in this run; each counterfactual replays it exactly " \
+                f"from the action on, without that action)"
+    if att.get("breaker"):
+        title = f"{att['breaker']} broke the loop"
+        others = [a for a in att.get("needed") or [] if a != att["breaker"]]
+        if others:
+            title += f" ({', '.join(others)} {'was' if len(others) == 1 else 'were'} needed too)"
+        return [Finding(title, evidence, "loop_breaker")]
+    return [Finding("No single action broke the loop", att.get("text", "") + " " + evidence, "loop_breaker")]
 
 
 def _window_means(series: pd.Series, t: int, ticks: int) -> tuple[float, float]:

@@ -1,6 +1,8 @@
-"""The comparison report: the results table summarised per runbook, every pair's test,
-and two charts per sweep point (the CDF of time to break the loop, box plots of impact),
-as Markdown with PNGs beside it and as one self-contained HTML file."""
+"""The comparison report: the results table summarised per runbook, every pair's effect
+sizes with their confidence intervals, both tests and the verdict, what the seed count
+cannot show, and two charts per sweep point (the CDF of time to break the loop, box
+plots of impact), as Markdown with PNGs beside it and as one self-contained HTML file.
+``pair_lines`` words the pairs the same way for the command line."""
 from __future__ import annotations
 
 import math
@@ -21,10 +23,81 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+def _fmt_diff_s(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "undefined"  # both medians not broken
+    if math.isinf(seconds):
+        return "+inf" if seconds > 0 else "-inf"
+    return f"{seconds / 60:+.1f} min"
+
+
+def _fmt_points(share: float) -> str:
+    return f"{round(100 * share):+d}"
+
+
+def _fmt_p(p: float) -> str:
+    return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def _interval(lo: float, hi: float, fmt) -> str:
+    """A CI as text; one side unbounded (infinite times) reads "at least" / "at most"."""
+    if lo == hi and math.isinf(lo):
+        return fmt(lo)
+    if math.isinf(lo) and math.isinf(hi):
+        return "unbounded"
+    if math.isinf(hi):
+        return f"at least {fmt(lo)}"
+    if math.isinf(lo):
+        return f"at most {fmt(hi)}"
+    return f"{fmt(lo)} to {fmt(hi)}"
+
+
+def point_label(rec: dict, sweep_vars: list[str]) -> str:
+    return ", ".join(f"{k}={rec[k]}" for k in sweep_vars) or "all runs"
+
+
+def _prefix(rec: dict, sweep_vars: list[str]) -> str:
+    """A printed line's sweep point, "clients=2000: " (nothing without a sweep)."""
+    return f"{point_label(rec, sweep_vars)}: " if sweep_vars else ""
+
+
+def pair_cells(rec: dict) -> dict[str, str]:
+    """A pair's effect sizes, CIs and p values as text (differences are a minus b)."""
+    return {"success": f"{rec['success_a']:.0%} vs {rec['success_b']:.0%}",
+            "success_diff": f"{_fmt_points(rec['success_diff'])} points",
+            "success_ci": _interval(*rec["success_diff_ci"], _fmt_points),
+            "p_fisher": _fmt_p(rec["p_fisher"]), "p_fisher_holm": _fmt_p(rec["p_fisher_holm"]),
+            "times": f"{_fmt_s(rec['median_a_s'])} vs {_fmt_s(rec['median_b_s'])}",
+            "median_diff": _fmt_diff_s(rec["median_diff_s"]),
+            "median_ci": _interval(*rec["median_diff_ci"], _fmt_diff_s),
+            "p": _fmt_p(rec["p"]), "p_holm": _fmt_p(rec["p_holm"])}
+
+
+def power_notes(tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
+    """Each sweep point's distinct power sentences, "point: sentence" when swept."""
+    notes = [f"{_prefix(t, sweep_vars)}{t['power']}"
+             for t in tests.to_dict("records") if t["power"]]
+    return list(dict.fromkeys(notes))
+
+
+def pair_lines(tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
+    """The pairs for the command line: each verdict, its effect sizes and tests, then
+    what the seed count cannot show."""
+    lines = []
+    for t in tests.to_dict("records"):
+        c = pair_cells(t)
+        lines += [f"{_prefix(t, sweep_vars)}{t['verdict']}",
+                  f"  success rate {t['a']} vs {t['b']}: {c['success']}, difference {c['success_diff']} "
+                  f"(95% CI {c['success_ci']}); Fisher p = {c['p_fisher']}, {c['p_fisher_holm']} after Holm",
+                  f"  median time to break {t['a']} vs {t['b']}: {c['times']}, difference {c['median_diff']} "
+                  f"(95% CI {c['median_ci']}); Mann-Whitney p = {c['p']}, {c['p_holm']} after Holm"]
+    return lines + power_notes(tests, sweep_vars)
+
+
 def _points(df: pd.DataFrame, sweep_vars: list[str]) -> list[tuple[str, pd.DataFrame]]:
     if not sweep_vars:
         return [("all runs", df)]
-    return [(", ".join(f"{k}={v}" for k, v in zip(sweep_vars, key if isinstance(key, tuple) else (key,))), g)
+    return [(point_label(dict(zip(sweep_vars, key if isinstance(key, tuple) else (key,))), sweep_vars), g)
             for key, g in df.groupby(sweep_vars, sort=False)]
 
 
@@ -73,10 +146,9 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
                               f"{_fmt_s(r['median_break_ci'][1])})",
              "p90": f"{_fmt_s(r['p90_break_s'])} ({_fmt_s(r['p90_break_ci'][0])} to {_fmt_s(r['p90_break_ci'][1])})",
              "impact": f"{r['median_impact']:.1f} ({r['median_impact_ci'][0]:.1f} to {r['median_impact_ci'][1]:.1f})",
-             "point": ", ".join(f"{k}={r[k]}" for k in sweep_vars) or "all runs"}
+             "point": point_label(r, sweep_vars)}
             for r in summ.to_dict("records")]
-    verdicts = [{**t, "point": ", ".join(f"{k}={t[k]}" for k in sweep_vars) or "all runs"}
-                for t in tests.to_dict("records")]
+    verdicts = [{**t, **pair_cells(t), "point": point_label(t, sweep_vars)} for t in tests.to_dict("records")]
     pngs = charts(df, sweep_vars)
     for name, png in pngs.items():
         (out / "charts" / f"{name}.png").write_bytes(png)
@@ -88,7 +160,8 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     outcome_lines += ["| " + " | ".join(str(r[h]) for h in heads) + " |" for r in records]
     env = environment()
     ctx = {"info": info or {}, "rows": rows, "verdicts": verdicts, "test": cs.TEST, "n": len(df),
-           "outcomes": records, "outcome_names": list(outcomes.columns), "keys": keys, "outcome_lines": outcome_lines}
+           "outcomes": records, "outcome_names": list(outcomes.columns), "keys": keys, "outcome_lines": outcome_lines,
+           "power_notes": power_notes(tests, sweep_vars)}
     (out / "compare.md").write_text(env.get_template("compare.md.j2").render(
         **ctx, charts={k: f"charts/{k}.png" for k in pngs}), encoding="utf-8")
     (out / "compare.html").write_text(env.get_template("compare.html.j2").render(

@@ -20,6 +20,7 @@ class RunData:
     metrics: pd.DataFrame
     events: pd.DataFrame
     score: dict | None  # None while the run has not finished
+    attribution: dict | None = None  # attribution.json: the counterfactuals, if they were played
 
     @property
     def complete(self) -> bool:
@@ -56,4 +57,7 @@ def load_run(run_dir) -> RunData:
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     score_path = d / "score.json"
     score = json.loads(score_path.read_text(encoding="utf-8")) if score_path.exists() else None
-    return RunData(dir=d, meta=meta, metrics=read_metrics(d), events=read_events(d), score=score)
+    attribution_path = d / "attribution.json"
+    attribution = json.loads(attribution_path.read_text(encoding="utf-8")) if attribution_path.exists() else None
+    return RunData(dir=d, meta=meta, metrics=read_metrics(d), events=read_events(d), score=score,
+                   attribution=attribution)

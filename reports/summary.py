@@ -12,6 +12,15 @@ def fmt_delta(seconds: float | None) -> str:
     return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
+def relapse_note(m: dict) -> str:
+    """`` (first 11:02, relapsed 11:40)`` for a milestone of score.json that relapsed."""
+    if not m.get("relapses"):
+        return ""
+    first = (m.get("first_at") or {}).get("clock", "?")
+    again = ", ".join(r.get("clock", "?") for r in m["relapses"])
+    return f" (first {first}, relapsed {again})"
+
+
 def summary_table(run: RunData) -> str:
     s = run.score or {}
     meta = run.meta
@@ -23,6 +32,7 @@ def summary_table(run: RunData) -> str:
         if not m:
             return
         yours = m.get("clock", "not reached") if m.get("reached") else "not reached"
+        yours += relapse_note(m)
         rows.append((label, yours, m.get("par_clock", ""), fmt_delta(m.get("vs_par_s"))))
 
     add("trigger", s.get("trigger"))

@@ -36,7 +36,8 @@ from reports.rundir import load_run
 #: that need the runs wait for them (about a minute and a half saved).
 PREWARMED = {"none": ("test_with_nobody_acting_the_bridge_is_still_congested_12_hours_after_the_trigger",
                       {"runbook": "none", "duration": "12h40m"}),
-             "historical": ("test_the_report_figures_are_those_of_the_score_and_the_metrics", {"runbook": "historical"}),
+             "historical": ("test_the_report_figures_are_those_of_the_score_and_the_metrics",
+                            {"runbook": "historical", "attribution": True}),
              "capacity-only": ("test_historical_capacity_addition_alone_does_not_break_the_loop",
                                {"runbook": str(Path(__file__).parent / "playbooks" / "runbooks" / "capacity-only.yaml"),
                                 "duration": "9h"}),

@@ -70,14 +70,16 @@ def test_the_re_establishment_time_has_a_sweet_spot_in_the_throttle(runbook_file
 
 
 def test_a_throttle_to_zero_is_no_progress_and_a_negative_one_is_rejected(runbook_file):
-    """Admitting nothing stops the wasted work but breaks no loop; a throttle below zero
-    is refused with its reason in the journal, and the run goes on."""
+    """Admitting nothing stops the wasted work: the feedback has stopped (the loop counts
+    as broken) but the manager does not serve again (not recovered, no lease held); a
+    throttle below zero is refused with its reason in the journal, and the run goes on."""
     zero = runbook_file("lease-throttle-0", [{"when": {"at": "01:20"}, "do": {"action": "throttle", "params": {"rate": 0}}},
                                              {"when": {"at": "01:20"}, "do": "restart_hosts"}])
     r = orchestrator.run(LH, runbook=zero, seed=1)
     late = window(r, "01:30", "03:00")
     assert late["manager.work_done"].sum() == 0 and late["manager.leases_held"].max() == 0.0
-    assert not r.score["loop_broken"]["reached"]
+    assert r.score["loop_broken"]["reached"] and "01:20" <= r.score["loop_broken"]["clock"] < "01:30"
+    assert not r.score["recovered"]["manager"]["reached"]
     negative = runbook_file("lease-throttle-neg", [{"when": {"at": "01:20"}, "do": {"action": "throttle", "params": {"rate": -5}}}])
     r = orchestrator.run(LH, runbook=negative, seed=1)
     rejected = r.events[r.events["event"] == "apply_rejected"]

@@ -11,7 +11,7 @@ from tests.test_us_east_1_2021 import BLIND_RULES
 
 @pytest.fixture(scope="module")
 def historical(run_2021):
-    return run_2021("historical", runbook="historical")
+    return run_2021("historical", runbook="historical", attribution=True)
 
 
 def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
@@ -114,3 +114,18 @@ def test_the_html_report_renders_in_headless_chromium_with_its_charts(run_2021, 
     blue, orange, purple = count((31, 119, 180)), count((255, 127, 14)), count((148, 103, 189))
     print(f"\nchart pixels in the screenshot: blue {blue}, orange {orange}, purple {purple}")
     assert blue > 1000 and orange > 500 and purple > 500  # line colours of the charts: drawn, not blank
+
+
+def test_on_the_historical_run_the_counterfactual_names_the_capacity_addition(historical):
+    """AWS's summary: congestion improved once capacity was added and the top talkers were
+    isolated, while moving DNS fixed DNS but not the loop (DESIGN.md 2.1, mechanisms d and
+    e). Without add_capacity (in effect minutes before the loop broke) the loop was still
+    unbroken an hour later; without isolate_top_talker too; without disabling EventBridge
+    delivery it broke within the hold period of the same time."""
+    att = historical.attribution
+    played = {c["action"]: c for c in att["counterfactuals"]}
+    assert list(played) == ["add_capacity", "disable_event_delivery", "isolate_top_talker"]
+    assert att["breaker"] == "add_capacity" and played["add_capacity"]["loop_broken_without"] is None
+    assert "isolate_top_talker" in att["needed"] and not played["disable_event_delivery"]["mattered"]
+    found = [f for f in analyse(historical).findings if f.kind == "loop_breaker"]
+    assert [f.title for f in found] == ["add_capacity broke the loop (isolate_top_talker was needed too)"]

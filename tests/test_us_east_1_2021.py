@@ -76,7 +76,7 @@ def test_without_a_trigger_nothing_degrades(run_2021):
 
 @pytest.fixture(scope="module")
 def historical(run_2021):
-    return run_2021("historical", runbook="historical")
+    return run_2021("historical", runbook="historical", attribution=True)
 
 
 def test_historical_dns_move_fixes_dns_while_the_bridge_stays_congested(historical):

@@ -1,0 +1,53 @@
+"""Attribution by counterfactual (orchestrator/attribution.py): which action broke the
+loop is answered by playing the run again from the moment each action took effect,
+without it. tests/playbooks/relapse.yaml.j2: pausing delivery stops the feedback (the
+worker idle); jobs let back later at a pace below capacity keep it stopped. The pause
+broke the loop, not the readmission, and not an action that changed nothing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import orchestrator
+from orchestrator import attribution
+from reports.analysis import analyse
+
+RELAPSE = str(Path(__file__).parent / "playbooks" / "relapse.yaml.j2")
+RULES = [{"when": {"at": "00:09"}, "do": {"action": "release_jobs", "params": {"factor": 1.0}}},  # changes nothing
+         {"when": {"at": "00:12"}, "do": "pause_jobs"},
+         {"when": {"at": "00:20"}, "do": {"action": "release_jobs", "params": {"factor": 0.19}}}]
+
+
+@pytest.fixture(scope="module")
+def cut_and_readmit(runbook_file, tmp_path_factory):
+    return orchestrator.run(RELAPSE, runbook=runbook_file("cut-readmit", RULES), seed=1, attribution=True,
+                            out=tmp_path_factory.mktemp("attribution") / "run")
+
+
+def test_the_counterfactual_names_the_cut_not_the_readmission(cut_and_readmit):
+    att = cut_and_readmit.attribution
+    assert cut_and_readmit.score["loop_broken"]["reached"] and att["loop_broken"] == cut_and_readmit.score["loop_broken"]["clock"]
+    # the readmission came after the loop broke: it is no candidate
+    assert [c["action"] for c in att["counterfactuals"]] == ["pause_jobs", "release_jobs"]
+    pause, noop = att["counterfactuals"]
+    assert pause["loop_broken_without"] is None and pause["played_until"] == "00:45" and pause["mattered"]
+    # without an action that changed nothing the world is the same world: the loop breaks at the same tick
+    assert noop["took_effect"] == "00:09:01" and noop["loop_broken_without"] == att["loop_broken"] and not noop["mattered"]
+    assert att["breaker"] == "pause_jobs" and att["needed"] == ["pause_jobs"]
+
+
+def test_the_report_cites_the_counterfactual(cut_and_readmit):
+    found = [f for f in analyse(cut_and_readmit).findings if f.kind == "loop_breaker"]
+    assert [f.title for f in found] == ["pause_jobs broke the loop"]
+    assert "without pause_jobs (00:12:01) the loop was still unbroken at 00:45" in found[0].evidence
+
+
+def test_replaying_the_recording_gives_the_same_attribution_as_the_states_kept_during_the_run(cut_and_readmit):
+    assert attribution.attribute(cut_and_readmit.dir) == cut_and_readmit.attribution
+
+
+def test_a_run_whose_loop_never_broke_has_nothing_to_attribute(runbook_file, tmp_path):
+    r = orchestrator.run(RELAPSE, runbook="none", seed=1, attribution=True, out=tmp_path / "none", duration="20m")
+    assert r.attribution["breaker"] is None and r.attribution["counterfactuals"] == []
+    assert "not broken" in r.attribution["text"]

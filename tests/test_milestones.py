@@ -1,0 +1,108 @@
+"""Milestones that stay true (orchestrator/scoring.py): a milestone holds from the start
+of the last window after which its condition held to the horizon; a confirmed condition
+that fails again for longer than its grace is a relapse, journalled, kept in the score,
+and a relapsed loop is not broken in the score, the comparison, the report and the
+scoreboard. tests/playbooks/relapse.yaml.j2: durable jobs collapse a worker's queue;
+pausing delivery stops the feedback; releasing the herd at once re-forms the loop,
+releasing it at a pace below capacity keeps it broken."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import orchestrator
+from orchestrator.comparison import Point, row_of
+from orchestrator.scoring import Milestone
+from reports.analysis import analyse
+from reports.summary import summary_table
+
+RELAPSE = str(Path(__file__).parent / "playbooks" / "relapse.yaml.j2")
+PAUSE = {"when": {"at": "00:12"}, "do": "pause_jobs"}
+
+
+def feed(ms: Milestone, conditions: str) -> list:
+    """Feed a condition per tick ('1' true, '0' false), armed; returns the changes."""
+    return [(t, c) for t, ok in enumerate(conditions) if (c := ms.update(t, ok == "1", True)) is not None]
+
+
+def test_a_milestone_is_confirmed_after_its_hold_and_relapses_after_its_grace():
+    ms = Milestone("m", hold_ticks=3)
+    assert feed(ms, "0" + "1111" + "00" + "1" + "0000" + "1111") == [
+        (4, ("milestone", 1)),  # true from tick 1, held 3 ticks
+        (11, ("relapse", 8)),  # the dip at 5-6 is within the grace; the one from 8 is not
+        (15, ("milestone", 12))]
+    assert ms.first_at == 1 and ms.relapses == [8] and ms.at == 12 and not ms.relapsed
+
+
+def test_a_milestone_that_relapses_for_good_is_not_reached():
+    ms = Milestone("m", hold_ticks=2)
+    feed(ms, "0111" + "000000")
+    assert ms.at is None and ms.first_at == 1 and ms.relapses == [4] and ms.relapsed
+
+
+def test_a_condition_true_from_the_start_never_counts():
+    ms = Milestone("m", hold_ticks=1)
+    assert feed(ms, "1111") == [] and ms.first_at is None
+
+
+@pytest.fixture(scope="module")
+def herd(runbook_file, tmp_path_factory):
+    book = runbook_file("herd", [PAUSE, {"when": {"at": "00:20"}, "do": "release_jobs"}])
+    return orchestrator.run(RELAPSE, runbook=book, seed=1, out=tmp_path_factory.mktemp("relapse") / "herd")
+
+
+@pytest.fixture(scope="module")
+def paced(runbook_file, tmp_path_factory):
+    book = runbook_file("paced", [PAUSE, {"when": {"at": "00:20"}, "do": {"action": "release_jobs",
+                                                                          "params": {"factor": 0.19}}}])
+    return orchestrator.run(RELAPSE, runbook=book, seed=1, out=tmp_path_factory.mktemp("relapse") / "paced")
+
+
+def test_a_loop_that_re_forms_is_not_broken(herd):
+    lb = herd.score["loop_broken"]
+    assert herd.score["loop_formed"] and not lb["reached"] and lb["relapsed"] and lb["final"] is None
+    # the pause stopped the feedback (the worker idle, nothing wasted) before the release let the herd in
+    assert "00:12" <= lb["first_at"]["clock"] < "00:15" and [r["clock"][:5] for r in lb["relapses"]] == ["00:20"]
+    late = herd.metrics[herd.metrics["clock"] >= "00:30"]
+    assert late["worker.work_useful"].sum() == 0 and late["worker.utilisation"].min() == 1.0
+    relapse = herd.events[herd.events["event"] == "relapse"]
+    assert "loop_broken" in set(relapse["milestone"])
+    # the worker served again only briefly: its recovery relapsed too
+    assert herd.score["recovered"]["worker"]["relapsed"] or not herd.score["recovered"]["worker"]["first_at"]
+
+
+def test_a_loop_that_holds_keeps_its_first_time(paced):
+    lb = paced.score["loop_broken"]
+    assert lb["reached"] and not lb["relapsed"] and lb["relapses"] == []
+    assert lb["clock"] == lb["first_at"]["clock"] == lb["final"]["clock"] and "00:12" <= lb["clock"] < "00:15"
+    # stopping the feedback is not serving again: the worker recovers once jobs flow again
+    assert paced.score["recovered"]["worker"]["clock"] >= "00:20"
+
+
+def test_compare_counts_a_relapsed_run_as_not_broken(herd, paced):
+    rows = {name: row_of(Point(name, 1), run.score, 2700.0) for name, run in (("herd", herd), ("paced", paced))}
+    assert rows["herd"]["outcome"] == "relapsed" and rows["herd"]["loop_broken_s"] != rows["herd"]["loop_broken_s"]  # NaN
+    assert rows["paced"]["outcome"] == "broken by the runbook" and rows["paced"]["loop_broken_s"] > 0
+
+
+def test_the_report_and_the_summary_say_the_loop_re_formed(herd):
+    a = analyse(herd)
+    assert a.verdict.startswith("The loop broke at 00:1") and "re-formed at 00:20" in a.verdict
+    relapse = [f for f in a.findings if f.kind == "relapse" and "loop re-formed" in f.title]
+    assert relapse and "after release_jobs" in relapse[0].title and "did not hold again" in relapse[0].evidence
+    assert not [f for f in a.findings if f.kind == "loop_breaker"]
+    assert any(r["what"] == "relapse: loop broken no longer" for r in a.timeline)
+    assert "re-formed" in " ".join(a.summary)
+    loop_row = next(r for r in a.measures if r["measure"] == "loop broken")
+    assert loop_row["yours"].startswith("not reached (first 00:1")
+    assert "relapsed 00:20" in summary_table(herd)
+
+
+def test_the_scoreboard_does_not_rank_a_relapsed_loop_as_broken(herd, paced):
+    from orchestrator.session import team_row
+
+    herd_row, paced_row = team_row("herd", herd.score, True), team_row("paced", paced.score, True)
+    assert herd_row["loop"] == f"re-formed {herd.score['loop_broken']['relapses'][-1]['clock']}" and herd_row["relapses"] == 1
+    assert paced_row["loop"] == f"broken {paced.score['loop_broken']['clock']}"
+    assert paced_row["_key"] < herd_row["_key"]  # the relapsed team ranks behind, though its loop first broke earlier
