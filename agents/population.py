@@ -1,8 +1,9 @@
 """A client population held as cohorts: counts per state and attempt number, with
 timing wheels for future connection attempts and request retries.
 
-Pooled mode: clients hold a connection (with a lifetime) and send requests on it; a
-failed request makes the client drop its connection and reconnect (``reconnect_on``).
+Pooled mode: clients hold a connection (with a lifetime; the next one is opened before
+the old one closes) and send requests on it; a failed request makes the client drop its
+connection and reconnect (``reconnect_on``), and its retries wait for the new connection.
 Per-request mode: every request opens a new flow (a setup) on the path, like DNS over UDP.
 Durable work is kept and retried until done (a backlog); perishable work fails for good
 after ``retry.max_attempts``.
@@ -56,6 +57,7 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.bug_delay = float(bugs.get("reconnect_delay", agent.connect_timeout))
     agent.rate_factor = 1.0
     agent.dispatch_factor = 1.0
+    agent.dispatch_credit = 0.0  # durable dispatch: the fraction of a request carried to the next tick
     agent.read_wiring(spec)
 
 
@@ -91,6 +93,15 @@ class PopulationControls:
         self.report(tick, metrics)
         return self.finish(metrics)
 
+    def _dispatch_cap(self, dt: float) -> int:
+        """Durable work: how many requests may go out this tick. The fraction of a request
+        left over carries to the next tick (unused whole requests do not), so the long-run
+        dispatch is max_rate x dispatch_factor at any tick, even below one per tick."""
+        self.dispatch_credit += self.max_rate * self.dispatch_factor * dt
+        cap = int(self.dispatch_credit + 1e-9)
+        self.dispatch_credit -= cap
+        return cap
+
     def op_scale_dispatch(self, tick: int, factor: float) -> None:
         """Durable work: pause (0), throttle (<1) or restore (1) delivery; arrivals keep coming."""
         self.dispatch_factor = float(factor)
@@ -116,6 +127,9 @@ class Batch:
     setups: np.ndarray  # connection attempts per back-off class
     requests: np.ndarray  # request attempts per attempt class
     extra: int  # surge setups, with no client of ours behind them
+    renewals: int  # setups of connected clients replacing a connection at the end of its lifetime
+    released: int  # of the requests, retries that waited for their clients' new connections ...
+    released_by: int  # ... and those clients (who send them all at once)
     senders: int  # clients connected when it was sent
     holding: float  # of those, how many still hold that connection
 
@@ -160,13 +174,24 @@ class Population(PopulationControls, Agent):
         self.conn_by_class[0] = self.clients if self.pooled else 0
         self.n_connected = int(self.conn_by_class[0])  # == conn_by_class.sum(), kept to avoid summing
         self.inflight: dict[int, Batch] = {}  # by the tick it was sent
+        self.inflight_requests = 0  # their requests, counted as they go (a long queue holds thousands of batches)
         # Retries of requests whose failure made their client drop its connection (pooled,
-        # perishable work): when they fall due the client has no connection to send them on.
+        # perishable work). A retry goes out on its own client's connection, as a client
+        # library's request waits for the pool's new connection: when due, it is sent if its
+        # client has reconnected, else it waits (parked) for the client's next connection
+        # attempt and goes out with it, or fails with it (then retried or given up). Which
+        # client owns which retry is not tracked: owners are spread uniformly over the
+        # clients without a connection, and orphans_back counts the retries not yet due whose
+        # client is connected again.
         self.orphan_wheel = TimingWheel(horizon, self.retry.attempt_classes() + 1)
+        self.orphans_back = 0
+        self.parked = np.zeros(self.orphan_wheel.classes, dtype=np.int64)
+        self.released = np.zeros(self.orphan_wheel.classes, dtype=np.int64)  # parked, client reconnected: send now
+        self.released_by = 0  # the clients that reconnected with them
         self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         self.surges: list[dict] = []
         self.broken = 0
-        self.dropped_after_failure = 0  # connections given up since the last flow, to close on the devices
+        self.pending_closes = 0  # connections given up or replaced since the last flow, to close on the devices
         self._offset_cache: dict = {}
 
     # -- operations a trigger or mitigation can apply --------------------------------
@@ -210,10 +235,16 @@ class Population(PopulationControls, Agent):
             elif sent > failed_batch:
                 batch.holding = max(0.0, batch.holding - n)
 
+    def _owners_left(self, n: int, pool: int) -> None:
+        """``n`` of ``pool`` connected clients lost their connections, owners of orphan retries alike."""
+        if self.orphans_back and n > 0 and pool > 0:
+            self.orphans_back -= int(self.rng.binomial(self.orphans_back, min(1.0, n / pool)))
+
     def _break_connections(self, n: int) -> None:
         pool = self.n_connected
         n = int(self._take_connected(n).sum())
         self._left(n, pool)
+        self._owners_left(n, pool)
         self.conn_wheel.schedule_one(1, n, 0)
         self.broken += n
 
@@ -302,21 +333,25 @@ class Population(PopulationControls, Agent):
         conn_now = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         closes = 0
         extra_setups = 0
+        renewals = 0
         if self.pooled:
-            closes = int(self.rng.binomial(self.connected, min(1.0, dt / self.lifetime))) if self.connected else 0
+            # Graceful recycling, as pools do: a client whose connection reaches the end of its
+            # lifetime opens the next one before closing the old, and sends all the while.
+            renewals = int(self.rng.binomial(self.connected, min(1.0, dt / self.lifetime))) if self.connected else 0
             for s in self.surges:
                 if tick < s["until"]:
-                    forced = int(self.rng.binomial(self.connected - closes, min(1.0, s["fraction"] / s["ticks"])))
+                    forced = int(self.rng.binomial(self.connected - renewals, min(1.0, s["fraction"] / s["ticks"])))
                     closes += forced
                     extra_setups += int(self.rng.poisson(s["extra"] * dt))
             self.surges = [s for s in self.surges if tick < s["until"]]
             pool = self.n_connected
-            closes = int(self._take_connected(closes).sum())  # graceful: they reconnect at once, back-off reset
+            closes = int(self._take_connected(closes).sum())  # a surge: they drop and reconnect at once, back-off reset
             self._left(closes, pool)
+            self._owners_left(closes, pool)
             conn_now += self.conn_wheel.pop_due()
             conn_now[0] += closes
-            closes += self.dropped_after_failure
-            self.dropped_after_failure = 0
+            closes += self.pending_closes
+            self.pending_closes = 0
 
         # Fresh demand.
         demand = int(self.rng.poisson(self.rate * self.rate_factor * dt * self.clients)) if self.rate_factor > 0 else 0
@@ -332,10 +367,10 @@ class Population(PopulationControls, Agent):
             dep_ok *= self.dep_health[d]
         local_fail = int(self.rng.binomial(fresh, 1.0 - dep_ok)) if dep_ok < 1.0 and fresh else 0
 
-        req_now = self.req_wheel.pop_due()
-        orphans = int(self.orphan_wheel.pop_due().sum())  # no connection to send them on: they fail for good
-        res["errors"] += orphans
-        res["failed"] += orphans
+        req_now = self.req_wheel.pop_due() + self._orphans_due() + self.released
+        released, released_by = int(self.released.sum()), self.released_by
+        self.released[:] = 0
+        self.released_by = 0
         if self.budget is not None:
             wanted = int(req_now.sum())
             granted = self.budget.spend(fresh, wanted)
@@ -365,7 +400,7 @@ class Population(PopulationControls, Agent):
 
         if self.durable:
             self.ready += req_now
-            cap = int(self.max_rate * self.dispatch_factor * dt)
+            cap = self._dispatch_cap(dt)
             if self.pooled and self.connected == 0:
                 cap = 0
             n = min(int(self.ready.sum()), cap)
@@ -374,11 +409,13 @@ class Population(PopulationControls, Agent):
 
         requests = int(req_now.sum())
         # Per-request mode: every request is its own flow, so it is also a setup.
-        setups = int(conn_now.sum()) + extra_setups if self.pooled else requests
+        setups = int(conn_now.sum()) + extra_setups + renewals if self.pooled else requests
         if setups or requests or closes:
-            self.inflight[tick] = Batch(conn_now, req_now, extra_setups, self.n_connected, float(self.n_connected))
+            self.inflight_requests += requests
+            self.inflight[tick] = Batch(conn_now, req_now, extra_setups, renewals, min(released, requests),
+                                        released_by, self.n_connected, float(self.n_connected))
             if not self.path and not self.target:
-                self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()), "s_fail": 0, "s_rej": 0,
+                self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()) + renewals, "s_fail": 0, "s_rej": 0,
                                        "r_ok": requests, "r_fail": 0, "r_rej": 0}, res)
             else:
                 hops = self.path + ([self.target] if self.target else [])
@@ -387,13 +424,53 @@ class Population(PopulationControls, Agent):
 
         backlog = 0
         if self.durable:
-            inflight_req = sum(int(b.requests.sum()) for b in self.inflight.values())
-            backlog = int(self.ready.sum() + self.req_wheel.pending + inflight_req)
+            backlog = int(self.ready.sum() + self.req_wheel.pending + self.inflight_requests)
         return self._end_tick(tick, res, self.conn_wheel.pending, demand, fresh, requests, setups, backlog)
+
+    def _orphans_due(self) -> np.ndarray:
+        """Orphan retries falling due: those whose client has reconnected go out now, the
+        others wait for their client's connection."""
+        due = self.orphan_wheel.pop_due()
+        if self.n_connected >= self.clients:  # every client is connected: nobody waits
+            due += self.parked
+            self.parked[:] = 0
+            self.orphans_back = self.orphan_wheel.pending
+            return due
+        n = int(due.sum())
+        if not n:
+            return due
+        total = self.orphan_wheel.pending + n
+        back = min(self.orphans_back, total)
+        go = int(self.rng.hypergeometric(back, total - back, n)) if 0 < back < total else (n if back else 0)
+        self.orphans_back = back - go
+        send, wait = self._split(due, go)
+        self.parked += wait
+        return send
+
+    def _owners_connect(self, ok: int, failed: int, disconnected: int, res: dict) -> None:
+        """``ok`` of the ``disconnected`` clients got a connection and ``failed`` of them failed to get
+        one: parked retries go out with their client's connection or fail with it, and owners of
+        retries not yet due are connected again."""
+        if disconnected <= 0 or not (ok or failed):
+            return
+        q_ok = min(1.0, ok / disconnected)
+        q_fail = min(1.0 - q_ok, failed / disconnected)
+        waiting = self.orphan_wheel.pending - self.orphans_back
+        if ok and waiting > 0:
+            self.orphans_back += int(self.rng.binomial(waiting, q_ok))
+        if self.parked.any():
+            split = self.rng.multinomial(self.parked, [q_ok, q_fail, max(0.0, 1.0 - q_ok - q_fail)])
+            self.released += split[:, 0]
+            self.released_by += min(ok, int(split[:, 0].sum()))
+            self.parked -= split[:, 0] + split[:, 1]
+            lost = split[:, 1]
+            if lost.any():
+                res["failed"] += int(lost.sum())
+                self._retry_or_give_up(lost, lag=0.0, res=res, orphan=True)
 
     def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict, orphan: bool = False) -> None:
         """Failed attempts of class k retry as class k+1 unless attempts are exhausted;
-        ``orphan``: their client dropped its connection, so the retry will find none."""
+        ``orphan``: their client dropped its connection, so the retry waits for its next one."""
         limit = self.retry.max_attempts
         if limit and not self.durable:
             give_up = int(failed[limit - 1:].sum())
@@ -408,23 +485,37 @@ class Population(PopulationControls, Agent):
         batch = self.inflight.pop(sent, None)
         if batch is None:
             return
-        conn, req, extra = batch.setups, batch.requests, batch.extra
-        if extra:
+        self.inflight_requests -= int(batch.requests.sum())
+        conn, req, extra, renewals = batch.setups, batch.requests, batch.extra, batch.renewals
+        renew_failed = 0
+        if extra or renewals:
             # Surge connections have no client of ours behind them: they close again at once.
-            s_ok_all = min(int(body["s_ok"]), extra + int(conn.sum()))
-            extra_ok = int(self.rng.hypergeometric(extra, int(conn.sum()), s_ok_all)) if s_ok_all else 0
-            self.dropped_after_failure += extra_ok
-            body = dict(body, s_ok=s_ok_all - extra_ok)
+            # A renewal closes the connection it replaces, whatever its outcome.
+            s_ok_all = min(int(body["s_ok"]), extra + renewals + int(conn.sum()))
+            extra_ok, renew_ok, _ = draw_without_replacement(
+                self.rng, np.array([extra, renewals, int(conn.sum())]), s_ok_all)
+            self.pending_closes += int(extra_ok) + renewals
+            self._left(int(renew_ok), self.n_connected)  # on a new connection now
+            renew_failed = renewals - int(renew_ok)
+            body = dict(body, s_ok=s_ok_all - int(extra_ok) - int(renew_ok))
         elapsed = (tick - sent) * self.world.dt
         # Connection attempts (pooled mode). Extra surge setups have no client behind them.
-        if self.pooled and conn.any():
+        if self.pooled and (conn.any() or renew_failed):
             s_ok = min(int(body["s_ok"]), int(conn.sum()))
             good, bad = self._split(conn, s_ok)
             s_ok_good = int(good.sum())
+            self._owners_connect(s_ok_good, int(bad.sum()), self.clients - self.n_connected, res)
             self.conn_by_class += good
             self.n_connected += s_ok_good
-            res["setup_ok"] += int(good.sum())
-            res["setup_failed"] += int(bad.sum())
+            res["setup_ok"] += int(good.sum()) + renewals - renew_failed
+            res["setup_failed"] += int(bad.sum()) + renew_failed
+            if renew_failed:
+                # The old connection is gone and the new one failed: a failed connection attempt.
+                pool = self.n_connected
+                lost = self._take_connected(renew_failed)
+                self._left(int(lost.sum()), pool)
+                self._owners_left(int(lost.sum()), pool)
+                bad = bad + lost
             if bad.any():
                 rej = min(int(body["s_rej"]), int(bad.sum()))
                 fast, slow = self._split(bad, rej)
@@ -459,12 +550,22 @@ class Population(PopulationControls, Agent):
         self._retry_or_give_up(slow, lag=elapsed - self.request_timeout, res=res, orphan=drops and on_timeout)
         fails = int(slow.sum()) * on_timeout + int(fast.sum()) * on_reject
         if self.pooled and holding and fails:
-            # Senders that saw at least one failure (Poisson occupancy of failures over senders).
-            p = 1.0 - math.exp(-fails / max(1, batch.senders))
+            # Senders that saw at least one failure (Poisson occupancy of failures over senders);
+            # retries released by new connections all came from the few clients that made them.
+            n_req, by = int(req.sum()), min(batch.released_by, batch.senders)
+            # their requests: the released retries and their share of the others
+            theirs = batch.released + round((n_req - batch.released) * by / max(1, batch.senders)) if by else 0
+            rel_fails = int(self.rng.hypergeometric(theirs, n_req - theirs, fails)) \
+                if theirs and fails < n_req else (min(fails, theirs) if theirs else 0)
+            rel_holding = min(holding, by)  # new on their connections: no earlier result dropped them
+            n_drop = int(self.rng.binomial(rel_holding, 1.0 - math.exp(-rel_fails / by))) if rel_fails else 0
+            p = 1.0 - math.exp(-(fails - rel_fails) / max(1, batch.senders - by))
+            n_drop += int(self.rng.binomial(holding - rel_holding, p))
             pool = self.n_connected
-            dropped = self._take_connected(int(self.rng.binomial(holding, p)))
+            dropped = self._take_connected(n_drop)
             self._left(int(dropped.sum()), pool, failed_batch=sent)
-            self.dropped_after_failure += int(dropped.sum())
+            self._owners_left(int(dropped.sum()), pool)
+            self.pending_closes += int(dropped.sum())
             # The client reconnects once it has noticed the failure (after the timeout).
             lag = elapsed - self.request_timeout if slow.any() and on_timeout else elapsed
             # A proven client starts its back-off afresh; one that never proved its

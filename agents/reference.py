@@ -16,9 +16,12 @@ Per-client behaviour (the intended behaviour ``Population`` approximates):
   fails at once, for good (a customer-visible error). Durable work is queued instead and
   dispatched at most ``max_rate`` per second, in pooled mode by whichever clients hold a
   connection at the time.
-- Pooled connections last an exponential ``lifetime``; when one ends the client
-  reconnects at once with its back-off reset. A surge makes a share of the connected
-  clients do the same, spread over its duration.
+- Pooled connections last an exponential ``lifetime``; when one ends the client opens
+  its next connection before closing the old one (graceful recycling) and stays
+  connected throughout; if the new one fails, the client is left without a connection,
+  as after a failed connection attempt. A surge makes a share of the connected clients
+  drop their connections and reconnect at once with their back-off reset, spread over
+  its duration.
 - A client that connected after k failed attempts keeps that back-off state (class k)
   until one of its requests succeeds on the connection; then it is back to class 0.
 - A failed connection attempt of class k is retried as class k + 1 after a delay drawn
@@ -33,8 +36,12 @@ Per-client behaviour (the intended behaviour ``Population`` approximates):
 - A failed request attempt k is retried as attempt k + 1 after a delay drawn from the
   retry policy, counted from detection, unless ``max_attempts`` are used up (then it is
   an error). A retry belongs to its client: in pooled mode it goes on the client's
-  connection, and if the client holds none when the retry is due it fails at once, for
-  good, like a fresh request (see ``RETRY_WITHOUT_CONNECTION``).
+  connection, and if the client holds none when the retry is due it waits for the
+  client's next connection attempt (as a client library's request waits for the pool's
+  new connection): it goes out once that succeeds, or fails with it (then is retried or
+  given up like any failed attempt).
+- Decorrelated jitter follows Brooker: each request (and each client's reconnection)
+  draws its sleep from the one before, sleep = min(cap, uniform(base, 3 * sleep)).
 
 Device outcomes come back as counts per batch (the flows sent at one tick); they are
 handed to the batch's clients and requests uniformly at random.
@@ -54,25 +61,21 @@ from .shards import HealthReports
 # Client connection states (pooled mode).
 CONNECTED, CONNECTING, WAITING = "connected", "connecting", "waiting"
 
-#: What a pooled client does with a retry that falls due while it holds no connection:
-#: "error": it cannot send, so the retry fails at once, for good, like a fresh request
-#: ("Only connected clients can send; the others' requests fail at once"); "send": it is
-#: put on the wire anyway, as the cohort model does with every retry.
-RETRY_WITHOUT_CONNECTION = "error"
-
 _EPS = 1e-9
 
 
 class Client:
     """One client: its connection and its back-off state."""
 
-    __slots__ = ("cid", "state", "backoff", "conn")
+    __slots__ = ("cid", "state", "backoff", "conn", "sleep", "parked")
 
     def __init__(self, cid: int, state: str):
         self.cid = cid
         self.state = state  # CONNECTED, CONNECTING or WAITING; change it with ClientByClientPopulation._set_state
         self.backoff = 0  # attempt class: failed connection attempts since it last proved a connection
         self.conn = 0  # generation of its connection (or pending attempt); stale events carry an older one
+        self.sleep = None  # its last reconnection back-off delay (decorrelated jitter grows from it)
+        self.parked: list[tuple[int, float | None]] = []  # retries (attempt, last sleep) waiting for a connection
 
 
 class ClientByClientPopulation(PopulationControls, Agent):
@@ -101,19 +104,21 @@ class ClientByClientPopulation(PopulationControls, Agent):
         if self.pooled:
             for c in self.people:
                 self._start_lifetime(c, 0.0)
-        self.ready: list[tuple[int, int]] = []  # durable work waiting for dispatch: (client, attempt)
+        self.ready: list[tuple] = []  # durable work waiting for dispatch: (client, attempt, last sleep)
+        self.released: list[tuple] = []  # parked retries whose client just connected: (client, attempt, last sleep)
         #: sent tick -> (setups: client id or -1 for a surge setup with no client behind it,
-        #:               requests: (client id, attempt, connection generation))
-        self.inflight: dict[int, tuple[list[int], list[tuple[int, int, int]]]] = {}
+        #:               requests: (client id, attempt, connection generation, last sleep),
+        #:               renewals: (client id, generation of the connection it replaces))
+        self.inflight: dict[int, tuple[list[int], list[tuple], list[tuple[int, int]]]] = {}
         self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         self.surges: list[dict] = []
         self.broken = 0
         self.pending_closes = 0  # connections given up since the last flow, to close on the devices
 
     # -- the event heap -------------------------------------------------------------
-    def _push(self, when: float, what: str, cid: int, gen: int = 0, attempt: int = 0) -> None:
+    def _push(self, when: float, what: str, cid: int, gen: int = 0, attempt: int = 0, sleep=None) -> None:
         self._eseq += 1
-        heapq.heappush(self.events, (when, self._eseq, what, cid, gen, attempt))
+        heapq.heappush(self.events, (when, self._eseq, what, cid, gen, attempt, sleep))
 
     def _later(self, tick: int, when: float) -> float:
         """Something scheduled during tick ``tick`` happens at ``when``, but no earlier than the next tick."""
@@ -145,10 +150,9 @@ class ClientByClientPopulation(PopulationControls, Agent):
         """The connection lasts an exponential lifetime."""
         self._push(at - self.lifetime * math.log(1.0 - self._random()), "expire", c.cid, c.conn)
 
-    def _delay(self, policy: RetryPolicy, attempt: int) -> float:
-        """A back-off delay: uniform over the policy's range for this attempt."""
-        lo, hi = policy.delay_range(attempt)
-        return lo + (hi - lo) * self._random()
+    def _delay(self, policy: RetryPolicy, attempt: int, previous: float | None = None) -> float:
+        """A back-off delay for this attempt (decorrelated jitter: grown from the ``previous`` one)."""
+        return policy.draw(attempt, self._random(), previous)
 
     # -- connection state changes ---------------------------------------------------------
     def _set_state(self, c: Client, state: str) -> None:
@@ -164,7 +168,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
         return [c for c in self.people if c.state == CONNECTED]
 
     def _reconnect_now(self, c: Client, setups: list[int]) -> None:
-        """A graceful close (lifetime, surge): reconnect in this tick, back-off reset."""
+        """A surge: close and reconnect in this tick, back-off reset."""
         c.conn += 1
         self._set_state(c, CONNECTING)
         c.backoff = 0
@@ -184,9 +188,17 @@ class ClientByClientPopulation(PopulationControls, Agent):
         if self.bug_ignores_backoff:
             delay = self.bug_delay
         else:
-            delay = self._delay(self.reconnect, k)
+            delay = c.sleep = self._delay(self.reconnect, k, c.sleep if k else None)
         # A proven client starts afresh; an unproven one carries on from the attempt it connected on.
         self._wait_then_connect(c, self._later(tick, detected + delay), 0 if k == 0 else k + 1)
+
+    def _connect_failed(self, tick: int, c: Client, detected: float) -> None:
+        """A connection attempt of class k failed: the next one is of class k + 1, after a back-off."""
+        k = c.backoff
+        delay = self.bug_delay if self.bug_ignores_backoff else self._delay(self.reconnect, k, c.sleep if k else None)
+        if not self.bug_ignores_backoff:
+            c.sleep = delay
+        self._wait_then_connect(c, self._later(tick, detected + delay), k + 1)
 
     def _break(self, tick: int, n: int) -> None:
         """Connections broken from outside (device restart, path change): reconnect next tick."""
@@ -234,6 +246,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
         health.merge()
         # Everything the clients planned for up to the end of this tick.
         due: dict[str, list[tuple]] = {"expire": [], "connect": [], "retry": []}
+        renewals: list[tuple[int, int]] = []
         while self.events and self.events[0][0] <= now + _EPS:
             ev = heapq.heappop(self.events)
             due[ev[2]].append(ev)
@@ -241,11 +254,11 @@ class ClientByClientPopulation(PopulationControls, Agent):
         setups: list[int] = []
         extra = 0
         if self.pooled:
-            # Connection churn: lifetimes end (reconnect at once, back-off reset) ...
-            for _, _, _, cid, gen, _ in due["expire"]:
+            # Connection churn: lifetimes end (the next connection opens before the old one closes) ...
+            for _, _, _, cid, gen, _, _ in due["expire"]:
                 c = self.people[cid]
                 if c.state == CONNECTED and c.conn == gen:
-                    self._reconnect_now(c, setups)
+                    renewals.append((cid, gen))
             # ... and surges make a share of the connected clients do the same.
             for s in self.surges:
                 if tick < s["until"]:
@@ -255,7 +268,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
                             self._reconnect_now(c, setups)
                     extra += int(self.rng.poisson(s["extra"] * dt))
             self.surges = [s for s in self.surges if tick < s["until"]]
-            for _, _, _, cid, gen, _ in due["connect"]:
+            for _, _, _, cid, gen, _, _ in due["connect"]:
                 c = self.people[cid]
                 if c.state == WAITING and c.conn == gen:
                     self._set_state(c, CONNECTING)
@@ -282,24 +295,24 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 res["failed"] += 1  # a dependency failed locally
                 self._retry_or_give_up(tick, cid, 0, now, res)
             else:
-                batch.append((cid, 0, self.people[cid].conn))
+                batch.append((cid, 0, self.people[cid].conn, None))
 
-        # Retries due now. A pooled client cannot send one
-        # without a connection; the others spend the retry budget, if there is one.
-        retries = []
-        for _, _, _, cid, _, attempt in due["retry"]:  # in the order they fell due
-            if self.pooled and not self.durable and self.people[cid].state != CONNECTED \
-                    and RETRY_WITHOUT_CONNECTION == "error":
-                res["errors"] += 1  # like a fresh request, it fails at once, for good
-                res["failed"] += 1
+        # Retries due now (after those whose client has just connected). A pooled client
+        # without a connection keeps its retry until its next connection attempt; the
+        # others spend the retry budget, if there is one.
+        retries, self.released = self.released, []
+        for _, _, _, cid, _, attempt, sleep in due["retry"]:  # in the order they fell due
+            c = self.people[cid]
+            if self.pooled and not self.durable and c.state != CONNECTED:
+                c.parked.append((attempt, sleep))
             else:
-                retries.append((cid, attempt))
+                retries.append((cid, attempt, sleep))
         granted = len(retries) if self.budget is None else self.budget.spend(len(fresh), len(retries))
-        for cid, attempt in retries[:granted]:
-            batch.append((cid, attempt, self.people[cid].conn))
-        for cid, attempt in retries[granted:]:  # no retry budget left
+        for cid, attempt, sleep in retries[:granted]:
+            batch.append((cid, attempt, self.people[cid].conn, sleep))
+        for cid, attempt, sleep in retries[granted:]:  # no retry budget left
             if self.durable:
-                self.ready.append((cid, attempt))
+                self.ready.append((cid, attempt, sleep))
             else:
                 res["errors"] += 1
 
@@ -312,32 +325,32 @@ class ClientByClientPopulation(PopulationControls, Agent):
                         kept.append(item)
                     else:
                         res["failed"] += 1
-                        self._retry_or_give_up(tick, item[0], item[1], now, res)
+                        self._retry_or_give_up(tick, item[0], item[1], now, res, item[3])
                 batch = kept
 
         if self.durable:
-            self.ready += [(cid, attempt) for cid, attempt, _ in batch]
-            cap = int(self.max_rate * self.dispatch_factor * dt)
+            self.ready += [(cid, attempt, sleep) for cid, attempt, _, sleep in batch]
+            cap = self._dispatch_cap(dt)
             if self.pooled and self.connected == 0:
                 cap = 0
             n = min(len(self.ready), cap)
             pick = set(self.rng.choice(len(self.ready), size=n, replace=False).tolist()) if n < len(self.ready) \
                 else set(range(n))
-            batch = [(cid, a, self.people[cid].conn) for i, (cid, a) in enumerate(self.ready) if i in pick]
+            batch = [(cid, a, self.people[cid].conn, z) for i, (cid, a, z) in enumerate(self.ready) if i in pick]
             self.ready = [w for i, w in enumerate(self.ready) if i not in pick]
             if self.pooled and batch:
                 # Queued work is delivered by whichever clients hold a connection now.
                 holders = self._connected_clients()
-                batch = [(c.cid, a, c.conn) for (_, a, _), c in
+                batch = [(c.cid, a, c.conn, z) for (_, a, _, z), c in
                          zip(batch, (holders[int(i)] for i in self.rng.integers(len(holders), size=len(batch))))]
 
         # Surge setups have no client of ours behind them (-1).
         setup_list = setups + [-1] * extra if self.pooled else []
-        n_setups = len(setup_list) if self.pooled else len(batch)
+        n_setups = len(setup_list) + len(renewals) if self.pooled else len(batch)
         if n_setups or batch or closes:
-            self.inflight[tick] = (setup_list, batch)
+            self.inflight[tick] = (setup_list, batch, renewals)
             if not self.path and not self.target:
-                self._on_result(tick, {"sent": tick, "s_ok": len(setups), "s_fail": 0, "s_rej": 0,
+                self._on_result(tick, {"sent": tick, "s_ok": len(setups) + len(renewals), "s_fail": 0, "s_rej": 0,
                                        "r_ok": len(batch), "r_fail": 0, "r_rej": 0}, res)
             else:
                 hops = self.path + ([self.target] if self.target else [])
@@ -347,19 +360,21 @@ class ClientByClientPopulation(PopulationControls, Agent):
         backlog = 0
         if self.durable:
             waiting_retries = sum(1 for ev in self.events if ev[2] == "retry")
-            inflight_req = sum(len(r) for _, r in self.inflight.values())
+            inflight_req = sum(len(r) for _, r, _ in self.inflight.values())
             backlog = len(self.ready) + waiting_retries + inflight_req
         return self._end_tick(tick, res, self.n_state[WAITING], demand, len(fresh), len(batch), n_setups, backlog)
 
     # -- outcomes ------------------------------------------------------------------------------
-    def _retry_or_give_up(self, tick: int, cid: int, attempt: int, detected: float, res: dict) -> None:
-        """Attempt ``attempt`` of a request failed (detected at ``detected`` seconds)."""
+    def _retry_or_give_up(self, tick: int, cid: int, attempt: int, detected: float, res: dict,
+                          sleep: float | None = None) -> None:
+        """Attempt ``attempt`` of a request failed (detected at ``detected`` seconds); ``sleep``:
+        the delay before that attempt (None for the first)."""
         limit = self.retry.max_attempts
         if limit and not self.durable and attempt + 1 >= limit:
             res["errors"] += 1
             return
-        when = self._later(tick, detected + self._delay(self.retry, min(attempt, self.max_req_class)))
-        self._push(when, "retry", cid, 0, attempt + 1)
+        delay = self._delay(self.retry, min(attempt, self.max_req_class), sleep)
+        self._push(self._later(tick, detected + delay), "retry", cid, 0, attempt + 1, delay)
 
     def _deal(self, n: int, ok: int, rej: int) -> list[str]:
         """Outcomes for n items of one batch: ``ok`` successes and ``rej`` rejections, the
@@ -373,10 +388,24 @@ class ClientByClientPopulation(PopulationControls, Agent):
         sent = int(body["sent"])
         if sent not in self.inflight:
             return
-        setup_list, batch = self.inflight.pop(sent)
+        setup_list, batch, renewals = self.inflight.pop(sent)
         t_sent = sent * self.world.dt
-        # Connection attempts.
-        for cid, outcome in zip(setup_list, self._deal(len(setup_list), int(body["s_ok"]), int(body["s_rej"]))):
+        now = tick * self.world.dt
+        # Connection attempts: setups first, then renewals, dealt their outcomes together.
+        outcomes = self._deal(len(setup_list) + len(renewals), int(body["s_ok"]), int(body["s_rej"]))
+        for (cid, gen), outcome in zip(renewals, outcomes[len(setup_list):]):
+            c = self.people[cid]
+            self.pending_closes += 1  # the replaced connection closes (or the new one, if the client moved on)
+            if c.state != CONNECTED or c.conn != gen:
+                continue
+            if outcome == "ok":
+                c.conn += 1
+                self._start_lifetime(c, now)
+                res["setup_ok"] += 1
+            else:  # the old connection is gone and the new one failed: a failed connection attempt
+                res["setup_failed"] += 1
+                self._connect_failed(tick, c, t_sent if outcome == "rej" else t_sent + self.connect_timeout)
+        for cid, outcome in zip(setup_list, outcomes):
             if cid < 0:  # a surge setup: if it got through, it closes again at once
                 if outcome == "ok":
                     self.pending_closes += 1
@@ -387,20 +416,23 @@ class ClientByClientPopulation(PopulationControls, Agent):
             if outcome == "ok":
                 self._set_state(c, CONNECTED)
                 c.conn += 1
-                self._start_lifetime(c, tick * self.world.dt)
+                self._start_lifetime(c, now)
                 res["setup_ok"] += 1
+                self.released += [(cid, attempt, sleep) for attempt, sleep in c.parked]  # their connection is here
+                c.parked = []
                 continue
             res["setup_failed"] += 1
-            detected = t_sent if outcome == "rej" else t_sent + self.connect_timeout
-            k = c.backoff
-            delay = self.bug_delay if self.bug_ignores_backoff else self._delay(self.reconnect, k)
-            self._wait_then_connect(c, self._later(tick, detected + delay), k + 1)
+            for attempt, sleep in c.parked:  # retries waiting for this connection fail with it
+                res["failed"] += 1
+                self._retry_or_give_up(tick, cid, attempt, now, res, sleep)
+            c.parked = []
+            self._connect_failed(tick, c, t_sent if outcome == "rej" else t_sent + self.connect_timeout)
 
         # Requests.
         if not batch:
             return
         n_bad = 0
-        for (cid, attempt, gen), outcome in zip(batch, self._deal(len(batch), int(body["r_ok"]), int(body["r_rej"]))):
+        for (cid, attempt, gen, sleep), outcome in zip(batch, self._deal(len(batch), int(body["r_ok"]), int(body["r_rej"]))):
             c = self.people[cid]
             on_it = self.pooled and c.state == CONNECTED and c.conn == gen  # still on the connection it used
             if outcome == "ok":
@@ -411,7 +443,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
             n_bad += 1
             res["failed"] += 1
             detected = t_sent if outcome == "rej" else t_sent + self.request_timeout
-            self._retry_or_give_up(tick, cid, attempt, detected, res)
+            self._retry_or_give_up(tick, cid, attempt, detected, res, sleep)
             reason = "reject" if outcome == "rej" else "timeout"
             if on_it and reason in self.reconnect_on:
                 self._drop_after_failure(tick, c, detected)

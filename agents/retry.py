@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -38,11 +39,18 @@ class RetryPolicy:
             max_attempts=int(spec.get("max_attempts", 0)),
         )
 
+    @property
+    def brooker(self) -> bool:
+        """Decorrelated jitter as Brooker defines it: each sleep drawn from the previous one."""
+        return self.jitter == "decorrelated" and self.backoff == "exponential" and 0 < self.base < self.cap
+
     def attempt_classes(self) -> int:
         """Distinct attempt numbers worth tracking: after the cap is reached every later
         attempt behaves the same, so they share the last class."""
         if self.max_attempts:
             return self.max_attempts
+        if self.brooker:
+            return len(_decorrelated(self.base, self.cap)[1]) + 1
         if self.backoff != "exponential" or self.base <= 0:
             return 2
         k = 0
@@ -59,21 +67,32 @@ class RetryPolicy:
         return min(self.cap, self.base * self.multiplier**attempt)
 
     def delay_range(self, attempt: int) -> tuple[float, float]:
-        """The interval the jittered delay is drawn from, uniformly."""
+        """The interval the jittered delay is drawn from, uniformly (for Brooker's decorrelated
+        jitter, the first sleep's: later ones grow from the previous, see ``draw``)."""
         d = self.nominal_delay(attempt)
         if self.jitter == "full":
             return 0.0, d
         if self.jitter == "equal":
             return d / 2, d
-        if self.jitter == "decorrelated":
-            # Cohort form of AWS's decorrelated jitter: uniform(base, 3 * previous), capped.
-            prev = self.base if attempt == 0 else self.nominal_delay(attempt - 1)
-            return min(self.base, self.cap), min(self.cap, max(self.base, 3 * prev))
+        if self.jitter == "decorrelated" and self.backoff != "none":
+            # The first sleep of Brooker's recursion (and every one, without exponential growth).
+            return min(self.base, self.cap), min(self.cap, 3 * self.base)
         return d, d
+
+    def draw(self, attempt: int, u: float, previous: float | None = None) -> float:
+        """One delay before attempt ``attempt + 1``, from a uniform draw ``u``; with Brooker's
+        decorrelated jitter it grows from ``previous``, the sleep before this one (None: the first):
+        sleep = min(cap, uniform(base, 3 * sleep))."""
+        if self.brooker and previous is not None:
+            return min(self.cap, self.base + u * (3 * max(previous, self.base) - self.base))
+        lo, hi = self.delay_range(attempt)
+        return lo + (hi - lo) * u
 
     def offsets(self, attempt: int, dt: float, lag: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """Slots ahead (>= 1) and their probabilities for a retry after ``attempt``,
         where ``lag`` seconds of the delay have already passed (timeouts, round trip)."""
+        if self.brooker and attempt > 0:
+            return self._decorrelated_offsets(attempt, dt, lag)
         lo, hi = self.delay_range(attempt)
         lo, hi = lo - lag, hi - lag
         if hi - lo < 1e-9:
@@ -90,6 +109,46 @@ class RetryPolicy:
             return np.array([first]), np.array([1.0])
         probs[0] += max(0.0, min(hi, 0.0) - lo)  # delay mass that has already elapsed goes to the first slot
         return slots, probs / probs.sum()
+
+    def _decorrelated_offsets(self, attempt: int, dt: float, lag: float) -> tuple[np.ndarray, np.ndarray]:
+        """Slots for the sleep before attempt ``attempt + 1`` under Brooker's recursion, from
+        its distribution (piecewise uniform over a grid, plus the mass at the cap)."""
+        edges, cdfs = _decorrelated(self.base, self.cap)
+        cdf = cdfs[min(attempt, len(cdfs) - 1)]
+        hi = min(self.cap, self.base * 3.0 ** (attempt + 1))
+        first = max(1, math.ceil((self.base - lag) / dt - 1e-9))
+        last = max(first, math.ceil((hi - lag) / dt - 1e-9))
+        slots = np.arange(first, last + 1)
+        bound = slots * dt + lag  # a sleep up to here falls in that slot (or earlier: the first)
+        below = np.where(bound >= self.cap - 1e-9, 1.0, np.interp(bound, edges, cdf, left=0.0))
+        probs = np.diff(below, prepend=0.0)
+        keep = probs > 1e-12
+        slots, probs = slots[keep], probs[keep]
+        return slots, probs / probs.sum()
+
+
+@lru_cache(maxsize=64)
+def _decorrelated(base: float, cap: float, cells: int = 800):
+    """The distribution of Brooker's k-th sleep, s_k = min(cap, uniform(base, 3 s_(k-1))) from
+    s_0 = base, for k = 1, 2, ... until it stops changing: the cohort form needs each retry's
+    delay distribution on its own, and the sleep before it is random. Each is a CDF at the
+    ``edges`` of a grid over [base, cap] (mass spread uniformly within a cell) whose last
+    value is below 1 by the mass at the cap; the next one is the mixture of the uniforms
+    drawn from each cell's midpoint (and from the cap). Returns (edges, [CDF per attempt])."""
+    edges = np.linspace(base, cap, cells + 1)
+    sources = np.append((edges[:-1] + edges[1:]) / 2, cap)  # cell midpoints, then the cap
+    # below[j, i]: chance that uniform(base, 3 * sources[j]) is at most edges[i]
+    below = np.clip((edges[None, :] - base) / (3 * sources - base)[:, None], 0.0, 1.0)
+    cdfs = [np.clip((edges - base) / (2 * base), 0.0, 1.0)]  # s_1 ~ uniform(base, 3 base), exactly
+    mean = 0.0
+    while len(cdfs) < 60:
+        mass = np.append(np.diff(cdfs[-1]), 1.0 - cdfs[-1][-1])  # per cell, then at the cap
+        m = float(mass @ sources)
+        if abs(m - mean) <= 1e-3 * m:  # stationary: every later sleep is distributed alike
+            break
+        mean = m
+        cdfs.append(mass @ below)
+    return edges, cdfs
 
 
 class TokenBucket:

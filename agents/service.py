@@ -8,8 +8,11 @@ things it depends on, and by the share of its servers that are broken. Features:
 - ``recycling``: servers break when a dependency stays unhealthy and can only be
   recycled while another service (the control plane) works: recovery that depends on
   the thing that is itself impaired.
-- ``queue``: a FIFO work queue (work_queue.py); requests that outwait their callers are
+- ``queue``: a FIFO work queue (work_queue.py); a flow is answered when its work is done
+  (or when its caller must hear of its timeout); requests that outwait their callers are
   worked on for nobody (congestive collapse).
+- ``service_time``: how the work done per tick varies (exponential service times: the
+  completions in a busy tick are Poisson); deterministic by default.
 - ``leases``: leases with a TTL kept in a store service (leases.py); their renewal and
   re-establishment go through the service's own queue.
 - ``dns``: the endpoint's records are managed by automation that can race (dns.py).
@@ -18,13 +21,16 @@ things it depends on, and by the share of its servers that are broken. Features:
 
 ``throttle`` admits about so many requests per second (its own lease work included);
 the rest are refused at once. ``fail_fast`` makes every failure here an immediate error
-(a refusal) rather than a timeout for the caller.
+(a refusal) rather than a timeout for the caller. ``fault`` (a toxic) fails a share of the
+requests whatever the load, as timeouts or errors.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, in_ticks, share_or_rate
+from .base import Agent, BadArgument, Message, StepResult, WorldInfo, in_ticks, share_or_rate
 from .dns import DnsAutomation
 from .health_checks import HealthChecks
 from .leases import LeaseTable
@@ -45,7 +51,7 @@ class Service(Agent):
         "goodput": ("requests", "requests answered this tick while their callers still waited"),
         "work_done": ("units", "work the service did this tick, its own lease work included"),
         "work_admitted": ("units", "work the service took on this tick (queued, or begun without a queue), its own lease work included"),
-        "work_useful": ("units", "work started this tick that succeeded in time (useful / done falls to 0 in congestive collapse)"),
+        "work_useful": ("units", "work that succeeded in time: requests answered this tick, lease work started this tick (useful / done falls to 0 in congestive collapse)"),
         "throttled": ("requests", "requests and lease work refused this tick by the throttle"),
         "leases_held": ("ratio", "share of the service's leases held (1 without leases)"),
         "leases_expired": ("leases", "leases that expired this tick"),
@@ -60,6 +66,8 @@ class Service(Agent):
         self.depends_on = list(spec.get("depends_on") or [])
         self.then = spec.get("then")
         self.fail_fast = bool(spec.get("fail_fast", False))
+        fault = spec.get("fault") or {}
+        self.op_fault(0, fault.get("share", 0.0), fault.get("kind", "timeout"))
         rec = spec.get("recycling") or {}
         self.rec_when = rec.get("breaks_when")  # dependency whose failure breaks servers
         self.rec_threshold = float(rec.get("below", 0.5))
@@ -67,7 +75,12 @@ class Service(Agent):
         self.rec_max = float(rec.get("max_broken", 0.8))
         self.rec_needs = rec.get("needs")  # service whose health recycling requires
         self.rec_repair_rate = float(rec.get("repair_rate", 0.001))  # share per second
-        self.queue = WorkQueue(spec["queue"].get("limit", 3600.0)) if spec.get("queue") else None
+        st = spec.get("service_time") or {}
+        self.service_dist = st.get("distribution", "deterministic")
+        self.service_cv = float(st.get("cv", 1.0))
+        cv = {"deterministic": 0.0, "exponential": 1.0}.get(self.service_dist, self.service_cv)
+        self.queue = WorkQueue(spec["queue"].get("limit", 3600.0), cv) if spec.get("queue") else None
+        self.last_ratio = 1.0  # success ratio of the last answers (a queue may answer nothing in a tick)
         self.leases = LeaseTable(spec["leases"], world.dt) if spec.get("leases") else None
         self.checks = HealthChecks(spec["health_checks"], world.dt) if spec.get("health_checks") else None
         self.dns = DnsAutomation(spec["dns"], world.dt) if spec.get("dns") else None
@@ -111,6 +124,13 @@ class Service(Agent):
         if self.checks is not None:
             self.checks.set_failover(enabled)
 
+    def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout") -> None:
+        """A fault (toxic): ``share`` of the requests that reach the service fail whatever
+        its load, as a timeout or as an error (refused at once); share 0 lifts it."""
+        if kind not in ("timeout", "error"):
+            raise BadArgument(f"kind {kind!r}: expected timeout or error")
+        self.fault_share, self.fault_kind = share_or_rate("share", share, 1.0), kind
+
     def op_scale_capacity(self, tick: int, factor: float) -> None:
         self.capacity_factor = float(factor)
 
@@ -124,6 +144,38 @@ class Service(Agent):
 
     def _successes(self, n: int, chance: float) -> int:
         return int(self.rng.binomial(n, chance)) if n and chance > 0 else 0
+
+    def _capacity_now(self, cap: float) -> float:
+        """The work done in a busy tick whose mean is ``cap``: service times vary, and the
+        fluctuations are what tip a queue over its threshold. Exponential service times:
+        the completions in a busy tick are Poisson; gamma: mean cap, variance cv^2 x cap."""
+        if cap <= 0 or self.service_dist == "deterministic":
+            return cap
+        if self.queue is not None:  # the queue's clock: projections read the same draws
+            return self.queue.clock_work(cap, self.rng)
+        if self.service_dist == "exponential":
+            return float(self.rng.poisson(cap))
+        return float(self.rng.gamma(cap / self.service_cv ** 2, self.service_cv ** 2))
+
+    def _answer(self, tick: int, b: dict, n: int, queued: int, ok: int, delay: float) -> int:
+        """Answer a flow of ``n`` requests of which ``queued`` were taken on and ``ok`` done
+        well: to the caller, or on to ``then``. Returns the requests answered well."""
+        faulted = self._successes(ok, self.fault_share)  # the fault fails these whatever the load
+        ok -= faulted
+        failed, rej = queued - ok, n - queued
+        if self.fault_kind == "error":
+            failed, rej = failed - faulted, rej + faulted
+        if self.fail_fast:  # it answers an error at once rather than letting its caller time out
+            failed, rej = 0, n - ok
+        if self.then:  # answered well here: on to the next service, whose answer the caller gets
+            self.send(self.then, "flow", b | {"hops": [], "requests": ok, "delay": delay,
+                                              "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej}, tick)
+        else:
+            self.send(b["origin"], "flow_result", {
+                "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
+                "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
+                "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej, "delay": delay}, tick)
+        return ok
 
     def _lease_work(self, tick: int, renewals: int, attempts: int, share: float, within: float,
                     wait_s: float) -> tuple[int, float, float, int]:
@@ -184,55 +236,65 @@ class Service(Agent):
         units = offered + renewals + attempts * (self.leases.cost if self.leases is not None else 1.0)  # work
         share = min(1.0, self.throttle * dt / demand) if self.throttle is not None and demand else 1.0
         within = 1.0  # without a queue: the share of the work the capacity covers, failures shared by all
+        cap_now = self._capacity_now(cap)
         if self.queue is not None:
-            self.queue.open(cap, dt)
+            self.queue.open(cap_now, dt, tick, mean_cap=cap)
             wait_s = self.queue.wait_s
         else:
             wait_s = 0.0
-            within = min(1.0, cap / (units * share)) if units * share > 0 else 1.0
+            within = min(1.0, cap_now / (units * share)) if units * share > 0 else 1.0
 
-        ok_total = units_in = throttled = 0
+        ok_total = units_in = throttled = answered = 0
         for b in flows:
             n = int(b["requests"])
             m = self._admitted(n, share)
             throttled += n - m
-            delay = b["delay"]
             if self.queue is None:
-                queued, good = m, ready * within
-            else:
-                queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
-                delay += wait_s
-                good = ready if delay <= float(b["rt"]) else 0.0  # outwaited its caller: work for nobody
-            ok = self._successes(queued, good)
-            ok_total += ok
+                ok_total += self._answer(tick, b, n, m, self._successes(m, ready * within), b["delay"])
+                units_in += m
+                answered += n
+                continue
+            queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
             units_in += queued
-            failed, rej = queued - ok, n - queued
-            if self.fail_fast:  # it answers an error at once rather than letting its caller time out
-                failed, rej = 0, n - ok
-            if self.then:  # answered well here: on to the next service, whose answer the caller gets
-                self.send(self.then, "flow", b | {"hops": [], "requests": ok, "delay": delay,
-                                                  "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej}, tick)
-            else:
-                self.send(b["origin"], "flow_result", {
-                    "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
-                    "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
-                    "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej, "delay": delay}, tick)
-        useful = float(ok_total)
+            if not queued:
+                ok_total += self._answer(tick, b, n, 0, 0, b["delay"])
+                answered += n
+                continue
+            # Answered once its work is done (work_queue.py), at the latest when its caller
+            # must hear of a timeout to retry on time (a tick after hearing, at its timeout);
+            # a batch gets one answer, so one with refusals (or fail_fast's errors) at once.
+            due = int(b["sent"]) + math.ceil(float(b["rt"]) / dt - 1e-9) - 2
+            self.queue.join(b, queued, float(b["rt"]) - b["delay"], ready,
+                            due if queued == n and not self.fail_fast else tick)
+        useful = 0.0
         lapsed = 0
         if self.leases is not None:
             refused, lease_useful, lease_units, lapsed = self._lease_work(tick, renewals, attempts, share, within, wait_s)
             throttled += refused
             useful += lease_useful
             units_in += lease_units
-        done = self.queue.serve() if self.queue is not None else min(float(units_in), cap)
+        if self.queue is not None:
+            done, members = self.queue.serve(tick, self.rng)
+            for mem in members:
+                ok = self._successes(mem.n, mem.good * min(1.0, mem.ok))
+                wait = mem.wait / mem.ok if mem.ok > 0 else wait_s
+                ok_total += self._answer(tick, mem.body, int(mem.body["requests"]), mem.n, ok, mem.body["delay"] + wait)
+                answered += int(mem.body["requests"])
+        else:
+            done = min(float(units_in), cap_now)
+        useful += ok_total
         held = self.leases.held_fraction if self.leases is not None else 1.0
-        ratio = (ok_total / offered if offered else ready) * held
+        if answered:
+            self.last_ratio = ok_total / answered
+        elif not offered and (self.queue is None or not self.queue.live):
+            self.last_ratio = ready
+        ratio = self.last_ratio * held
         for sub in self.health_subscribers:
             self.send(sub, "health", {"ratio": ratio, "wait_s": wait_s}, tick)
         metrics = {
             "offered": offered,
             "success_ratio": ratio,
-            "utilisation": (done if self.queue is not None else units * share) / cap if cap else (1.0 if demand else 0.0),
+            "utilisation": (done if self.queue is not None else units * share) / cap_now if cap_now else (1.0 if demand else 0.0),
             "broken_fraction": self.broken,
             "dependency_health": dep,
             "queue_backlog": self.queue.backlog if self.queue is not None else 0.0,

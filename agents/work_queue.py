@@ -1,41 +1,260 @@
-"""A FIFO work queue in front of a service, as a fluid: how much work waits, not which.
+"""A FIFO work queue in front of a service, as a fluid: how much work waits, and where
+each tick's requests stand in it.
 
-Each tick the service opens the queue with its capacity; everything arriving in that
-tick waits for the work queued before it (``wait_s``). Work beyond ``limit_s`` seconds
-of the service's capacity is refused at once (cheap for everyone). Work whose wait
-outlasts its caller's timeout stays queued and is done later, for nobody: past 100%
-utilisation the wait grows until no caller is served in time, while the service stays
-busy (congestive collapse).
+Work is measured in units (a request costs one). Every unit admitted gets a position
+(the work admitted before it, counted from the start); the service works positions off
+in order, at an even pace within a tick, so the position it has reached is a piecewise
+linear function of time. A tick's arrivals are spread evenly over the tick and over the
+positions they were given, so a request's completion time follows from its position,
+and whether it was done within its caller's timeout is known share by share, not all or
+nothing per tick (results converge as the tick shrinks).
+
+Each tick's flows join the queue as members of that tick's segment. A member is
+answered once, with one result per batch as the callers expect: when its last part has
+been worked off, or at its due tick (the last tick at which its caller still hears of a
+timeout in time to retry on time), whichever comes first; what is still queued then is
+judged by projecting the queue ahead at the service's current mean rate. (The service
+makes a batch part of which it refused due at once: its caller must hear of a refusal
+at once, and it takes one answer per batch.)
+
+When service times vary (``cv`` > 0), the service keeps a clock: the completions it
+will make are drawn ahead as points of a renewal process on its operational time (the
+mean work it can do, summed), with gaps of mean 1 and coefficient of variation cv
+(exponential gaps, cv = 1: the completions in a busy tick are Poisson). A tick's work is
+the points it covers, and a projection reads the same points, so the requests queued
+together succeed or fail together, as they do behind one real server: the coherent
+fluctuations that tip a queue over its threshold, or back. Work whose caller has
+given up stays queued and is done later, for nobody: past 100% utilisation the wait
+grows until no caller is served in time, while the service stays busy (congestive
+collapse). Arrivals beyond ``limit_s`` seconds of the service's mean capacity are
+refused at once (cheap for everyone).
 """
 from __future__ import annotations
 
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Points per member at which a projection is evaluated (midpoint rule over its positions).
+_POINTS = 8
+
+
+@dataclass(eq=False)
+class Member:
+    """One flow's requests in the queue, waiting to be answered."""
+
+    body: dict  # the flow message it came with
+    n: int  # requests queued
+    budget: float  # seconds its caller still waits once it is queued
+    good: float  # chance that a request done in time succeeds (the service's readiness)
+    due: int  # tick by which it is answered
+    ok: float = 0.0  # share of its requests done in time so far
+    wait: float = 0.0  # their summed waits, as share x seconds
+    done: bool = False
+    seg: "Segment | None" = field(default=None, repr=False)  # where its requests stand
+
+
+@dataclass(eq=False)
+class Segment:
+    """The still unworked part of one tick's admitted work: positions ``q0..q1``,
+    arrived from ``a0`` to ``a1`` seconds, ``w`` the share of its members' requests left."""
+
+    q0: float
+    q1: float
+    a0: float
+    a1: float
+    w: float = 1.0
+    members: list = field(default_factory=list)
+
+
+def _on_clock(seg: Segment, m: Member, s0: float, t0: float, rate: float, points: np.ndarray,
+              theta: float) -> tuple[float, float]:
+    """Like ``_in_time`` for the whole unworked rest of the segment, the work from
+    position ``s0`` on being done from time ``t0`` at the service clock's ``points``
+    (operational times after ``theta``, ``rate`` operational units per second)."""
+    span = seg.q1 - seg.q0
+    if span <= 0 or rate <= 0:
+        return 0.0, 0.0
+    x = (np.arange(_POINTS) + 0.5) / _POINTS
+    ahead = seg.q0 + x * span - s0  # units to do before it is done, its own included
+    done_at = t0 + (np.interp(ahead, np.arange(len(points) + 1), np.concatenate(([theta], points))) - theta) / rate
+    waits = done_at - (seg.a0 + x * (seg.a1 - seg.a0))
+    ok = waits <= m.budget
+    return seg.w * float(ok.mean()), seg.w * float((ok * np.maximum(waits, 0.0)).mean())
+
+
+def _in_time(seg: Segment, m: Member, lo: float, hi: float, s0: float, t0: float, slope: float) -> tuple[float, float]:
+    """Of the segment's positions lo..hi, worked off from position ``s0`` at time ``t0``
+    at ``slope`` seconds per unit: the share of the member's requests done within its
+    budget, and their summed waits (share x seconds)."""
+    span = seg.q1 - seg.q0
+    if hi <= lo or span <= 0:
+        return 0.0, 0.0
+    da = (seg.a1 - seg.a0) / span  # arrival time per unit of position
+
+    def wait(p: float) -> float:  # completion minus arrival, linear in p
+        return t0 + (p - s0) * slope - (seg.a0 + (p - seg.q0) * da)
+
+    w_lo, w_hi = wait(lo), wait(hi)
+    if w_lo <= m.budget and w_hi <= m.budget:
+        a, b = lo, hi
+    elif w_lo > m.budget and w_hi > m.budget:
+        return 0.0, 0.0
+    else:  # the budget is crossed inside: keep the side within it
+        x = lo + (m.budget - w_lo) / (w_hi - w_lo) * (hi - lo)
+        a, b = (lo, x) if w_lo <= m.budget else (x, hi)
+    share = seg.w * (b - a) / span
+    return share, share * max(0.0, (wait(a) + wait(b)) / 2)
+
 
 class WorkQueue:
-    def __init__(self, limit_s: float):
+    def __init__(self, limit_s: float, cv: float = 0.0):
         self.limit_s = float(limit_s)
+        self.cv = float(cv)  # the service times' coefficient of variation (0: a steady pace)
+        self.theta = 0.0  # the service clock: operational time reached
+        self.points = np.zeros(0)  # ... and the completions drawn ahead on it, ascending
         self.backlog = 0.0  # work units waiting
-        self.cap = 0.0
+        self.cap = 0.0  # units the service works off this tick
+        self.mean_cap = 0.0  # ... on average per tick
         self.wait_s = 0.0
         self.room = 0.0
+        self.arrived = 0.0  # position after the last unit admitted
+        self.served = 0.0  # position worked off
+        self.start_s = 0.0  # this tick's start, seconds
+        self.dt = 1.0
+        self.segments: list[Segment] = []  # in position order
+        self.head = 0  # segments before this one are worked off
+        self.tick_start = 0.0
+        self.tick_members: list[Member] = []
+        self.live = 0  # members not yet answered
+        self.due: list = []  # heap of (due tick, sequence, member)
+        self.seq = 0
 
-    def open(self, cap: float, dt: float) -> None:
-        """Start a tick in which the service can work off ``cap`` units."""
+    def _points_ahead(self, n: int, rng) -> np.ndarray:
+        """At least ``n`` completions drawn ahead on the service clock."""
+        if len(self.points) < n:
+            more = max(n - len(self.points), 64)
+            c2 = self.cv * self.cv
+            gaps = rng.exponential(1.0, more) if self.cv == 1.0 else rng.gamma(1.0 / c2, c2, more)
+            last = self.points[-1] if len(self.points) else self.theta
+            self.points = np.concatenate((self.points, last + np.cumsum(gaps)))
+        return self.points
+
+    def clock_work(self, mean_cap: float, rng) -> float:
+        """The work a busy tick does when it can do ``mean_cap`` units on average: the
+        completions the service clock passes (what the queue cannot use is lost: idle)."""
+        end = self.theta + mean_cap
+        while not len(self.points) or self.points[-1] < end:
+            self._points_ahead(len(self.points) + max(64, int(mean_cap) + 1), rng)
+        k = int(np.searchsorted(self.points, end, side="right"))
+        self.points = self.points[k:]
+        self.theta = end
+        return float(k)
+
+    def open(self, cap: float, dt: float, tick: int = 0, mean_cap: float | None = None) -> None:
+        """Start a tick in which the service works off ``cap`` units (``mean_cap`` on
+        average, when its pace varies). The wait is what work arriving at the start of
+        the tick waits; the room is the limit plus what the service frees meanwhile."""
         self.cap = cap
-        self.wait_s = self.backlog / cap * dt if cap else float("inf")
-        self.room = max(0.0, self.limit_s / dt * cap - self.backlog)
+        self.mean_cap = cap if mean_cap is None else mean_cap
+        self.dt = dt
+        self.start_s = tick * dt
+        self.wait_s = self.backlog / self.mean_cap * dt if self.mean_cap else float("inf")
+        self.room = max(0.0, self.limit_s / dt * self.mean_cap - self.backlog + cap)
+        self.tick_start = self.arrived
 
     def admit(self, n: int, cost: float = 1.0) -> int:
         """Queue up to ``n`` items of ``cost`` units each; returns how many were queued."""
         taken = min(n, int(self.room / cost)) if cost > 0 else n
         self.room -= taken * cost
         self.backlog += taken * cost
+        self.arrived += taken * cost
         return taken
 
-    def serve(self) -> float:
-        """Work off this tick's capacity; returns the units done."""
+    def join(self, body: dict, n: int, budget: float, good: float, due: int) -> None:
+        """``n`` requests of a flow admitted this tick, to be answered by tick ``due``."""
+        m = Member(body, n, budget, good, due)
+        self.tick_members.append(m)
+        self.live += 1
+        self.seq += 1
+        heapq.heappush(self.due, (due, self.seq, m))
+
+    def serve(self, tick: int, rng=None) -> tuple[float, list[Member]]:
+        """Work off this tick's capacity; returns the units done and the members answered
+        now (their ``ok`` share done in time, ``wait`` their summed waits). ``rng`` draws
+        the service clock ahead when service times vary."""
+        if self.tick_members:
+            seg = Segment(self.tick_start, self.arrived, self.start_s, self.start_s + self.dt, members=self.tick_members)
+            for m in seg.members:
+                m.seg = seg
+            self.segments.append(seg)
+            self.tick_members = []
         done = min(self.backlog, self.cap)
+        s0, s1 = self.served, self.served + done
+        slope = self.dt / self.cap if self.cap > 0 else 0.0
+        answered = []
+        segs = self.segments
+        while self.head < len(segs) and segs[self.head].q0 < s1:
+            seg = segs[self.head]
+            lo, hi = seg.q0, min(seg.q1, s1)
+            for m in seg.members:
+                if not m.done:
+                    ok, wait = _in_time(seg, m, lo, hi, s0, self.start_s, slope)
+                    m.ok += ok
+                    m.wait += wait
+            if s1 >= seg.q1:  # worked off: everyone in it is answered
+                for m in seg.members:
+                    if not m.done:
+                        m.done = True
+                        answered.append(m)
+                segs[self.head] = None
+                self.head += 1
+            else:
+                span = seg.q1 - seg.q0
+                seg.a0 += (s1 - seg.q0) / span * (seg.a1 - seg.a0)
+                seg.w *= (seg.q1 - s1) / span
+                seg.q0 = s1
+                break
+        self.served = s1
         self.backlog -= done
-        return done
+        # Due now: judge what is still queued by the queue ahead at the mean pace.
+        end_s = self.start_s + self.dt
+        mean_slope = self.dt / self.mean_cap if self.mean_cap > 0 else float("inf")
+        while self.due and self.due[0][0] <= tick:
+            m = heapq.heappop(self.due)[2]
+            if m.done:
+                continue
+            m.done = True
+            answered.append(m)
+            if self.cv > 0 and mean_slope < float("inf"):
+                points = self._points_ahead(int(m.seg.q1 - self.served) + 2, rng)
+                ok, wait = _on_clock(m.seg, m, self.served, end_s, self.mean_cap / self.dt, points, self.theta)
+                m.ok += ok
+                m.wait += wait
+            elif mean_slope < float("inf"):
+                ok, wait = _in_time(m.seg, m, m.seg.q0, m.seg.q1, self.served, end_s, mean_slope)
+                m.ok += ok
+                m.wait += wait
+        for m in answered:
+            m.seg = None
+        self.live -= len(answered)
+        # Forget worked-off segments and answered members now and then (snapshots copy them).
+        if self.head > 64 and self.head * 2 > len(segs):
+            del segs[:self.head]
+            self.head = 0
+        if len(self.due) > 2 * self.live + 64:
+            self.due = [e for e in self.due if not e[2].done]
+            heapq.heapify(self.due)
+        return done, answered
 
     def reset(self, fraction: float = 1.0) -> None:
-        self.backlog *= 1.0 - float(fraction)
+        """Throw away a share of the queued work, everywhere in the queue alike; the
+        requests thrown away are never done (their callers time out)."""
+        keep = 1.0 - float(fraction)
+        s = self.served
+        for seg in self.segments[self.head:]:
+            seg.q0, seg.q1 = s + (seg.q0 - s) * keep, s + (seg.q1 - s) * keep
+            seg.w *= keep
+        self.arrived = s + (self.arrived - s) * keep
+        self.backlog = self.arrived - s

@@ -63,10 +63,19 @@ SERVICE = M(
                 below=ratio(default=0.5), break_rate=non_negative(default=0.01), max_broken=ratio(default=0.8),
                 needs=Field("str"), repair_rate=non_negative(default=0.001)),
     fail_fast=Field("bool", default=False, doc="a request it cannot serve gets an error at once, not a timeout"),
+    fault=M("a fault (toxic): a share of the requests fail whatever the load", share=ratio(default=0.0),
+            kind=Field("str", choices=("timeout", "error"), default="timeout")),
     then=Field("str", doc="a service every request answered well goes on to; the caller gets that one's answer"),
     queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
             "than their caller's timeout are still worked on, for nobody (congestive collapse)",
             limit=positive("duration", default=3600.0, doc="seconds of work the queue holds; more is refused at once")),
+    service_time=M("how long a request's work takes: deterministic, every tick does exactly its capacity; "
+                   "exponential, each request's service time is exponential at rate capacity, so the requests "
+                   "done in a busy tick of length dt are Poisson(capacity x dt); gamma, the work done in a busy "
+                   "tick has mean capacity x dt and variance cv^2 x capacity x dt (cv: the service times' "
+                   "coefficient of variation)", default=dict,
+                   distribution=Field("str", choices=("deterministic", "exponential", "gamma"), default="deterministic"),
+                   cv=positive(default=1.0, doc="coefficient of variation of the service times (gamma only)")),
     leases=M("leases with a time to live that the service holds in a store service (see agents/leases.py)",
              count=positive("int", required=True, doc="leases held (say, one per server managed)"),
              store=Field("str", required=True, doc="the service the leases are kept in; renewing needs it"),

@@ -51,7 +51,10 @@ def test_historical_reproduces_the_shape_of_aws_timeline(run_2021):
         "DynamoDB errors end (02:40)": (first(m, ddb < 0.05, "07:00"), "09:40", 20),
         "leases re-established (05:28)": (first(m, m["droplet-manager.leases_held"] >= 0.99, "09:00"), "12:28", 20),
         "NLB errors begin (05:30)": (first(m, nlb > 0.05, "07:00"), "12:30", 30),
-        "NLB errors end: failover disabled (09:36)": (first(m, nlb < 0.05, "13:00"), "16:36", 30),
+        # 45: since retries of timed-out requests wait for their client's new connection instead of
+        # failing for good (issue 13), the load balancer's callers ride out more of the flapping,
+        # and their 5-minute error ratio dips under 5% 15-45 minutes before failover is disabled
+        "NLB errors end: failover disabled (09:36)": (first(m, nlb < 0.05, "13:00"), "16:36", 45),
         "launches fail until (10:36)": (first(m, launch < 0.05, "12:00"), "17:36", 20),
         "network propagation normal (10:36)": (first(m, m["network-manager.queue_wait_s"] < 60, "13:00"), "17:36", 30),
     }

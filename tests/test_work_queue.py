@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import orchestrator
@@ -64,3 +65,81 @@ def test_a_deep_throttle_alone_drains_the_stale_queue_only_slowly(runbook_file):
     backlog = window(r, "00:13", "00:30")["lease-manager.queue_backlog"]
     assert backlog.iloc[-1] < backlog.iloc[0]  # draining ...
     assert window(r, "00:25", "00:30")["lease-manager.goodput"].sum() == 0  # ... but still nothing done for anyone
+
+
+# -- timing: when a queued request is answered, and which share of a tick's arrivals time out --
+
+MQ = str(Path(__file__).parent / "playbooks" / "metastable_queue.yaml.j2")
+
+
+def answers(sets: dict, seed: int = 1):
+    """Every answer the clients of tests/playbooks/metastable_queue.yaml.j2 receive, as
+    (seconds after it was sent, its body), and the world's metrics, one row per tick."""
+    from orchestrator.hosting import InProcessHost
+    from orchestrator.playbook import load_playbook
+    from orchestrator.wire import decode
+    from orchestrator.world import build_plan
+
+    plan = build_plan(load_playbook(MQ, sets), None, seed)
+    host, got, rows = InProcessHost(plan), [], []
+    for t in range(plan.ticks):
+        rows.append(host.step().metrics)
+        for frame in host.pending["clients"]:  # delivered at tick t + 1
+            msg = decode(frame)
+            if msg.kind == "flow_result":
+                got.append(((t + 1 - msg.body["sent"]) * plan.info.dt, msg.body))
+    return got, rows
+
+
+@pytest.mark.parametrize("tick", ["1s", "0.25s"])
+def test_a_queued_request_is_answered_once_its_wait_is_over(tick):
+    """12 requests a second for a service doing 10: the queue grows to about 8 s of work
+    (below its limit) and the timeout is 15 s. The answers reach the callers once the
+    work queued ahead of them is done, not two ticks after they were sent. (A batch part
+    of which is refused is answered at once, as the callers take one answer per batch.)"""
+    got, _ = answers({"lam": 12, "tau": 15, "tick": tick, "duration": "45s", "service_time": "deterministic"})
+    ok = [(elapsed, b["delay"]) for elapsed, b in got if b["r_ok"] and not b["r_rej"]]
+    assert len(ok) > 20 and max(d for _, d in ok) > 6  # it did queue, below the limit
+    assert all(elapsed >= d for elapsed, d in ok)  # nobody hears before the work is done
+
+
+def test_the_share_of_a_ticks_arrivals_that_time_out_is_computed_within_the_tick():
+    """Arrivals spread over the tick: with 46 units ahead at the tick's start, 18 arriving
+    and 10 done per second, waits run from 4.6 s to 5.4 s, so about half of the tick's
+    arrivals outwait a 5 s timeout (not all of them or none)."""
+    from agents.work_queue import WorkQueue
+
+    q = WorkQueue(limit_s=60)
+    q.open(10.0, 1.0, 0)
+    q.admit(56)
+    q.serve(0)  # 46 units left at the start of the next tick
+    q.open(10.0, 1.0, 1)
+    n = q.admit(18)
+    q.join({"requests": 18}, n, budget=5.0, good=1.0, due=100)
+    answered = []
+    for t in range(1, 12):
+        if t > 1:
+            q.open(10.0, 1.0, t)
+        answered += q.serve(t)[1]
+    (m,) = answered
+    assert m.ok == pytest.approx(0.5, abs=0.1)
+
+
+@pytest.mark.parametrize("tick", ["1s", "0.25s"])
+def test_the_longest_wait_in_a_full_queue_is_its_limit(tick):
+    """A queue of 10 s of work, kept full: work arriving waits the whole 10 s (it used to
+    be 10 s less a tick, so a timeout equal to the limit never fired at 1 s ticks)."""
+    _, rows = answers({"lam": 30, "tau": 60, "tick": tick, "duration": "120s", "service_time": "deterministic"})
+    assert max(r["server"]["queue_wait_s"] for r in rows) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("tick", ["1s", "0.25s"])
+def test_exponential_service_times_make_the_work_of_a_busy_tick_poisson(tick):
+    """mu = 10/s kept busy: the work done per tick has mean and variance mu x dt with
+    exponential service times, and no variance at all with deterministic ones."""
+    dt = float(tick[:-1])
+    for dist, var in (("exponential", 10 * dt), ("deterministic", 0.0)):
+        _, rows = answers({"lam": 30, "tau": 60, "tick": tick, "duration": "2000s", "service_time": dist})
+        done = np.array([r["server"]["work_done"] for r in rows[round(100 / dt):]])
+        assert done.mean() == pytest.approx(10 * dt, rel=0.03)
+        assert done.var() == pytest.approx(var, rel=0.1, abs=1e-9)

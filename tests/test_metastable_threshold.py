@@ -1,0 +1,159 @@
+"""Metastability near its threshold: gameday's cohort model of the single-server queue of
+Alvaro, Isaacs, Majumdar et al. (arXiv 2510.03551; tests/playbooks/metastable_queue.yaml.j2)
+against an exact per-request simulation of the same queue (tests/reference_queue_des.py),
+at lambda = 9.5/s, mu = 10/s, a queue of 100, 4 attempts, at 1 s and 0.25 s ticks:
+
+- after a stressor (200 s at 9.5/s, 200 s at 20/s, then 9.5/s again), whether the queue
+  gets back under 10 within 10,000 s: both agree on which timeouts stay stuck, and where
+  both recover the cohort model's median recovery time lies inside the exact
+  simulation's interquartile range (near the threshold recovery times spread over an
+  order of magnitude, so distributions are compared, not single numbers);
+- from an empty queue over 20,000 s, the share of time above 90 requests: within 0.15 of
+  the exact simulation's (10 seeds; the cohort model's here over 2 at tau = 9 s, 1 elsewhere).
+
+And Little's law on a service's queue at steady state. Here tau = 7, 9 and 15 s with few
+seeds (the exact simulation's figures are computed once per session; the cases where the
+two disagree are expected failures that say by how much);
+benchmarks/threshold_table.py prints the full sweep (tau in 5, 7, 9, 11, 15 s, 20 seeds)
+beside the published chain's figures.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from tests import reference_queue_des as des
+from tests.helpers import playbook_path
+from orchestrator.hosting import InProcessHost
+from orchestrator.playbook import load_playbook
+from orchestrator.wire import decode
+from orchestrator.world import build_plan
+
+WITHIN = 10_000.0  # seconds after the stressor
+SHARE_HORIZON = 20_000.0  # the time to tip over from an empty queue varies a lot: shorter runs say little
+TICKS = ("1s", "0.25s")
+
+
+def cohort_queue(tau: float, seed: int, tick: str, horizon: float, stressor: bool, stop_below: float | None = None,
+                 **sets) -> np.ndarray:
+    """The cohort model's queue (requests) sampled at every whole second up to ``horizon``,
+    or until the first sample under ``stop_below`` after the stressor."""
+    pb = load_playbook(playbook_path("metastable_queue"),
+                       {"tau": tau, "stressor": stressor, "tick": tick, "duration": f"{int(horizon)}s", **sets})
+    plan = build_plan(pb, None, seed)
+    host = InProcessHost(plan)
+    per = round(1.0 / plan.info.dt)
+    samples: list[float] = []
+    for i in range(plan.ticks):
+        res = host.step()
+        if (i + 1) % per == 0:
+            samples.append(res.metrics["server"]["queue_backlog"])
+            if stop_below is not None and len(samples) > des.STRESSOR_END and samples[-1] < stop_below:
+                break
+    return np.array(samples)
+
+
+def cohort_recovery_time(tau: float, seed: int, tick: str, within: float = WITHIN) -> float | None:
+    """As ``des.recovery_time``, on the cohort model."""
+    s = cohort_queue(tau, seed, tick, des.STRESSOR_END + within, True, stop_below=10)
+    return float(len(s) - des.STRESSOR_END) if len(s) > des.STRESSOR_END and s[-1] < 10 else None
+
+
+def cohort_share_above(tau: float, seed: int, tick: str, horizon: float = 20_000.0, level: float = 90) -> float:
+    """As ``des.share_above``, on the cohort model."""
+    return float((cohort_queue(tau, seed, tick, horizon, False) > level).mean())
+
+
+def summary(times: list) -> dict:
+    """Recovery times (None: not within the horizon) as share recovered, median and
+    quartiles, the runs that did not recover counting as infinitely long."""
+    x = np.sort(np.array([np.inf if t is None else t for t in times]))
+    q = [float(np.quantile(x, p, method="inverted_cdf")) for p in (0.25, 0.5, 0.75)]
+    return {"recovered": float(np.isfinite(x).mean()), "q1": q[0], "median": q[1], "q3": q[2]}
+
+
+@functools.lru_cache(maxsize=None)
+def des_recovery(tau: float, seeds: int = 20) -> dict:
+    return summary([des.recovery_time(tau, s, within=WITHIN) for s in range(seeds)])
+
+
+@functools.lru_cache(maxsize=None)
+def des_share(tau: float, seeds: int = 10, horizon: float = SHARE_HORIZON) -> float:
+    return float(np.mean([des.share_above(tau, s, horizon=horizon) for s in range(seeds)]))
+
+
+@functools.lru_cache(maxsize=None)
+def cohort_recovery(tau: float, tick: str, seeds: int = 3) -> dict:
+    return summary([cohort_recovery_time(tau, s, tick) for s in range(1, seeds + 1)])
+
+
+def stuck(s: dict) -> bool:
+    return s["recovered"] < 0.5
+
+
+def gap(tau: int, tick: str, why: str):
+    """A case where the cohort model disagrees with the exact simulation: kept in the run
+    as an expected failure that says by how much (not tuned away)."""
+    return pytest.param(tau, tick, marks=pytest.mark.xfail(reason=why, strict=False))
+
+
+#: At 1 s ticks a refused request's retry reaches the server three ticks (3 s) after the
+#: refusal, where the exact simulation's immediate retry meets the same full queue and is
+#: refused again: the cohort model spreads the refused load over time and keeps the queue
+#: full more often. benchmarks/threshold_table.py, 20 seeds: 45% recover (exact 100%),
+#: 0.73 of the time above 90 (exact 0.07). At 0.25 s ticks both recover.
+SLOW_RETRY_AT_1S = "tau = 9 s at 1 s ticks: 45% recover against 100%, 0.73 above 90 against 0.07 (20 seeds)"
+
+
+@pytest.mark.parametrize("tau,tick", [(7, "1s"), (7, "0.25s"), gap(9, "1s", SLOW_RETRY_AT_1S), (9, "0.25s"),
+                                      (15, "1s"), (15, "0.25s")])
+def test_cohort_model_and_exact_simulation_agree_on_which_timeouts_stay_stuck(tau, tick):
+    exact, cohort = des_recovery(tau), cohort_recovery(tau, tick)
+    assert stuck(cohort) == stuck(exact), (exact, cohort)
+
+
+@pytest.mark.parametrize("tau,tick", [(9, "1s"), gap(9, "0.25s", "tau = 9 s at 0.25 s ticks: median 643 s against "
+                                                  "the exact simulation's 316 s (IQR 192-467), 20 seeds"),
+                                      (15, "1s"), (15, "0.25s")])
+def test_where_both_recover_the_cohort_median_lies_in_the_exact_interquartile_range(tau, tick):
+    exact, cohort = des_recovery(tau), cohort_recovery(tau, tick)
+    if stuck(exact) or stuck(cohort):
+        pytest.skip(f"not both recovering at tau = {tau} s: {exact} {cohort}")
+    assert exact["q1"] <= cohort["median"] <= exact["q3"], (exact, cohort)
+
+
+@pytest.mark.parametrize("tau,tick", [(7, "1s"), (7, "0.25s"), gap(9, "1s", SLOW_RETRY_AT_1S), (9, "0.25s"),
+                                      (15, "1s"), (15, "0.25s")])
+def test_the_share_of_time_above_90_is_within_015_of_the_exact_simulation(tau, tick):
+    # one seed where the share is near 0 or 1, two near the threshold, where runs are bimodal
+    cohort = np.mean([cohort_share_above(tau, s, tick, SHARE_HORIZON) for s in ((1, 2) if tau == 9 else (1,))])
+    assert abs(cohort - des_share(tau)) <= 0.15, (cohort, des_share(tau))
+
+
+@pytest.mark.parametrize("tick", TICKS)
+def test_littles_law_holds_on_a_queue_at_steady_state(tick):
+    """Mean queue = arrival rate x mean time in queue, at lambda = 9/s, mu = 10/s, with a
+    timeout no request reaches: the queue's content (its backlog, at the end of every
+    tick) against the times in queue the service reports with its answers (each
+    request's wait from its position in the queue)."""
+    pb = load_playbook(playbook_path("metastable_queue"), {"tau": 120, "lam": 9.0, "tick": tick, "duration": "8000s"})
+    plan = build_plan(pb, None, 1)
+    host = InProcessHost(plan)
+    warm = round(1000 / plan.info.dt)
+    backlog, done, waited = [], 0, 0.0
+    for i in range(plan.ticks):
+        res = host.step()
+        if i < warm:
+            continue
+        backlog.append(res.metrics["server"]["queue_backlog"])
+        for frame in host.pending["clients"]:  # the answers on their way back
+            msg = decode(frame)
+            if msg.kind == "flow_result":
+                done += msg.body["r_ok"] + msg.body["r_fail"]
+                waited += msg.body["r_ok"] * msg.body["delay"]
+    rate = done / ((plan.ticks - warm) * plan.info.dt)  # admitted (and answered) per second
+    mean_wait = waited / done
+    assert rate == pytest.approx(9.0, rel=0.05)
+    assert np.mean(backlog) == pytest.approx(rate * mean_wait, rel=0.05), (np.mean(backlog), rate, mean_wait)
