@@ -128,7 +128,7 @@ def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
 def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
     from orchestrator.phasemap import hysteresis
 
-    h = hysteresis(MINI, "rate", [0.8, 0.9, 1.0, 1.1], "shed_load", "factor", [0.5, 0.6, 0.7, 0.8, 0.9], "00:10",
+    h = hysteresis(MINI, "rate", [0.8, 0.9, 1.0, 1.1], "shed_load", "factor", [0.3, 0.4, 0.5, 0.7, 0.9], "00:10",
                    seeds=2, duration=1800, parallel=False)
     print(f"\ntips at rate {h['tip_load']}, recovers from stuck at rate {h['recover_load']}")
     assert h["tip_load"] is not None and h["recover_load"] is not None

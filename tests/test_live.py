@@ -294,7 +294,7 @@ def test_pause_stops_simulated_time_and_speed_changes_apply_at_once(tmp_path):
 def test_an_injected_fault_and_the_teams_actions_replay_identically(tmp_path):
     """A team's world in process with a fault injected by the facilitator and two
     commands; `replay` of its run directory gives identical metrics and events."""
-    session = Session(tmp_path / "s", ["red"], duration=3000, speed=None, hosting="inprocess")
+    session = Session(tmp_path / "s", ["red"], duration=4500, speed=None, hosting="inprocess")
     try:
         session.start()
         while session.state != "ended":

@@ -85,7 +85,9 @@ def des_share(tau: float, seeds: int = 10, horizon: float = SHARE_HORIZON) -> fl
 
 
 @functools.lru_cache(maxsize=None)
-def cohort_recovery(tau: float, tick: str, seeds: int = 3) -> dict:
+def cohort_recovery(tau: float, tick: str) -> dict:
+    # 6 seeds for a median; a timeout that stays stuck plays every seed to the end: 3 tell it
+    seeds = 3 if tau == 7 else 6
     return summary([cohort_recovery_time(tau, s, tick) for s in range(1, seeds + 1)])
 
 
