@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 
 from agents import OUTSIDE, Message
+from reports.rundir import read_events
 
 from .hosting import InProcessHost
 from .journal import write_json_atomic
@@ -94,17 +95,6 @@ def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> 
     return sorted(effective, key=lambda e: -int(e["tick"]))[:limit]
 
 
-def read_events(run_dir: Path) -> list[dict]:
-    out = []
-    with open(Path(run_dir) / "events.jsonl", encoding="utf-8") as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                break
-    return out
-
-
 def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: int = MAX_ACTIONS) -> dict:
     """Play the counterfactuals of a finished run and return what ``attribution.json``
     holds. ``snapshots``: tick -> ``Replay.state()`` at the end of that tick, taken
@@ -125,7 +115,7 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
         return out
     loop_tick = round(lb["seconds_after_start"] / dt)
     out["loop_broken"] = lb["clock"]
-    picks = candidates(read_events(run_dir), loop_tick, limit)
+    picks = candidates(read_events(run_dir).to_dict("records"), loop_tick, limit)
     if not picks:
         out["text"] = f"No action took effect before the loop broke at {lb['clock']}: it broke by itself."
         return out
@@ -136,9 +126,7 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
     until = min(horizon, loop_tick + round((hold_s + LOOKAHEAD_S) / dt) + 1)
     states = dict(snapshots or {})
     wanted = sorted({int(e["tick"]) for e in picks} - set(states))
-    for t in wanted:  # play the recording again to the ticks no snapshot covers
-        if replay.host.tick > t + 1:
-            replay = Replay(run_dir)
+    for t in wanted:  # play the recording again (in order) to the ticks no snapshot covers
         while replay.host.tick <= t:
             replay.step()
         states[t] = replay.state()
