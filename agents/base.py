@@ -17,7 +17,7 @@ import numpy as np
 from .shards import apply_to_shards
 
 #: Bumped whenever a message body changes shape; hosts refuse other versions.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 #: The world's boundary. Messages an agent sends here leave the world (to a team's
 #: console); messages from here come in from outside (a team's commands, a facilitator's
@@ -141,7 +141,7 @@ class Agent:
         self.send(hops[0], "flow", {
             "origin": self.name, "sent": tick, "hops": hops[1:], "setups": setups, "requests": requests,
             "coupled": coupled, "closes": closes, "ct": ct, "rt": rt,
-            "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "delay": 0.0}, tick)
+            "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "r_full": 0, "delay": 0.0}, tick)
 
     def handle_apply(self, tick: int, body: dict) -> None:
         op = body.get("op")

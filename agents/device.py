@@ -262,4 +262,4 @@ class DevicePool(Agent):
                 "requests": res["r_ok"], "delay": b["delay"] + delay}, tick)
         else:
             self.send(b["origin"], "flow_result", acc | {"sent": b["sent"], "s_ok": res["s_ok"], "r_ok": res["r_ok"],
-                                                        "delay": b["delay"] + delay}, tick)
+                                                        "r_full": b["r_full"], "delay": b["delay"] + delay}, tick)

@@ -52,6 +52,10 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.breaker = CircuitBreaker(float(cb.get("threshold", 0.5)), float(cb.get("window", 10.0)),
                                   float(cb.get("open_for", 30.0)), float(cb.get("probe_fraction", 0.1)), dt) \
         if cb else None
+    # A caller that retries a refusal at once, on the same connection, with a bounded number
+    # of attempts: against a full queue every such retry is refused too, at the same instant.
+    agent.retries_refusal_at_once = bool(agent.retry.at_once and agent.retry.max_attempts > 1
+                                         and not (agent.pooled and "reject" in agent.reconnect_on))
     bugs = spec.get("bugs") or {}
     agent.bug_ignores_backoff = bool(bugs.get("reconnect_ignores_backoff", False))
     agent.bug_delay = float(bugs.get("reconnect_delay", agent.connect_timeout))
@@ -316,7 +320,7 @@ class Population(PopulationControls, Agent):
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         dt = self.world.dt
         self.broken = 0
-        res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0}
+        res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0, "at_once": 0}
         health = HealthReports(self.dep_health)
         for msg in inbox:
             if msg.kind == "flow_result":
@@ -416,7 +420,7 @@ class Population(PopulationControls, Agent):
                                         released_by, self.n_connected, float(self.n_connected))
             if not self.path and not self.target:
                 self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()) + renewals, "s_fail": 0, "s_rej": 0,
-                                       "r_ok": requests, "r_fail": 0, "r_rej": 0}, res)
+                                       "r_ok": requests, "r_fail": 0, "r_rej": 0, "r_full": 0}, res)
             else:
                 hops = self.path + ([self.target] if self.target else [])
                 self.send_flow(hops, tick, requests, setups=setups, coupled=0 if self.pooled else 1, closes=closes,
@@ -425,7 +429,7 @@ class Population(PopulationControls, Agent):
         backlog = 0
         if self.durable:
             backlog = int(self.ready.sum() + self.req_wheel.pending + self.inflight_requests)
-        return self._end_tick(tick, res, self.conn_wheel.pending, demand, fresh, requests, setups, backlog)
+        return self._end_tick(tick, res, self.conn_wheel.pending, demand, fresh, requests + res["at_once"], setups, backlog)
 
     def _orphans_due(self) -> np.ndarray:
         """Orphan retries falling due: those whose client has reconnected go out now, the
@@ -467,6 +471,18 @@ class Population(PopulationControls, Agent):
             if lost.any():
                 res["failed"] += int(lost.sum())
                 self._retry_or_give_up(lost, lag=0.0, res=res, orphan=True)
+
+    def _attempts_at_once(self, refused: np.ndarray, res: dict) -> None:
+        """Requests of attempt class k refused by a full queue, whose every remaining attempt
+        is refused at once: they fail for good, and their attempts count."""
+        n = int(refused.sum())
+        if not n:
+            return
+        left = self.retry.max_attempts - 1 - np.arange(len(refused))
+        extra = int((refused * np.maximum(left, 0)).sum())
+        res["errors"] += n
+        res["failed"] += extra
+        res["at_once"] += extra
 
     def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict, orphan: bool = False) -> None:
         """Failed attempts of class k retry as class k+1 unless attempts are exhausted;
@@ -544,11 +560,18 @@ class Population(PopulationControls, Agent):
             return
         rej = min(int(body["r_rej"]), n_bad)
         fast, slow = self._split(bad, rej)
+        refused = int(fast.sum())
+        if body["r_full"] and self.retries_refusal_at_once:
+            # Refused by a full queue: a retry sent at once meets it still full, and is refused
+            # again until the attempts run out (the round trip of a tick would otherwise let it
+            # in later, when the queue has drained).
+            shut, fast = self._split(fast, min(int(body["r_full"]), int(fast.sum())))
+            self._attempts_at_once(shut, res)
         drops = self.pooled and not self.durable
         on_timeout, on_reject = "timeout" in self.reconnect_on, "reject" in self.reconnect_on
         self._retry_or_give_up(fast, lag=elapsed, res=res, orphan=drops and on_reject)
         self._retry_or_give_up(slow, lag=elapsed - self.request_timeout, res=res, orphan=drops and on_timeout)
-        fails = int(slow.sum()) * on_timeout + int(fast.sum()) * on_reject
+        fails = int(slow.sum()) * on_timeout + refused * on_reject
         if self.pooled and holding and fails:
             # Senders that saw at least one failure (Poisson occupancy of failures over senders);
             # retries released by new connections all came from the few clients that made them.

@@ -231,7 +231,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
         dt = self.world.dt
         now = tick * dt
         self.broken = 0
-        res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0}
+        res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0, "at_once": 0}
         health = HealthReports(self.dep_health)
         for msg in inbox:
             if msg.kind == "flow_result":
@@ -351,7 +351,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
             self.inflight[tick] = (setup_list, batch, renewals)
             if not self.path and not self.target:
                 self._on_result(tick, {"sent": tick, "s_ok": len(setups) + len(renewals), "s_fail": 0, "s_rej": 0,
-                                       "r_ok": len(batch), "r_fail": 0, "r_rej": 0}, res)
+                                       "r_ok": len(batch), "r_fail": 0, "r_rej": 0, "r_full": 0}, res)
             else:
                 hops = self.path + ([self.target] if self.target else [])
                 self.send_flow(hops, tick, len(batch), setups=n_setups, coupled=0 if self.pooled else 1, closes=closes,
@@ -362,7 +362,8 @@ class ClientByClientPopulation(PopulationControls, Agent):
             waiting_retries = sum(1 for ev in self.events if ev[2] == "retry")
             inflight_req = sum(len(r) for _, r, _ in self.inflight.values())
             backlog = len(self.ready) + waiting_retries + inflight_req
-        return self._end_tick(tick, res, self.n_state[WAITING], demand, len(fresh), len(batch), n_setups, backlog)
+        return self._end_tick(tick, res, self.n_state[WAITING], demand, len(fresh), len(batch) + res["at_once"], n_setups,
+                              backlog)
 
     # -- outcomes ------------------------------------------------------------------------------
     def _retry_or_give_up(self, tick: int, cid: int, attempt: int, detected: float, res: dict,
@@ -376,12 +377,14 @@ class ClientByClientPopulation(PopulationControls, Agent):
         delay = self._delay(self.retry, min(attempt, self.max_req_class), sleep)
         self._push(self._later(tick, detected + delay), "retry", cid, 0, attempt + 1, delay)
 
-    def _deal(self, n: int, ok: int, rej: int) -> list[str]:
-        """Outcomes for n items of one batch: ``ok`` successes and ``rej`` rejections, the
-        rest timeouts, dealt to the items uniformly at random."""
+    def _deal(self, n: int, ok: int, rej: int, full: int = 0) -> list[str]:
+        """Outcomes for n items of one batch: ``ok`` successes and ``rej`` rejections (``full``
+        of them by a full queue), the rest timeouts, dealt to the items uniformly at random."""
         ok = min(ok, n)
         rej = min(rej, n - ok)
-        outcome = np.array(["ok"] * ok + ["rej"] * rej + ["timeout"] * (n - ok - rej), dtype=object)
+        full = min(full, rej)
+        outcome = np.array(["ok"] * ok + ["full"] * full + ["rej"] * (rej - full) + ["timeout"] * (n - ok - rej),
+                           dtype=object)
         return list(outcome[self.rng.permutation(n)]) if n else []
 
     def _on_result(self, tick: int, body: dict, res: dict) -> None:
@@ -432,7 +435,9 @@ class ClientByClientPopulation(PopulationControls, Agent):
         if not batch:
             return
         n_bad = 0
-        for (cid, attempt, gen, sleep), outcome in zip(batch, self._deal(len(batch), int(body["r_ok"]), int(body["r_rej"]))):
+        outcomes = self._deal(len(batch), int(body["r_ok"]), int(body["r_rej"]),
+                              int(body["r_full"]) if self.retries_refusal_at_once else 0)
+        for (cid, attempt, gen, sleep), outcome in zip(batch, outcomes):
             c = self.people[cid]
             on_it = self.pooled and c.state == CONNECTED and c.conn == gen  # still on the connection it used
             if outcome == "ok":
@@ -442,9 +447,16 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 continue
             n_bad += 1
             res["failed"] += 1
-            detected = t_sent if outcome == "rej" else t_sent + self.request_timeout
-            self._retry_or_give_up(tick, cid, attempt, detected, res, sleep)
-            reason = "reject" if outcome == "rej" else "timeout"
+            refused = outcome in ("rej", "full")
+            detected = t_sent if refused else t_sent + self.request_timeout
+            if outcome == "full":  # every retry, sent at once, meets the queue still full
+                left = max(0, self.retry.max_attempts - 1 - attempt)
+                res["failed"] += left
+                res["at_once"] += left
+                res["errors"] += 1
+            else:
+                self._retry_or_give_up(tick, cid, attempt, detected, res, sleep)
+            reason = "reject" if refused else "timeout"
             if on_it and reason in self.reconnect_on:
                 self._drop_after_failure(tick, c, detected)
         if self.breaker is not None:

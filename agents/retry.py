@@ -44,6 +44,11 @@ class RetryPolicy:
         """Decorrelated jitter as Brooker defines it: each sleep drawn from the previous one."""
         return self.jitter == "decorrelated" and self.backoff == "exponential" and 0 < self.base < self.cap
 
+    @property
+    def at_once(self) -> bool:
+        """Every retry is sent with no delay at all (no back-off, or a zero base)."""
+        return self.backoff == "none" or self.base <= 0 or self.cap <= 0
+
     def attempt_classes(self) -> int:
         """Distinct attempt numbers worth tracking: after the cap is reached every later
         attempt behaves the same, so they share the last class."""

@@ -159,7 +159,8 @@ class Service(Agent):
 
     def _answer(self, tick: int, b: dict, n: int, queued: int, ok: int, delay: float) -> int:
         """Answer a flow of ``n`` requests of which ``queued`` were taken on and ``ok`` done
-        well: to the caller, or on to ``then``. Returns the requests answered well."""
+        well: to the caller, or on to ``then``. Returns the requests answered well. (``b``'s
+        ``r_full`` counts the refusals by a full queue among them.)"""
         faulted = self._successes(ok, self.fault_share)  # the fault fails these whatever the load
         ok -= faulted
         failed, rej = queued - ok, n - queued
@@ -174,7 +175,7 @@ class Service(Agent):
             self.send(b["origin"], "flow_result", {
                 "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
                 "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
-                "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej, "delay": delay}, tick)
+                "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej, "r_full": b["r_full"], "delay": delay}, tick)
         return ok
 
     def _lease_work(self, tick: int, renewals: int, attempts: int, share: float, within: float,
@@ -256,6 +257,8 @@ class Service(Agent):
                 continue
             queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
             units_in += queued
+            if queued < m:  # the caller learns the queue was full: a retry sent at once meets it full
+                b = b | {"r_full": b["r_full"] + m - queued}
             if not queued:
                 ok_total += self._answer(tick, b, n, 0, 0, b["delay"])
                 answered += n

@@ -13,7 +13,7 @@ from agents import PROTOCOL_VERSION, Message
 #: message kind -> body keys it must carry
 BODY_KEYS: dict[str, tuple[str, ...]] = {
     "flow": ("origin", "sent", "hops", "setups", "requests", "coupled", "closes", "ct", "rt"),
-    "flow_result": ("sent", "s_ok", "s_fail", "s_rej", "r_ok", "r_fail", "r_rej"),
+    "flow_result": ("sent", "s_ok", "s_fail", "s_rej", "r_ok", "r_fail", "r_rej", "r_full"),
     "health": ("ratio",),
     "telemetry": ("at", "values"),
     "conn_event": ("dropped",),

@@ -3,8 +3,16 @@ instance serves every test that uses Ray."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
+
+import orchestrator
+from reports.rundir import load_run
+from tests.long_runs import LONG_RUNS, claim, play
 
 # `gameday run` hosts on Ray by default; the CLI tests check the command line, not the
 # hosting, so they (and the subprocesses they start) run in process unless a test asks
@@ -22,65 +30,48 @@ def ray_session():
     yield ray
     ray.shutdown()
 
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-import orchestrator
-from reports.rundir import load_run
-
-#: The longest in-process runs (12 hours with nobody acting, and the historical responses)
-#: are played one after the other in a process of their own, started when the session
-#: begins: it uses the second core while the first runs the other tests, and the tests
-#: that need the runs wait for them (about a minute and a half saved).
-PREWARMED = {"none": ("test_with_nobody_acting_the_bridge_is_still_congested_12_hours_after_the_trigger",
-                      {"runbook": "none", "duration": "12h40m"}),
-             "historical": ("test_the_report_figures_are_those_of_the_score_and_the_metrics",
-                            {"runbook": "historical", "attribution": True}),
-             "capacity-only": ("test_historical_capacity_addition_alone_does_not_break_the_loop",
-                               {"runbook": str(Path(__file__).parent / "playbooks" / "runbooks" / "capacity-only.yaml"),
-                                "duration": "9h"}),
-             "2025-historical": ("test_historical_reproduces_the_shape_of_aws_timeline",
-                                 {"playbook": "us-east-1-2025", "runbook": "historical"})}
-_prewarm: dict[str, tuple[Path, dict]] = {}
-_prewarm_proc: list[subprocess.Popen] = []
-_prewarm_log: list = []
+_long_dir: list[Path] = []  # where the long runs are played this session (tests/long_runs.py)
+_long_proc: list[subprocess.Popen] = []
+_long_log: list = []
 
 
+def pytest_itemcollected(item):
+    """Marks that follow from what a test uses (setup.cfg lists them), set as it is
+    collected, before -m selects by them: Ray, and slow for Ray, a browser or a long run."""
+    used = set(getattr(item, "fixturenames", ()))
+    if used & {"ray_session", "cluster_check"}:
+        item.add_marker(pytest.mark.ray)
+    if used & {"ray_session", "cluster_check", "run_2021"} or item.get_closest_marker("browser"):
+        item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they deselect
 def pytest_collection_modifyitems(session, config, items):
-    names = {item.originalname for item in items}
-    jobs = []
-    for key, (test, kwargs) in PREWARMED.items():
-        if test in names:
-            out = Path(tempfile.mkdtemp(prefix="gameday-prewarm-")) / key
-            _prewarm[key] = (out, kwargs)
-            jobs.append((str(out), kwargs))
-    if jobs:
-        code = ("import orchestrator, pathlib\n"
-                f"for out, kwargs in {jobs!r}:\n"
-                "    orchestrator.run(out=out, **kwargs)\n"
-                "    pathlib.Path(out + '.done').touch()\n")
-        log = open(Path(tempfile.mkdtemp(prefix="gameday-prewarm-")) / "stderr.txt", "w+")
-        _prewarm_proc.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=log))
-        _prewarm_log.append(log)
+    if not any("run_2021" in getattr(item, "fixturenames", ()) for item in items):
+        return
+    _long_dir.append(Path(tempfile.mkdtemp(prefix="gameday-long-runs-")))
+    log = open(_long_dir[0] / "stderr.txt", "w+")
+    _long_proc.append(subprocess.Popen([sys.executable, "-m", "tests.long_runs", str(_long_dir[0])],
+                                       cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=log))
+    _long_log.append(log)
 
 
 def _wait_for(out: Path) -> None:
     import time
 
-    proc = _prewarm_proc[0]
+    proc = _long_proc[0]
     deadline = time.monotonic() + 900
     while not Path(f"{out}.done").exists():
         if proc.poll() is not None and not Path(f"{out}.done").exists():
-            _prewarm_log[0].seek(0)
-            raise AssertionError(f"the prewarmed run {out.name} failed: {_prewarm_log[0].read()[-3000:]}")
-        assert time.monotonic() < deadline, f"the prewarmed run {out.name} took too long"
+            _long_log[0].seek(0)
+            raise AssertionError(f"the long run {out.name} failed in the second process: {_long_log[0].read()[-3000:]}")
+        assert time.monotonic() < deadline, f"the long run {out.name} took too long"
         time.sleep(0.2)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for proc in _prewarm_proc:
+    for proc in _long_proc:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -88,17 +79,20 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def run_2021(tmp_path_factory):
-    """run_2021(key, **kwargs): an in-process run (of us-east-1-2021 unless kwargs name
-    another playbook), cached by key."""
+    """run_2021(key): the long run ``LONG_RUNS[key]`` (tests/long_runs.py), played once per
+    session, here or by the second process."""
     cache = {}
 
-    def get(key: str, **kwargs):
+    def get(key: str):
         if key not in cache:
-            if key in _prewarm and _prewarm[key][1] == kwargs:
-                _wait_for(_prewarm[key][0])
-                cache[key] = load_run(_prewarm[key][0])
+            if not _long_dir:  # no second process this session
+                _long_dir.append(tmp_path_factory.mktemp("long-runs"))
+            out = _long_dir[0] / key
+            if claim(out):
+                play(out, key)
             else:
-                cache[key] = orchestrator.run(out=tmp_path_factory.mktemp("run") / key, **kwargs)
+                _wait_for(out)
+            cache[key] = load_run(out)
         return cache[key]
 
     return get

@@ -27,6 +27,8 @@ from orchestrator.hosting import InProcessHost
 from orchestrator.playbook import load_playbook
 from orchestrator.world import build_plan
 
+pytestmark = pytest.mark.slow  # twenty runs, half of them client by client
+
 PLAYBOOK = Path(__file__).parent / "playbooks" / "cohort_check.yaml.j2"
 POPULATIONS = ("clients", "lookups")
 SEEDS = range(10)

@@ -111,6 +111,7 @@ def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
 GRID = (("clients", [1000, 2000]), ("surge_setups", [50, 200]))
 
 
+@pytest.mark.slow
 def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
     from orchestrator.phasemap import phase_map
 
@@ -125,6 +126,7 @@ def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
     assert (without["phase"] == "stuck").sum() == 0
 
 
+@pytest.mark.slow
 def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
     from orchestrator.phasemap import hysteresis
 

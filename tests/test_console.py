@@ -16,6 +16,8 @@ import pytest
 from orchestrator.console_view import (GAP, completion_words, format_value, parse_command, render_act_result,
                                        render_catalogue, render_feed_entry, render_status, sparkline)
 
+pytestmark = [pytest.mark.slow, pytest.mark.live]  # a live session and its console in a terminal
+
 CATALOGUE = [
     {"name": "isolate_top_talker", "description": "move the top talker", "params": {"devices": 2},
      "lead_time_s": 600.0, "steps": 2, "deploy": True, "risk": "medium"},

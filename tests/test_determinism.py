@@ -11,6 +11,8 @@ from orchestrator.playbook import load_playbook, load_runbook
 from orchestrator.wire import WireError, decode, encode
 from orchestrator.world import build_plan
 
+pytestmark = pytest.mark.slow  # whole runs played twice and compared file by file
+
 
 def test_same_seed_gives_identical_run_directories(tmp_path):
     a = orchestrator.run(runbook="protect-early", seed=7, duration="1h", out=tmp_path / "a")

@@ -10,6 +10,8 @@ import pytest
 
 import orchestrator
 
+pytestmark = pytest.mark.slow  # many seeds of the DNS race
+
 RACE = str(Path(__file__).parent / "playbooks" / "dns_race.yaml.j2")
 SEEDS = range(1, 13)
 

@@ -34,6 +34,7 @@ def backlog_mask(m):
     return m["network-manager.queue_wait_s"] > 0
 
 
+@pytest.mark.slow
 def test_targets_flap_only_while_network_propagation_has_a_backlog(runs):
     m = runs[True].metrics
     backlog = backlog_mask(m)
@@ -54,6 +55,7 @@ def test_flapping_makes_connection_errors_and_disabling_failover_stops_them(runs
     assert runs[True].score["recovered"]["nlb-clients"]["reached"]  # errors end with the backlog
 
 
+@pytest.mark.slow
 def test_disabling_failover_during_the_backlog_puts_every_target_back_and_stops_the_errors(runs, disabled_midway):
     m = disabled_midway.metrics
     before, after = m[(m["clock"] >= "00:15") & (m["clock"] < "00:30")], m[(m["clock"] >= "00:32") & (m["clock"] < "00:50")]

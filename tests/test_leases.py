@@ -53,6 +53,7 @@ def test_an_outage_shorter_than_the_ttl_costs_no_lease():
     assert window(r, "00:40", "01:00")["manager.work_useful"].mean() > 30
 
 
+@pytest.mark.slow
 def test_the_re_establishment_time_has_a_sweet_spot_in_the_throttle(runbook_file):
     """At 01:20 the operators throttle the manager to ``rate`` requests/s and restart its
     hosts (dropping the stale queue). Below the renewal rate (33/s) the re-established
@@ -69,6 +70,7 @@ def test_the_re_establishment_time_has_a_sweet_spot_in_the_throttle(runbook_file
     assert minutes[70] == float("inf"), minutes  # too loose: collapsed again
 
 
+@pytest.mark.slow
 def test_a_throttle_to_zero_is_no_progress_and_a_negative_one_is_rejected(runbook_file):
     """Admitting nothing stops the wasted work: the feedback has stopped (the loop counts
     as broken) but the manager does not serve again (not recovered, no lease held); a

@@ -25,6 +25,8 @@ from orchestrator.session import Session
 from reports.rundir import load_run
 from tests.helpers import serve, stop
 
+pytestmark = [pytest.mark.slow, pytest.mark.live]  # live game days over real sockets
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -354,6 +356,7 @@ def test_with_curve_keys_only_clients_with_the_server_key_get_answers(tmp_path):
         server.close()
 
 
+@pytest.mark.browser
 def test_the_scoreboard_page_of_a_real_session_shows_both_teams_and_follows_the_worlds(tmp_path):
     """The page served by the session's own web server, read twice by headless Chromium
     while two worlds run: both teams shown, and the simulated clock moves on."""

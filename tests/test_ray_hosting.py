@@ -6,6 +6,8 @@ import pytest
 
 import orchestrator
 
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # real Ray actors, some killed, frozen or interrupted
+
 FILES = ("events.jsonl", "metrics.csv", "score.json")
 
 

@@ -1,5 +1,6 @@
 """The cohort model against results that do not come from gameday (DESIGN 9): retry
-fixed points, the drain law, and Brooker's ordering of back-off policies; each at 1 s
+fixed points, a full queue against retries sent at once, the drain law, and Brooker's
+ordering of back-off policies; each at 1 s
 and 0.25 s ticks, in small worlds (tests/playbooks/fault_lab, drain_lab, brooker_lab).
 Also the population defects these laws exposed (issue 13), each pinned by a test."""
 from __future__ import annotations
@@ -59,6 +60,25 @@ def test_retries_of_timed_out_requests_follow_the_policy_in_pooled_mode():
     r = fixed_point_run(0.5, 3, "pooled", "timeout", 1.0)
     assert r["attempts"] == pytest.approx(1.75, abs=0.02)
     assert r["failed"] == pytest.approx(0.125, abs=0.01)
+
+
+# -- a full queue against clients that retry at once -----------------------------------
+@pytest.mark.parametrize("tick", TICKS)
+def test_a_full_queue_refuses_every_retry_sent_at_once(tick):
+    """Fresh requests at lambda = 20/s against a server of mu = 10/s with a queue of 100 and
+    no timeout that fires: the queue stays full, so the server takes mu/s and a fresh request
+    is lost with probability 1 - mu/lambda = 0.5. Its retries are sent at once and meet the
+    queue still full, so a lost request makes all n = 4 of its attempts: attempts per fresh
+    request are 1 + (n - 1)(1 - mu/lambda) = 2.5. (Before issue 13 a refused retry came back
+    ticks later, when the queue had drained a little: 3.1 attempts per fresh request.) Over
+    T = 500 s the lost share 1 - mu T / F has a standard error of sqrt(lambda T) mu T / F^2,
+    about 0.005: the tolerance is 4 of them, and (n - 1) times that on the attempts."""
+    df = step_world(playbook_path("metastable_queue"), {"lam": 20, "tau": 120, "duration": "700s"}, tick=tick)
+    w = df.iloc[int(200 / tick):].sum()  # the queue is full after about 10 s
+    fresh = w["clients.fresh"]
+    assert w["clients.errors"] / fresh == pytest.approx(0.5, abs=0.02)
+    assert w["clients.attempts"] / fresh == pytest.approx(2.5, abs=0.06)
+    assert w["server.offered"] / fresh == pytest.approx(1.0, abs=0.02)  # only first attempts reach it
 
 
 # -- the drain law ---------------------------------------------------------------------------

@@ -6,12 +6,11 @@ import pytest
 
 from reports.analysis import IMPAIRED_ERROR_RATIO, analyse
 from reports.build import write_report
-from tests.test_us_east_1_2021 import BLIND_RULES
 
 
 @pytest.fixture(scope="module")
 def historical(run_2021):
-    return run_2021("historical", runbook="historical", attribution=True)
+    return run_2021("historical")
 
 
 def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
@@ -58,8 +57,8 @@ def test_the_report_is_written_as_markdown_with_charts_and_as_one_html_file(hist
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
-def test_findings_a_blind_monitoring_and_a_rule_that_never_fired(run_2021, runbook_file):
-    r = run_2021("blind", runbook=runbook_file("blind", BLIND_RULES), duration="3h")
+def test_findings_a_blind_monitoring_and_a_rule_that_never_fired(run_2021):
+    r = run_2021("blind")
     findings = {f.kind: f for f in analyse(r).findings}
     blind = (r.metrics["monitoring.visibility"] < 0.5).sum() / 60
     assert findings["monitoring_blind"].title == f"Monitoring was blind for {blind:.0f} min"
@@ -68,20 +67,20 @@ def test_findings_a_blind_monitoring_and_a_rule_that_never_fired(run_2021, runbo
     assert "bridge-hot never fired" in never[0].evidence and "data missing" in never[0].evidence
 
 
-def test_findings_an_action_whose_collateral_damage_outweighed_its_benefit(run_2021, runbook_file):
-    rb = runbook_file("restart", [{"when": {"at": "08:00"}, "do": {"action": "restart_devices", "params": {"seconds": 120}}}])
-    r = run_2021("restart", runbook=rb, duration="2h", sets={"trigger_enabled": False, "latent_bug": False})
+def test_findings_an_action_whose_collateral_damage_outweighed_its_benefit(run_2021):
+    r = run_2021("restart")
     found = [f for f in analyse(r).findings if f.kind == "collateral"]
     assert len(found) == 1 and found[0].title.startswith("restart_devices broke")
     assert "made things worse" in found[0].title
 
 
 def test_the_action_that_broke_the_loop_is_named(run_2021):
-    r = run_2021("protect-early", runbook="protect-early", duration="3h")
+    r = run_2021("protect-early")
     breaker = [f for f in analyse(r).findings if f.kind == "loop_breaker"]
     assert [f.title for f in breaker] == ["enable_protection broke the loop"]
 
 
+@pytest.mark.browser
 def test_the_html_report_renders_in_headless_chromium_with_its_charts(run_2021, tmp_path):
     """A real browser: Debian's chromium (.ci/run installs it). The page loads without a
     console message, and the screenshot has the charts' lines in it."""
@@ -97,7 +96,7 @@ def test_the_html_report_renders_in_headless_chromium_with_its_charts(run_2021, 
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it")
         pytest.skip("chromium is not installed (.ci/run installs it)")
-    r = run_2021("protect-early", runbook="protect-early", duration="3h")
+    r = run_2021("protect-early")
     write_report(r.dir, "html", tmp_path / "report")
     shot = tmp_path / "shot.png"
     out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from reports.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +34,7 @@ def _wait_for_ticks(out: Path, ticks: int, proc: subprocess.Popen) -> None:
     raise AssertionError("run did not get far enough")
 
 
+@pytest.mark.slow
 def test_a_run_killed_halfway_leaves_a_readable_directory(tmp_path):
     out = tmp_path / "killed"
     proc = _start_run(out)
@@ -60,6 +63,7 @@ def test_a_run_killed_halfway_leaves_a_readable_directory(tmp_path):
     assert "it stopped at" in (out / "report" / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_and_marks_the_run_interrupted(tmp_path):
     out = tmp_path / "interrupted"
     proc = _start_run(out)
@@ -74,6 +78,7 @@ def test_ctrl_c_exits_130_and_marks_the_run_interrupted(tmp_path):
     assert len(run.metrics) == run.meta["ticks_done"]
 
 
+@pytest.mark.slow
 def test_builtin_playbooks_are_found_after_a_non_editable_install(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",

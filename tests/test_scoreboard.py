@@ -173,6 +173,7 @@ def shown(dom: str) -> dict:
             "impacts": [float(v) for v in re.findall(r'<td class="num impact">([^<]*)</td>', dom)]}
 
 
+@pytest.mark.browser
 def test_the_page_updates_itself_from_the_json(web, tmp_path):
     browser = chromium()
     fake = FakeBoard()
@@ -196,6 +197,7 @@ def test_the_page_updates_itself_from_the_json(web, tmp_path):
     assert second["clock"] > first["clock"] and second["impacts"][1] > first["impacts"][1]
 
 
+@pytest.mark.browser
 def test_the_page_stops_polling_at_the_end_and_keeps_the_final_ranking(web, tmp_path):
     browser = chromium()
     fake = FakeBoard(end_at=3)
@@ -206,6 +208,7 @@ def test_the_page_stops_polling_at_the_end_and_keeps_the_final_ranking(web, tmp_
     assert page["teams"][:2] == ["bravo", "alpha"] and page["status"] == "the session has ended"
 
 
+@pytest.mark.browser
 def test_the_page_says_when_the_connection_is_lost_and_keeps_the_last_board(web, tmp_path):
     browser = chromium()
     fake = FakeBoard(fail_after=2)

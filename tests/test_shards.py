@@ -61,7 +61,7 @@ def test_a_sharded_world_plays_the_same_incident(run_2021, tmp_path):
     """Two shards per population against one, same seed: different random streams, so
     not identical, but the same incident: the loop forms, and protection breaks it at
     about the same time."""
-    one = run_2021("protect-early-s5", runbook="protect-early", seed=5, duration="2h")
+    one = run_2021("protect-early-s5")
     two = orchestrator.run(runbook="protect-early", seed=5, duration="2h", shards=2, out=tmp_path / "run")
     assert two.meta["shards"]["internal-clients"] == 2
     m1, m2 = one.metrics, two.metrics

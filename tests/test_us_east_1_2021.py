@@ -6,12 +6,13 @@ playbook scripts "congested until X".
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from orchestrator.timefmt import parse_clock
+
+pytestmark = pytest.mark.slow  # hours of the 2021 scenario
 
 START = parse_clock("07:00")
 
@@ -43,7 +44,7 @@ def effective_tick(events: pd.DataFrame, action: str) -> int:
 # -- metastability ------------------------------------------------------------------------
 
 def test_with_nobody_acting_the_bridge_is_still_congested_12_hours_after_the_trigger(run_2021):
-    r = run_2021("none", runbook="none", duration="12h40m")
+    r = run_2021("none")
     m = r.metrics
     trigger_end = window(m, "07:45", "08:00")
     assert trigger_end["triggers.fired"].sum() == 0
@@ -55,7 +56,7 @@ def test_with_nobody_acting_the_bridge_is_still_congested_12_hours_after_the_tri
 
 
 def test_without_the_latent_bug_the_same_trigger_is_a_dip_that_heals_within_30_minutes(run_2021):
-    r = run_2021("bug-off", runbook="none", duration="2h", sets={"latent_bug": False})
+    r = run_2021("bug-off")
     m = r.metrics
     assert setup_success(window(m, "07:31", "07:36")) < 0.5  # the dip is real
     assert r.score["loop_formed"]
@@ -64,7 +65,7 @@ def test_without_the_latent_bug_the_same_trigger_is_a_dip_that_heals_within_30_m
 
 
 def test_without_a_trigger_nothing_degrades(run_2021):
-    r = run_2021("no-trigger", runbook="none", duration="2h", sets={"trigger_enabled": False})
+    r = run_2021("no-trigger")
     m = r.metrics
     assert m["bridge.utilisation"].max() < 0.8
     assert m["bridge.setup_success_ratio"].iloc[10:].min() > 0.99
@@ -76,7 +77,7 @@ def test_without_a_trigger_nothing_degrades(run_2021):
 
 @pytest.fixture(scope="module")
 def historical(run_2021):
-    return run_2021("historical", runbook="historical", attribution=True)
+    return run_2021("historical")
 
 
 def test_historical_dns_move_fixes_dns_while_the_bridge_stays_congested(historical):
@@ -114,17 +115,15 @@ def test_first_customer_update_waits_for_the_dashboard_failover(historical):
 
 # -- mitigations behave as physics says ----------------------------------------------------
 
-def test_dns_move_alone_does_not_break_the_loop(run_2021, runbook_file):
-    rb = runbook_file("dns-only", [{"when": {"at": "09:02"}, "do": "move_dns_off_bridge"}])
-    r = run_2021("dns-only", runbook=rb, duration="4h")
+def test_dns_move_alone_does_not_break_the_loop(run_2021):
+    r = run_2021("dns-only")
     assert r.score["recovered"]["dns-lookups"]["reached"]
     assert not r.score["loop_broken"]["reached"]
     assert setup_success(window(r.metrics, "10:00", "11:00")) < 0.5  # an hour and more after the move
 
 
 def test_historical_capacity_addition_alone_does_not_break_the_loop(run_2021):
-    rb = str(Path(__file__).parent / "playbooks" / "runbooks" / "capacity-only.yaml")  # add_capacity at 11:45, nothing else
-    r = run_2021("capacity-only", runbook=rb, duration="9h")
+    r = run_2021("capacity-only")
     assert effective_tick(r.events, "add_capacity") < at("14:00")
     assert r.metrics["bridge.devices"].iloc[-1] == 12
     assert not r.score["loop_broken"]["reached"]
@@ -132,17 +131,16 @@ def test_historical_capacity_addition_alone_does_not_break_the_loop(run_2021):
 
 
 def test_device_protection_switched_on_early_breaks_the_loop(run_2021):
-    r = run_2021("protect-early", runbook="protect-early", duration="3h")
+    r = run_2021("protect-early")
     assert effective_tick(r.events, "enable_protection") < at("08:15")
     assert clock_s(r.score["loop_broken"]) < parse_clock("08:45")
     assert setup_success(window(r.metrics, "09:00", "10:00")) > 0.95
 
 
-def test_device_restart_makes_things_worse_before_better(run_2021, runbook_file):
+def test_device_restart_makes_things_worse_before_better(run_2021):
     """In a healthy world, rebooting the bridge drops every connection: errors during the
     reboot, then a reconnect surge, then back to normal."""
-    rb = runbook_file("restart", [{"when": {"at": "08:00"}, "do": {"action": "restart_devices", "params": {"seconds": 120}}}])
-    r = run_2021("restart", runbook=rb, duration="2h", sets={"trigger_enabled": False, "latent_bug": False})
+    r = run_2021("restart")
     m = r.metrics
     done = effective_tick(r.events, "restart_devices")
     before = m.iloc[done - 600:done]
@@ -159,10 +157,8 @@ def test_device_restart_makes_things_worse_before_better(run_2021, runbook_file)
 
 # -- operators are blind for real ----------------------------------------------------------
 
-BLIND_RULES = [
-    {"name": "utilisation alarm", "when": {"alarm": "bridge-hot"}, "do": "query_logs"},
-    {"name": "no data for 5 minutes", "when": {"no_data": "bridge.utilisation", "for": "5m"}, "do": "post_status_update"},
-]
+# (tests/playbooks/runbooks/blind.yaml: a "utilisation alarm" rule on bridge-hot and a
+# "no data for 5 minutes" rule on bridge.utilisation)
 
 
 def rule_fired(r, name: str) -> bool:
@@ -170,8 +166,8 @@ def rule_fired(r, name: str) -> bool:
     return bool(((ev["event"] == "rule_fired") & (ev["rule"] == name)).any())
 
 
-def test_during_congestion_the_observed_view_has_gaps(run_2021, runbook_file):
-    r = run_2021("blind", runbook=runbook_file("blind", BLIND_RULES), duration="3h")
+def test_during_congestion_the_observed_view_has_gaps(run_2021):
+    r = run_2021("blind")
     m = r.metrics
     assert window(m, "07:05", "07:29")["monitoring.visibility"].min() == 1.0
     assert window(m, "08:00", "10:00")["monitoring.visibility"].mean() < 0.4
@@ -179,9 +175,8 @@ def test_during_congestion_the_observed_view_has_gaps(run_2021, runbook_file):
     assert rule_fired(r, "no data for 5 minutes")
 
 
-def test_with_out_of_band_monitoring_the_utilisation_alarm_fires(run_2021, runbook_file):
-    r = run_2021("oob", runbook=runbook_file("blind", BLIND_RULES), duration="3h",
-                 sets={"out_of_band_monitoring": True})
+def test_with_out_of_band_monitoring_the_utilisation_alarm_fires(run_2021):
+    r = run_2021("oob")  # the rules of "blind", with monitoring that does not cross the bridge
     assert window(r.metrics, "08:00", "10:00")["monitoring.visibility"].min() == 1.0
     assert rule_fired(r, "utilisation alarm")
     assert not rule_fired(r, "no data for 5 minutes")
@@ -189,15 +184,11 @@ def test_with_out_of_band_monitoring_the_utilisation_alarm_fires(run_2021, runbo
 
 # -- ticks converge --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", [1])
-def test_loop_broken_time_converges_as_the_tick_shrinks(run_2021, runbook_file, seed):
+def test_loop_broken_time_converges_as_the_tick_shrinks(run_2021):
     """Protection switched on at 08:00 by a deployment that does not cross the bridge (so
     the action lands at the same simulated time whatever the tick): the time the loop
     takes to break is the physics', and must not depend on the tick."""
-    rb = runbook_file("protect-at-8", [{"when": {"at": "08:00"}, "do": "enable_protection"}])
-    sets = {"out_of_band_deployment": True}
-    coarse = run_2021(f"tick1-{seed}", runbook=rb, duration="100m", seed=seed, sets=sets)
-    fine = run_2021(f"tick025-{seed}", runbook=rb, duration="100m", seed=seed, sets=sets, tick="0.25s")
+    coarse, fine = run_2021("tick1"), run_2021("tick025")
     a = coarse.score["loop_broken"]["seconds_after_trigger"]
     b = fine.score["loop_broken"]["seconds_after_trigger"]
     assert abs(a - b) / a <= 0.05, (a, b)

@@ -17,6 +17,8 @@ from orchestrator.runner import replay
 from reports.rundir import load_run
 from tests.helpers import serve, stop
 
+pytestmark = pytest.mark.slow  # hours of the 2025 scenario
+
 ROOT = Path(__file__).resolve().parents[1]
 PB = "us-east-1-2025"
 
@@ -42,7 +44,7 @@ def window(m: pd.DataFrame, start: str, end: str) -> pd.DataFrame:
 
 def test_historical_reproduces_the_shape_of_aws_timeline(run_2021):
     """Each landmark within the stated tolerance of AWS's (PDT in brackets)."""
-    r = run_2021("2025-historical", playbook=PB, runbook="historical")
+    r = run_2021("2025-historical")
     m = r.metrics
     five = lambda c: m[c].rolling(300, min_periods=1).mean()  # noqa: E731 - five-minute error ratios
     ddb, launch, nlb = five("dynamodb-clients.error_ratio"), five("instance-launches.error_ratio"), five("nlb-clients.error_ratio")
