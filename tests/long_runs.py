@@ -1,8 +1,8 @@
 """The long in-process runs that tests share, and their player.
 
 When a session has tests that use them (``run_2021`` in tests/conftest.py), a second
-process (``python -m tests.long_runs DIR``) plays them one after the other from the start,
-on the second core, while the first runs the other tests. Each run is claimed (a file
+process (``python -m tests.long_runs DIR``, at the lowest priority) plays them one after
+the other from the start, on the core the tests leave idle. Each run is claimed (a file
 created exclusively) by whichever process gets to it first: a test never waits for a run
 the second process has not begun, it plays it itself.
 """
@@ -57,6 +57,9 @@ def play(out: Path, key: str) -> None:
 
 
 def main(where: Path) -> None:
+    # The lowest priority: this process only takes what the tests leave idle, and never
+    # starves the Ray workers (which Ray runs niced) of the tests that host worlds on Ray.
+    os.nice(19)
     for key in LONG_RUNS:
         if claim(where / key):
             play(where / key, key)
