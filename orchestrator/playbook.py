@@ -8,6 +8,7 @@ with ``StrictUndefined``, so an undefined variable is an error, never an empty s
 from __future__ import annotations
 
 import importlib.resources
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,6 +200,23 @@ RUNBOOK = M(
 #: operations each kind of target accepts (the ``op_*`` methods of the agent classes)
 def _ops(cls) -> set[str]:
     return {n[3:] for n in dir(cls) if n.startswith("op_")}
+
+
+def op_arguments(cls, op: str) -> dict[str, tuple[str, bool]]:
+    """The arguments operation ``op`` of agent class ``cls`` takes (its ``op_`` method's
+    parameters after the tick): name -> (its annotation, whether it is required)."""
+    params = list(inspect.signature(getattr(cls, f"op_{op}")).parameters.values())[2:]  # self, tick
+    return {p.name: (str(p.annotation), p.default is p.empty) for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+#: annotation -> (whether a value fits it, what was expected); other annotations are not checked here
+_ARG_TYPES = {
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
 
 
 MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
@@ -532,9 +550,29 @@ def _check_effect(e: dict, loc: str, kinds: dict, issues: list[Issue], params: d
     cls = AGENT_CLASSES[kind]
     if e["op"] not in _ops(cls):
         issues.append(Issue(f"{loc}.op", e["op"], f"an operation of a {kind} ({', '.join(sorted(_ops(cls)))})"))
-    for k, v in (e.get("args") or {}).items():
-        if isinstance(v, str) and v.startswith("$") and v != "$requester" and v[1:] not in (params or {}):
-            issues.append(Issue(f"{loc}.args.{k}", v, "$requester or $name of one of the mitigation's params"))
+        return
+    takes = op_arguments(cls, e["op"])
+    args = e.get("args") or {}
+    for k in takes:
+        if takes[k][1] and k not in args:
+            issues.append(Issue(f"{loc}.args", args, f"argument {k} (which {e['op']} requires)"))
+    for k, v in args.items():
+        if k not in takes:
+            known = ", ".join(takes) if takes else "none"
+            issues.append(Issue(f"{loc}.args.{k}", k, f"an argument of {e['op']} ({known})"))
+            continue
+        if isinstance(v, str) and v.startswith("$"):
+            if v == "$requester":
+                continue
+            if v[1:] not in (params or {}):
+                issues.append(Issue(f"{loc}.args.{k}", v, "$requester or $name of one of the mitigation's params"))
+                continue
+            v, at = params[v[1:]], f"{loc}.args.{k} ({v}'s default)"
+        else:
+            at = f"{loc}.args.{k}"
+        fits = [_ARG_TYPES[t] for t in takes[k][0].replace(" ", "").split("|") if t in _ARG_TYPES]
+        if fits and v is not None and not any(ok(v) for ok, _ in fits):
+            issues.append(Issue(at, v, " or ".join(what for _, what in fits) + f" (argument {k} of {e['op']})"))
 
 
 def observable_metrics(data: dict) -> set[str]:

@@ -71,6 +71,12 @@ CASES = [
     playbook("unknown_mitigation_target.yaml.j2", "mitigations[0].effects[0].target: got 'brige'; expected a part of the world"),
     playbook("unknown_mitigation_op.yaml.j2",
              "mitigations[0].effects[0].op: got 'add_servers'; expected an operation of a device (add_devices, restart"),
+    playbook("mitigation_misspelled_argument.yaml.j2",
+             "mitigations[0].effects[0].args.cuont: got 'cuont'; expected an argument of add_devices (count)"),
+    playbook("mitigation_argument_wrong_type.yaml.j2",
+             "mitigations[0].effects[0].args.count: got 'two'; expected a whole number (argument count of add_devices)"),
+    playbook("mitigation_missing_argument.yaml.j2",
+             "mitigations[0].effects[0].args: got {}; expected argument factor (which scale_rate requires)"),
     playbook("jinja_syntax_error.yaml.j2", "(render)", "line 21: got \"unexpected '}'\"; expected valid Jinja2 syntax"),
     playbook("template_runtime_error.yaml.j2", "(render)", "line 21:", "ZeroDivisionError", "a template that renders"),
     playbook("missing_required_field.yaml.j2", "devices[0].cpu_per_device: got None; expected a value (required"),
@@ -140,6 +146,7 @@ CASES = [
 PLAYBOOK_FILES = {c.id for c in CASES if c.id.endswith(".yaml.j2")}
 #: run in a real subprocess as well: the defects the issue lists, and one of each other kind
 REAL = ["yaml_syntax_error.yaml.j2", "undefined_variable.yaml.j2", "unknown_field.yaml.j2", "wrong_type.yaml.j2",
+        "mitigation_misspelled_argument.yaml.j2",
         "negative_capacity.yaml.j2", "dunder_class_access.yaml.j2", "several_errors.yaml.j2",
         "runbook_unknown_mitigation.yaml", "runbook_yaml_syntax_error.yaml", "set_unknown_variable", "set_wrong_type",
         "vars_wrong_type", "negative_seed"]
