@@ -565,7 +565,7 @@ class Population(PopulationControls, Agent):
             # Refused by a full queue: a retry sent at once meets it still full, and is refused
             # again until the attempts run out (the round trip of a tick would otherwise let it
             # in later, when the queue has drained).
-            shut, fast = self._split(fast, min(int(body["r_full"]), int(fast.sum())))
+            shut, fast = self._split(fast, min(int(body["r_full"]), refused))
             self._attempts_at_once(shut, res)
         drops = self.pooled and not self.durable
         on_timeout, on_reject = "timeout" in self.reconnect_on, "reject" in self.reconnect_on
