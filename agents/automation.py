@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
+from .base import Agent, Arg, Message, StepResult, WorldInfo, operation
 from .deployment import resolve_param
 
 
@@ -25,7 +25,14 @@ class Automation(Agent):
             self.triggers.append({"name": t["name"], "next": first, "every": every, "enabled": True,
                                   "effects": t["effects"], "description": t.get("description", "")})
 
+    @operation(example={"fault": "blind_monitoring", "params": {"seconds": 600}},
+               fault=Arg("the name of one of the playbook's faults", names="fault"),
+               params=Arg("values for some of the fault's params, overriding their defaults"),
+               by=Arg("who injected it (journalled)"))
     def op_inject(self, tick: int, fault: str = "", params: dict | None = None, by: str = "facilitator") -> None:
+        """Inject one of the playbook's faults (a live game day's facilitator does): its effects
+        are applied to their targets, with its params; an unknown fault is journalled as
+        rejected."""
         f = self.faults.get(fault)
         if f is None:  # the session checks names before injecting; a replayed journal could still hold one
             self.event(tick, "fault_rejected", fault=fault, reason="not in the playbook's faults")
@@ -36,7 +43,11 @@ class Automation(Agent):
             args = {k: resolve_param(v, values, by) for k, v in (eff.get("args") or {}).items()}
             self.send_apply(eff["target"], eff["op"], args, fault, tick)
 
+    @operation(example={"trigger": "scaling-activity"},
+               trigger=Arg("the trigger's name; \"*\": every trigger", names="trigger"))
     def op_disable(self, tick: int, trigger: str = "*") -> None:
+        """Disable a trigger of the scenario's automation, so that it never fires again (an
+        unknown name disables nothing)."""
         for t in self.triggers:
             if trigger in ("*", t["name"]):
                 t["enabled"] = False

@@ -25,6 +25,36 @@ PROTOCOL_VERSION = 4
 OUTSIDE = "outside"
 
 
+@dataclass(frozen=True)
+class Arg:
+    """What one argument of an operation means. Its type and default are the ``op_``
+    method's signature (one source); this adds the meaning, unit and range that the
+    playbook reference prints and validation checks before a run."""
+    doc: str
+    unit: str = ""
+    min: float | None = None
+    max: float | None = None
+    choices: tuple | None = None
+    names: str = ""  # the kind of thing each value names (device, service, trigger, fault): validation checks it exists
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What an ``op_`` method does (its docstring), an example of its arguments, and their meanings."""
+    doc: str
+    example: dict
+    args: dict
+
+
+def operation(example: dict | None = None, **args: Arg):
+    """Declares an ``op_`` method an operation a playbook can apply (in a trigger, mitigation
+    or fault), with one example of its arguments and what each argument means."""
+    def mark(fn):
+        fn.operation = Operation(doc=" ".join((fn.__doc__ or "").split()), example=dict(example or {}), args=args)
+        return fn
+    return mark
+
+
 class BadArgument(ValueError):
     """An operation's argument out of its range (a throttle below 0, a share above 1): the
     operation is rejected and journalled, the world goes on."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, in_ticks
+from .base import Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation
 
 
 class Deployment(Agent):
@@ -33,8 +33,10 @@ class Deployment(Agent):
         self.inflight: dict[int, list[str]] = {}
         self.down_until = -1  # an injected outage: no step succeeds before this tick
 
+    @operation(example={"duration": 1800.0}, duration=Arg("how long the tooling is down", unit="s", min=0))
     def op_outage(self, tick: int, duration: float = 600.0) -> None:
-        """The tooling itself fails (a facilitator's fault): steps fail and are retried."""
+        """The tooling itself fails (a facilitator's fault): every step due meanwhile fails
+        and is retried after ``retry_delay``, so every remediation is held up."""
         self.down_until = max(self.down_until, tick + round(float(duration) / self.world.dt))
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:

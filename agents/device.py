@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, in_ticks
+from .base import Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation
 from .shards import source_of
 
 
@@ -84,14 +84,25 @@ class DevicePool(Agent):
         self.read_wiring(spec)
 
     # -- operations ----------------------------------------------------------------------
+    @operation(example={"count": 4},
+               count=Arg("devices added to the pool (a negative count takes devices out of service)", unit="devices"))
     def op_add_devices(self, tick: int, count: int = 1) -> None:
+        """Bring ``count`` more devices into service: the pool's CPU budget and connection
+        table grow at once (any hardware lead time is the mitigation's)."""
         self.count += int(count)
 
+    @operation(example={"enabled": True}, enabled=Arg("true switches protection on, false off"))
     def op_set_protection(self, tick: int, enabled: bool = True) -> None:
+        """Switch per-source fair-share admission control on every device of the pool on or
+        off: with it, each population gets at most a max-min fair share of the CPU and its
+        excess is rejected cheaply, at once."""
         self.protection = bool(enabled)
 
+    @operation(example={"duration": 120.0},
+               duration=Arg("how long the devices stay down (at least a tick)", unit="s", min=0))
     def op_restart(self, tick: int, duration: float = 60.0) -> None:
-        """Reboot every device: state is lost, connections drop, nothing passes meanwhile."""
+        """Reboot every device: state is lost, every established connection drops (its
+        clients reconnect), the queue is emptied, and nothing passes for ``duration``."""
         self.down_until = tick + in_ticks(duration, self.world.dt)
         self._dropped_by_action = sum(self.established.values())
         for src, n in sorted(self.established.items()):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, in_ticks
+from .base import Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation
 from .shards import merge_metrics
 
 
@@ -46,16 +46,30 @@ class Monitoring(Agent):
         self.shard_of = {shard: pop for pop, shards in (wiring.get("shards") or {}).items() for shard, _ in shards}
         self.shard_count = {pop: len(shards) for pop, shards in (wiring.get("shards") or {}).items()}
 
+    @operation(example={"reply_to": "$requester"},
+               reply_to=Arg("the agent the answer goes to: the operator who asked ($requester)"),
+               metrics=Arg("the metrics asked for, as AGENT.METRIC (observed ones only); left out: every observed "
+                           "metric"),
+               id=Arg("an identifier the answer carries back"))
     def op_query_logs(self, tick: int, reply_to: str = "", metrics: list | None = None, id: str = "") -> None:
+        """Ask the logs for ground truth: ``log_delay`` later, ``reply_to`` gets the latest true
+        value of each metric asked for, with its age, whatever the telemetry path (a runbook's
+        ``log`` conditions read it)."""
         self.queries.append({"due": tick + self.log_delay_ticks, "reply_to": reply_to, "id": id,
                              "metrics": list(metrics or self.observe), "asked": tick})
 
+    @operation(example={"duration": 1800.0}, duration=Arg("how long the pipeline is down", unit="s", min=0))
     def op_outage(self, tick: int, duration: float = 600.0) -> None:
-        """The telemetry pipeline itself fails (a facilitator's fault): reports are lost."""
+        """The telemetry pipeline itself fails (a facilitator's fault): reports sent meanwhile
+        are lost, whatever path they take."""
         self.down_until = max(self.down_until, tick + round(float(duration) / self.world.dt))
 
+    @operation(example={"path": []},
+               path=Arg("device pools telemetry crosses from now on, in order; empty or left out: none (out of band)",
+                        names="device"))
     def op_set_path(self, tick: int, path: list | None = None) -> None:
-        """Out-of-band monitoring: telemetry stops depending on the congested path."""
+        """Move telemetry onto another path; an empty one is out-of-band monitoring: telemetry
+        stops depending on the congested path."""
         self.path = list(path or [])
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:

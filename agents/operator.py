@@ -90,9 +90,9 @@ class RunbookOperator(Operator):
 
     def decide(self, tick: int) -> None:
         for i, rule in enumerate(self.rules):
-            if self.fired.get(i) and not rule.get("repeat"):
+            if self.fired.get(i) and not rule["repeat"]:
                 continue
-            if rule.get("repeat") and self.fired.get(i) and tick - self.last_fired[i] < self._ticks(rule.get("every", 600)):
+            if rule["repeat"] and self.fired.get(i) and tick - self.last_fired[i] < self._ticks(rule["every"]):
                 continue
             if self._holds(tick, rule["when"], (i,)):
                 self.fired[i] = self.fired.get(i, 0) + 1
@@ -117,10 +117,10 @@ class RunbookOperator(Operator):
         elif "no_data" in cond:
             seen = self.view.get(cond["no_data"])
             age = tick * self.world.dt if seen is None else seen[1] + (tick - self.view_tick) * self.world.dt
-            return age >= float(cond.get("for", 300))  # "for" is the age itself here
+            return age >= float(cond["for"])  # "for" is the age itself here
         elif "metric" in cond:
             seen = self.view.get(cond["metric"])
-            max_age = float(cond.get("max_age", 300))
+            max_age = float(cond["max_age"])
             if seen is None or seen[1] + (tick - self.view_tick) * self.world.dt > max_age:
                 ok = False
             elif "above" in cond:
@@ -133,14 +133,14 @@ class RunbookOperator(Operator):
         elif "alarm" in cond:
             ok = cond["alarm"] in self.alarms
         elif "done" in cond:
-            when = (self.effective if cond.get("effective") else self.requested).get(cond["done"])
-            ok = when is not None and tick - when >= self._ticks(cond.get("after", 0))
+            when = (self.effective if cond["effective"] else self.requested).get(cond["done"])
+            ok = when is not None and tick - when >= self._ticks(cond["after"])
             return ok
         elif "not_done" in cond:
             ok = cond["not_done"] not in self.requested
         else:  # validation rejects this before a run starts
             raise ValueError(f"unknown condition {cond!r}")
-        hold = self._ticks(cond.get("for", 0))
+        hold = self._ticks(cond["for"]) if "for" in cond else 0  # only some conditions take one
         if not hold:
             return ok
         if not ok:

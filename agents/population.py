@@ -18,11 +18,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, in_ticks
+from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation
 from .draws import draw_without_replacement
 from .retry import CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
 from .wheel import TimingWheel
+
+
+#: The declarations of the operations both population models have (``Population`` here and
+#: ``reference.ClientByClientPopulation``, which overrides some of them): written once.
+SET_PATH_OP = dict(
+    example={"path": ["bridge-dedicated"]},
+    path=Arg("device pools the traffic crosses from now on, in order; empty or left out: none (straight to the target)",
+             names="device"),
+    target=Arg("the service the requests go to from now on; null: none (the last device answers); leave it out "
+               "to keep the current target", names="service"),
+)
+SCALE_RATE_OP = dict(
+    example={"factor": 0.0},
+    factor=Arg("fresh requests as a multiple of the playbook's rate: 0 stops them, below 1 throttles, 1 restores",
+               unit="x the playbook's rate", min=0),
+)
 
 
 def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
@@ -82,6 +98,7 @@ class PopulationControls:
             "fresh": fresh,
             "attempts": attempts,
             "conn_attempts": conn_attempts,
+            "tries": attempts + (conn_attempts if self.pooled else 0),
             "ok": res["ok"],
             "failed": res["failed"],
             "errors": res["errors"],
@@ -106,19 +123,37 @@ class PopulationControls:
         self.dispatch_credit -= cap
         return cap
 
+    @operation(example={"factor": 0.5},
+               factor=Arg("dispatch as a multiple of max_rate: 0 pauses delivery, below 1 throttles, 1 restores",
+                          unit="x max_rate", min=0))
     def op_scale_dispatch(self, tick: int, factor: float) -> None:
-        """Durable work: pause (0), throttle (<1) or restore (1) delivery; arrivals keep coming."""
+        """Durable work: pause (0), throttle (<1) or restore (1) delivery; arrivals keep coming
+        and wait in the backlog. The factor replaces the last one; perishable work ignores it."""
         self.dispatch_factor = float(factor)
 
+    @operation(example={"enabled": False},
+               bug=Arg("the latent bug: reconnect_ignores_backoff, connection re-establishment waits a fixed "
+                       "bugs.reconnect_delay instead of backing off", choices=("reconnect_ignores_backoff",)),
+               enabled=Arg("true switches the bug on, false off (the fix is deployed)"))
     def op_set_bug(self, tick: int, bug: str = "reconnect_ignores_backoff", enabled: bool = True) -> None:
+        """Switch one of the clients' latent bugs on or off (see the population's ``bugs``)."""
         if bug != "reconnect_ignores_backoff":
-            raise ValueError(f"unknown bug {bug!r}")
+            raise BadArgument(f"bug {bug!r}: expected reconnect_ignores_backoff")
         self.bug_ignores_backoff = bool(enabled)
 
+    @operation(example={"reconnect_fraction": 0.3, "extra_setups_per_second": 2000.0, "duration": 600.0},
+               reconnect_fraction=Arg("share of the connected clients that drop their connections and reconnect, "
+                                      "spread evenly over the surge (above 1: some more than once)",
+                                      unit="share of connected clients", min=0),
+               extra_setups_per_second=Arg("connection setups per second from elsewhere on the path during the "
+                                           "surge, for the whole population (split over its shards)",
+                                           unit="setups/s", min=0),
+               duration=Arg("how long the surge lasts (at least a tick)", unit="s", min=0))
     def op_surge(self, tick: int, reconnect_fraction: float = 0.0, extra_setups_per_second: float = 0.0,
                  duration: float = 60.0) -> None:
-        """A burst of new connections: a share of connected clients re-establish their
-        connections, spread over ``duration``, plus extra setups from elsewhere."""
+        """A burst of new connections (pooled mode only): a share of connected clients
+        re-establish their connections at once, back-off reset, spread over ``duration``,
+        plus extra setups from elsewhere that close again once made."""
         ticks = in_ticks(duration, self.world.dt)
         self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
                             "extra": float(extra_setups_per_second)})
@@ -148,6 +183,8 @@ class Population(PopulationControls, Agent):
         "fresh": ("requests", "fresh requests sent or queued this tick"),
         "attempts": ("requests", "request attempts put on the wire this tick (fresh + retries)"),
         "conn_attempts": ("setups", "connection attempts (setups) put on the wire this tick"),
+        "tries": ("requests", "request attempts and reconnections put on the wire this tick (a per-request client's "
+                              "setup is part of its attempt); retry amplification is tries / demand"),
         "ok": ("requests", "request attempts that succeeded (results received this tick)"),
         "failed": ("requests", "request attempts that failed (results received this tick)"),
         "errors": ("requests", "requests that failed for good this tick (customer-visible errors)"),
@@ -199,8 +236,10 @@ class Population(PopulationControls, Agent):
         self._offset_cache: dict = {}
 
     # -- operations a trigger or mitigation can apply --------------------------------
+    @operation(**SET_PATH_OP)
     def op_set_path(self, tick: int, path: list | None = None, target: str | None = "__keep__") -> None:
-        """Move this traffic onto another path; established connections break."""
+        """Move this traffic onto another path (and, if given, another target); in pooled mode
+        every established connection breaks and its client reconnects over the new path."""
         if self.pooled and self.connected:
             for device in self.path:  # the old devices forget these connections
                 self.send(device, "close", {"origin": self.name, "count": self.connected}, tick)
@@ -209,8 +248,10 @@ class Population(PopulationControls, Agent):
         if target != "__keep__":
             self.target = target
 
+    @operation(**SCALE_RATE_OP)
     def op_scale_rate(self, tick: int, factor: float) -> None:
-        """Disable (0), throttle (<1) or restore (1) this population's traffic."""
+        """Disable (0), throttle (<1) or restore (1) this population's fresh requests; the
+        factor replaces the last one, and retries already due still go out."""
         self.rate_factor = float(factor)
 
     @property

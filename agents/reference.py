@@ -53,8 +53,8 @@ import math
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo
-from .population import Population, PopulationControls, read_population_spec
+from .base import Agent, Message, StepResult, WorldInfo, operation
+from .population import SCALE_RATE_OP, SET_PATH_OP, Population, PopulationControls, read_population_spec
 from .retry import RetryPolicy
 from .shards import HealthReports
 
@@ -212,7 +212,10 @@ class ClientByClientPopulation(PopulationControls, Agent):
         self.broken += n
 
     # -- operations a trigger or mitigation can apply --------------------------------------
+    @operation(**SET_PATH_OP)
     def op_set_path(self, tick: int, path: list | None = None, target: str | None = "__keep__") -> None:
+        """Move this traffic onto another path (and, if given, another target); in pooled mode
+        every established connection breaks and its client reconnects over the new path."""
         n = self.connected
         if self.pooled and n:
             for device in self.path:
@@ -222,7 +225,10 @@ class ClientByClientPopulation(PopulationControls, Agent):
         if target != "__keep__":
             self.target = target
 
+    @operation(**SCALE_RATE_OP)
     def op_scale_rate(self, tick: int, factor: float) -> None:
+        """Disable (0), throttle (<1) or restore (1) this population's fresh requests; the
+        factor replaces the last one, and retries already due still go out."""
         self.rate_factor = float(factor)
         self._redraw_requests(tick * self.world.dt)
 

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from .base import Agent, BadArgument, Message, StepResult, WorldInfo, in_ticks, share_or_rate
+from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .dns import DnsAutomation
 from .health_checks import HealthChecks
 from .leases import LeaseTable
@@ -94,36 +94,62 @@ class Service(Agent):
         self.throttle: float | None = None  # requests per second admitted; None: no throttle
         self.read_wiring(spec)
 
+    @operation(example={})
     def op_restore_dns(self, tick: int) -> None:
-        """Repair the endpoint's DNS records by hand."""
+        """Repair the endpoint's DNS records by hand: the newest plan is put in place and the
+        service is reachable again (nothing happens to a service without ``dns``)."""
         if self.dns is not None:
             self.dns.restore()
 
+    @operation(example={"enabled": False},
+               enabled=Arg("false stops the enactors taking up new plans, true lets them again"))
     def op_set_dns_automation(self, tick: int, enabled: bool = True) -> None:
+        """Stop or restart the DNS automation's enactors: stopped, none takes up a new plan
+        (applications under way and their clean-ups still finish; the planner keeps planning).
+        Nothing happens to a service without ``dns``."""
         if self.dns is not None:
             self.dns.enabled = bool(enabled)
 
+    @operation(example={"seconds": 1080.0},
+               seconds=Arg("how long that application takes (at least a tick)", unit="s", min=0))
     def op_delay_dns_enactor(self, tick: int, seconds: float) -> None:
-        """The next plan an enactor picks up takes this long to apply."""
+        """The next plan an enactor picks up takes ``seconds`` to apply: a badly delayed
+        enactor, which can set off the DNS race (nothing happens without ``dns``)."""
         if self.dns is not None:
             self.dns.delay_next = in_ticks(seconds, self.world.dt)
 
+    @operation(example={"fraction": 0.5},
+               fraction=Arg("share of the queued work thrown away", unit="share of the queue (0-1)", min=0, max=1))
     def op_reset_queue(self, tick: int, fraction: float = 1.0) -> None:
         """Throw away a share of what is queued, as restarting that share of the hosts does
-        (their callers have given up on most of it)."""
+        (their callers have given up on most of it); the requests thrown away are never
+        answered. Nothing happens to a service without a queue."""
         fraction = share_or_rate("fraction", fraction, 1.0)
         if self.queue is not None:
             self.queue.reset(fraction)
 
+    @operation(example={"rate": 500.0},
+               rate=Arg("requests per second admitted; leave it out (or null) to lift the throttle",
+                        unit="requests/s", min=0))
     def op_throttle(self, tick: int, rate: float | None = None) -> None:
-        """Admit about ``rate`` requests per second (each one is admitted with the chance
-        that keeps the tick's total at the rate); no rate lifts the throttle."""
+        """Admit about ``rate`` requests per second, lease work included (each one is admitted
+        with the chance that keeps the tick's total at the rate, the rest is refused at once);
+        no rate lifts the throttle."""
         self.throttle = None if rate is None else share_or_rate("rate", rate)
 
+    @operation(example={"enabled": False},
+               enabled=Arg("true: failed checks take targets out; false: every target is put back and stays in"))
     def op_set_failover(self, tick: int, enabled: bool = True) -> None:
+        """Let a load balancer's failed health checks take targets out of service, or stop
+        them (every target is back in service at once). Nothing happens without ``health_checks``."""
         if self.checks is not None:
             self.checks.set_failover(enabled)
 
+    @operation(example={"share": 0.2, "kind": "error"},
+               share=Arg("share of the requests that fail; 0 lifts the fault", unit="share of requests (0-1)",
+                         min=0, max=1),
+               kind=Arg("timeout: the caller waits out its timeout; error: refused at once",
+                        choices=("timeout", "error")))
     def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout") -> None:
         """A fault (toxic): ``share`` of the requests that reach the service fail whatever
         its load, as a timeout or as an error (refused at once); share 0 lifts it."""
@@ -131,13 +157,23 @@ class Service(Agent):
             raise BadArgument(f"kind {kind!r}: expected timeout or error")
         self.fault_share, self.fault_kind = share_or_rate("share", share, 1.0), kind
 
+    @operation(example={"factor": 0.5},
+               factor=Arg("the capacity as a multiple of the playbook's: 0 stops the service, below 1 degrades it, "
+                          "1 restores it, above 1 adds capacity", unit="x the playbook's capacity", min=0))
     def op_scale_capacity(self, tick: int, factor: float) -> None:
+        """Set the service's capacity to ``factor`` times the playbook's (it replaces the last
+        factor, it does not compound)."""
         self.capacity_factor = float(factor)
 
+    @operation(example={"fraction": 0.5},
+               fraction=Arg("share of the broken servers recycled", unit="share of broken servers (0-1)",
+                            min=0, max=1))
     def op_recycle(self, tick: int, fraction: float = 1.0) -> None:
-        """Recycle broken servers by hand (only works while ``needs`` is healthy)."""
+        """Recycle broken servers by hand (only works while ``needs`` is healthy, success ratio
+        at least 0.9; otherwise nothing happens)."""
+        fraction = share_or_rate("fraction", fraction, 1.0)
         if not self.rec_needs or self.health.get(self.rec_needs, 1.0) >= 0.9:
-            self.broken *= 1.0 - float(fraction)
+            self.broken *= 1.0 - fraction
 
     def _admitted(self, n: int, share: float) -> int:
         return int(self.rng.binomial(n, share)) if n and share < 1.0 else n

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, in_ticks
+from .base import Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation
 
 
 class StatusDashboard(Agent):
@@ -37,7 +37,12 @@ class StatusDashboard(Agent):
         self.next_try = 0
         self.inflight: dict[int, tuple[str, list[dict]]] = {}
 
+    @operation(example={"message": "We are investigating increased error rates in US-EAST-1.", "by": "$requester"},
+               message=Arg("the update's text"),
+               by=Arg("who asked for it (journalled with the post): the requester"))
     def op_post(self, tick: int, message: str = "", by: str = "") -> None:
+        """Queue a customer update on the status dashboard; it is posted once its backend calls
+        get through (the first post after the trigger is the first customer update)."""
         self.pending.append({"message": message, "asked": tick, "by": by})
 
     def _send_flow(self, tick: int, path: list, n: int) -> None:

@@ -239,6 +239,43 @@ def playbooks_validate(file, sets, vars_file, runbooks):
         click.echo(f"{rb}: valid")
 
 
+@playbooks.command("new")
+@click.argument("name")
+@click.option("--from", "origin", default="starter", show_default=True, metavar="PLAYBOOK",
+              help="Start from the starter (a small retry storm) or a copy of a built-in playbook.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Where to write NAME.yaml.j2 and runbooks/NAME/.")
+def playbooks_new(name, origin, directory):
+    """Write a new playbook NAME.yaml.j2 with its runbooks (runbooks/NAME/*.yaml, found by name
+    with --runbook), from the starter or a built-in; it validates and runs as written."""
+    from .scaffold import new_playbook
+
+    files = new_playbook(name, origin, directory)
+    for f in files:
+        click.echo(f"wrote {f}")
+    click.echo(f"\nnext: gameday run {files[0]} --runbook historical --hosting inprocess\n"
+               f"      the format: gameday playbooks reference (or docs/playbook-reference.md)")
+
+
+@playbooks.command("reference")
+def playbooks_reference():
+    """Print the playbook reference (Markdown): every field, runbook condition, operation and
+    metric, with its type, default, range, unit, meaning and an example."""
+    from .format_reference import reference_markdown
+
+    click.echo(reference_markdown(), nl=False)
+
+
+@playbooks.command("schema")
+@click.option("--runbook", "of_runbook", is_flag=True, help="The schema of a runbook instead of a playbook.")
+def playbooks_schema(of_runbook):
+    """Print the JSON Schema (draft 2020-12) of a rendered playbook, or of a runbook, for editors
+    that validate YAML as you type (see the README)."""
+    from .json_schema import playbook_schema, runbook_schema
+
+    click.echo(json.dumps(runbook_schema() if of_runbook else playbook_schema(), indent=2))
+
+
 @main.command("compare")
 @click.argument("playbook", default="us-east-1-2021")
 @click.option("--runbook", "-r", "runbooks", multiple=True, required=True,

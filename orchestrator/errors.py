@@ -56,3 +56,11 @@ class HostingError(GamedayError):
     time): not the user's mistake, so exit code 1, but a message rather than a traceback."""
 
     exit_code = 1
+
+
+class InternalError(GamedayError):
+    """A bug in gameday surfaced during a run (never the user's input, which is checked
+    before): a message naming the run directory left readable, exit code 1, the traceback
+    kept in the directory's error.txt rather than on the terminal."""
+
+    exit_code = 1

@@ -7,6 +7,7 @@ with ``StrictUndefined``, so an undefined variable is an error, never an empty s
 """
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import inspect
 from dataclasses import dataclass, field
@@ -19,205 +20,11 @@ import yaml
 from agents import AGENT_CLASSES
 from agents.shards import SHARD_SEP
 from .errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound
-from .schema import Field, L, M, check, names, non_negative, positive, ratio
+from .operations import operations
+from .format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
+from .scoring import MEASURES, milestone_keys
+from .schema import _MISSING, Field, check, non_negative
 from .timefmt import format_clock
-
-RETRY = M(
-    "a retry policy",
-    backoff=Field("str", choices=("none", "constant", "exponential"), default="exponential"),
-    base=non_negative(default=1.0, doc="seconds before the first retry"),
-    multiplier=Field("number", min=1, default=2.0),
-    cap=non_negative("duration", default=60.0, doc="largest delay"),
-    jitter=Field("str", choices=("none", "full", "equal", "decorrelated"), default="full"),
-    max_attempts=non_negative("int", default=0, doc="attempts including the first; 0 = unlimited"),
-    budget=M("token-bucket retry budget", ratio=ratio(required=True), capacity=positive(default=100.0)),
-    circuit_breaker=M("circuit breaker", threshold=ratio(default=0.5), window=positive("duration", default=10.0),
-                      open_for=positive("duration", default=30.0), probe_fraction=ratio(default=0.1)),
-)
-
-EFFECT = M("an effect", target=Field("str", required=True), op=Field("str", required=True),
-           args=Field("dict", default=dict))
-
-DEVICE = M(
-    "a pool of bridge devices",
-    name=Field("str", required=True),
-    description=Field("str", default=""),
-    count=non_negative("int", required=True, doc="devices in the pool"),
-    cpu_per_device=positive(required=True, doc="work units per second one device can process"),
-    costs=M("CPU cost per item in work units", default=dict, setup=non_negative(default=20.0),
-            request=non_negative(default=1.0), reject=non_negative(default=0.5)),
-    conntrack=M("connection tracking", default=dict, capacity_per_device=positive(default=1e9),
-                half_open_timeout=positive("duration", default=30.0)),
-    queue=M("queueing", default=dict, buffer=non_negative("duration", default=5.0),
-            base_latency=positive("duration", default=0.002),
-            protection_target=non_negative("duration", default=0.05, doc="queue protection keeps")),
-    protection=Field("bool", default=False),
-)
-
-SERVICE = M(
-    "a service",
-    name=Field("str", required=True),
-    description=Field("str", default=""),
-    capacity=positive(default=1e12, doc="requests per second"),
-    depends_on=names(),
-    recycling=M("servers that break and need recycling", breaks_when=Field("str", required=True),
-                below=ratio(default=0.5), break_rate=non_negative(default=0.01), max_broken=ratio(default=0.8),
-                needs=Field("str"), repair_rate=non_negative(default=0.001)),
-    fail_fast=Field("bool", default=False, doc="a request it cannot serve gets an error at once, not a timeout"),
-    fault=M("a fault (toxic): a share of the requests fail whatever the load", share=ratio(default=0.0),
-            kind=Field("str", choices=("timeout", "error"), default="timeout")),
-    then=Field("str", doc="a service every request answered well goes on to; the caller gets that one's answer"),
-    queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
-            "than their caller's timeout are still worked on, for nobody (congestive collapse)",
-            limit=positive("duration", default=3600.0, doc="seconds of work the queue holds; more is refused at once")),
-    service_time=M("how long a request's work takes: deterministic, every tick does exactly its capacity; "
-                   "exponential, each request's service time is exponential at rate capacity, so the requests "
-                   "done in a busy tick of length dt are Poisson(capacity x dt); gamma, the work done in a busy "
-                   "tick has mean capacity x dt and variance cv^2 x capacity x dt (cv: the service times' "
-                   "coefficient of variation)", default=dict,
-                   distribution=Field("str", choices=("deterministic", "exponential", "gamma"), default="deterministic"),
-                   cv=positive(default=1.0, doc="coefficient of variation of the service times (gamma only)")),
-    leases=M("leases with a time to live that the service holds in a store service (see agents/leases.py)",
-             count=positive("int", required=True, doc="leases held (say, one per server managed)"),
-             store=Field("str", required=True, doc="the service the leases are kept in; renewing needs it"),
-             ttl=positive("duration", default=300.0, doc="a lease not renewed for this long expires (whole renewal periods)"),
-             renew_every=positive("duration", default=60.0),
-             retry_every=positive("duration", default=60.0, doc="how often an expired lease's re-establishment is tried"),
-             timeout=positive("duration", default=30.0, doc="lease work that waited longer in the queue fails"),
-             reestablish_cost=positive(default=1.0, doc="units of work re-establishing a lease costs (a renewal costs 1)")),
-    health_checks=M("the service is a load balancer whose health checks take targets out of service and put "
-                    "them back (see agents/health_checks.py)",
-                    network=Field("str", required=True, doc="the service whose queue wait is the network propagation delay"),
-                    targets=positive("int", default=100), interval=positive("duration", default=10.0),
-                    fall=positive("int", default=3, doc="failed checks in a row that take a target out"),
-                    rise=positive("int", default=3, doc="passed checks in a row that put it back"),
-                    checker_turnover=non_negative(default=0.0, doc="share of the health-check fleet that is new each hour"),
-                    target_turnover=non_negative(default=0.0, doc="share of the targets that are new each hour"),
-                    dns_ttl=positive("duration", default=60.0, doc="how long callers keep sending to a removed target"),
-                    failover=Field("bool", default=True, doc="failed checks take targets out of service")),
-    dns=M("DNS automation for the service's endpoint: a planner, enactors and their clean-up (see agents/dns.py)",
-          plan_every=positive("duration", default=60.0), enactors=positive("int", default=3),
-          delay=positive("duration", default=5.0, doc="how long an enactor usually takes to apply a plan"),
-          slow_chance=ratio(default=0.0, doc="chance that an application is badly delayed"),
-          slow_delay=positive("duration", default=600.0), cleanup_after=positive("duration", default=30.0),
-          keep=positive("int", default=3, doc="clean-up deletes plans this many generations older than its own"),
-          guard=Field("bool", default=False, doc="skip stale plans and never delete the plan in place")),
-)
-
-POPULATION = M(
-    "a client population",
-    name=Field("str", required=True),
-    description=Field("str", default=""),
-    clients=positive("int", required=True),
-    rate=non_negative(required=True, doc="fresh requests per client per second"),
-    mode=Field("str", choices=("pooled", "per_request"), default="pooled"),
-    work=Field("str", choices=("perishable", "durable"), default="perishable"),
-    max_rate=non_negative(doc="durable work: most requests dispatched per second"),
-    shards=positive("int", default=1, doc="simulate as this many shards, which can run on different hosts"),
-    path=names("device pools crossed, in order"),
-    target=Field("str"),
-    depends_on=names(),
-    connection=M("pooled connections", default=dict, lifetime=positive("duration", default=600.0),
-                 timeout=positive("duration", default=3.0), reconnect=RETRY,
-                 reconnect_on=L(Field("str", choices=("timeout", "reject")), default=lambda: ["timeout"])),
-    request=M("requests", default=dict, timeout=positive("duration", default=5.0)),
-    retry=RETRY,
-    bugs=M("latent bugs", default=dict, reconnect_ignores_backoff=Field("bool", default=False),
-           reconnect_delay=positive("duration")),
-)
-
-ALARM = M("an alarm", name=Field("str", required=True), metric=Field("str", required=True),
-          above=Field("number"), below=Field("number"), no_data=Field("bool", default=False),
-          **{"for": non_negative("duration", default=60.0)})
-
-PLAYBOOK = M(
-    "a playbook",
-    name=Field("str", required=True),
-    title=Field("str", required=True),
-    description=Field("str", default=""),
-    incident=Field("dict", default=dict),
-    clock=M("the simulated clock", required=True, start=Field("clock", default=0.0),
-            tick=positive("duration", default=1.0), duration=positive("duration", required=True)),
-    devices=L(DEVICE, default=list),
-    services=L(SERVICE, default=list),
-    populations=L(POPULATION, required=True),
-    monitoring=M("monitoring", default=dict, path=names(), timeout=positive("duration", default=5.0),
-                 observe=names(), stale_after=positive("duration", default=180.0),
-                 log_delay=positive("duration", default=600.0), publish_every=positive("duration", default=10.0),
-                 telemetry_every=positive("duration", default=60.0), alarms=L(ALARM, default=list)),
-    deployment=M("deployment tooling", default=dict, path=names(), step_time=positive("duration", default=60.0),
-                 retry_delay=positive("duration", default=30.0), timeout=positive("duration", default=10.0)),
-    status=M("status dashboard", default=dict, path=names(), timeout=positive("duration", default=10.0),
-             calls=positive("int", default=1, doc="backend calls one post needs, all of which must succeed"),
-             retry_delay=positive("duration", default=30.0),
-             failover=M("standby failover", after=non_negative("duration", required=True), path=names(),
-                        standby_path=names())),
-    triggers=L(M("a trigger", name=Field("str", required=True), description=Field("str", default=""),
-                 at=Field("clock", required=True), repeat_every=positive("duration"),
-                 effects=L(EFFECT, required=True)), default=list),
-    mitigations=L(M("a mitigation", name=Field("str", required=True), description=Field("str", default=""),
-                    deploy=Field("bool", default=True), steps=non_negative("int", default=1),
-                    lead_time=non_negative("duration", default=0.0),
-                    risk=Field("str", choices=("none", "low", "medium", "high"), default="low"),
-                    params=Field("dict", default=dict), effects=L(EFFECT, default=list)), default=list),
-    faults=L(M("a fault a facilitator can inject during a live game day", name=Field("str", required=True),
-               description=Field("str", default=""), params=Field("dict", default=dict),
-               effects=L(EFFECT, required=True)), default=list),
-    scoring=M("scoring", default=dict,
-              loop=M("when the loop counts as broken", default=dict, devices=names(), populations=names(),
-                     services=names("services whose work must be useful again (work_useful / work_done)"),
-                     setup_success_min=ratio(default=0.95), amplification_max=positive(default=1.5),
-                     useful_work_min=ratio(default=0.9),
-                     hold=non_negative("duration", default=600.0)),
-              healthy=M("when devices count as healthy", default=dict, devices=names("default: loop.devices"),
-                        utilisation_max=positive(default=0.85),
-                        success_min=ratio(default=0.99), hold=non_negative("duration", default=600.0)),
-              backlog=M("durable backlogs", default=dict, populations=names(),
-                        services=names("services whose work queue must be back to steady state"),
-                        threshold=positive(default=60.0, doc="seconds of arrivals (of queue wait, for a service) counted as steady state"),
-                        hold=non_negative("duration", default=600.0)),
-              recovered=M("recovery milestones, per population (success of its attempts) and per service "
-                          "(its success ratio)", default=dict, populations=names(), services=names(),
-                          success_min=ratio(default=0.95), hold=non_negative("duration", default=300.0)),
-              impact=Field("dict", default=dict, values=non_negative())),
-    par=Field("dict", default=dict, values=Field("clock")),
-)
-
-EMPTY_RUNBOOK = "name: none\ndescription: Nobody acts.\nrules: []\n"
-
-CONDITION_KEYS = ("all", "any", "not", "at", "no_data", "metric", "log", "alarm", "done", "not_done")
-
-RUNBOOK = M(
-    "a runbook",
-    name=Field("str", required=True),
-    description=Field("str", default=""),
-    rules=L(M("a rule", name=Field("str"), when=Field("dict", required=True), do=Field("any", required=True),
-              repeat=Field("bool", default=False), every=positive("duration", default=600.0),
-              historical=Field("clock", doc="when the real team's action took effect (shown in reports)")),
-            default=list),
-)
-
-#: operations each kind of target accepts (the ``op_*`` methods of the agent classes)
-def _ops(cls) -> set[str]:
-    return {n[3:] for n in dir(cls) if n.startswith("op_")}
-
-
-def op_arguments(cls, op: str) -> dict[str, tuple[str, bool]]:
-    """The arguments operation ``op`` of agent class ``cls`` takes (its ``op_`` method's
-    parameters after the tick): name -> (its annotation, whether it is required)."""
-    params = list(inspect.signature(getattr(cls, f"op_{op}")).parameters.values())[2:]  # self, tick
-    return {p.name: (str(p.annotation), p.default is p.empty) for p in params
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-#: annotation -> (whether a value fits it, what was expected); other annotations are not checked here
-_ARG_TYPES = {
-    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
-    "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "str": (lambda v: isinstance(v, str), "a string"),
-}
-
 
 MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
 MAX_TICKS = 2_000_000  # a run longer than this is almost certainly a typo in --tick
@@ -257,8 +64,20 @@ def builtin_playbooks() -> list[str]:
 
 
 def builtin_runbooks(playbook: str) -> list[str]:
-    d = builtin_dir() / "runbooks" / playbook
-    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+    return sorted(runbook_files(playbook, builtin_dir() / f"{playbook}.yaml.j2"))
+
+
+def runbook_files(playbook: str, source: str | Path) -> dict[str, Path]:
+    """The runbooks a playbook ships, by name: ``runbooks/PLAYBOOK/NAME.yaml`` beside its file
+    (the layout of the built-ins), then ``runbooks/NAME.yaml`` beside it, then the built-in
+    runbooks of a playbook of that name (a copied built-in keeps its runbooks)."""
+    here = Path(source).parent / "runbooks"
+    out: dict[str, Path] = {}
+    for d in (here / playbook, here, builtin_dir() / "runbooks" / playbook):
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                out.setdefault(p.stem, p)
+    return out
 
 
 def find_playbook(ref: str) -> Path:
@@ -271,15 +90,17 @@ def find_playbook(ref: str) -> Path:
     raise NotFound(f"no playbook {ref!r}: not a file, and the built-in playbooks are: {', '.join(builtin_playbooks())}")
 
 
-def find_runbook(ref: str, playbook: str) -> Path:
+def find_runbook(ref: str, playbook: str, source: str | Path | None = None) -> Path:
     p = Path(ref)
     if p.is_file():
         return p
-    cand = builtin_dir() / "runbooks" / playbook / f"{ref}.yaml"
-    if cand.is_file():
-        return cand
-    known = ", ".join(sorted(set(builtin_runbooks(playbook)) | {"none"}))
-    raise NotFound(f"no runbook {ref!r}: not a file, and the built-in runbooks of {playbook} are: {known}")
+    shipped = runbook_files(playbook, source or builtin_dir() / f"{playbook}.yaml.j2")
+    if ref in shipped:
+        return shipped[ref]
+    known = ", ".join(sorted(set(shipped) | {"none"}))
+    where = Path(source).parent / "runbooks" / playbook if source else builtin_dir() / "runbooks" / playbook
+    raise NotFound(f"no runbook {ref!r}: not a file, and the runbooks of {playbook} are: {known} "
+                   f"(a playbook's own runbooks go in {where}/)")
 
 
 # -- render -------------------------------------------------------------------------------
@@ -420,6 +241,16 @@ def validate_playbook(doc: dict, source: str) -> dict:
     data = check(doc, PLAYBOOK, "", issues)
     if not issues:
         _cross_check(data, issues)
+    elif isinstance(data, dict):
+        # cross-references are checked beside the field errors, so one pass reports everything;
+        # a part the field checks found malformed can stop them early, and its error is already there
+        found = {i.location for i in issues}
+        cross: list[Issue] = []
+        try:
+            _cross_check(data, cross)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            pass
+        issues.extend(i for i in cross if i.location not in found)
     if issues:
         raise InvalidPlaybook(source, "validate", issues)
     return data
@@ -514,9 +345,15 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
         issues.append(Issue("clock.tick", tick, f"a tick of at most {MAX_TICK_S:g} seconds"))
     elif data["clock"]["duration"] / tick > MAX_TICKS:
         issues.append(Issue("clock.duration", data["clock"]["duration"], f"at most {MAX_TICKS:,} ticks per run"))
+    parts = {"device": devices, "service": services, "trigger": {t["name"] for t in data["triggers"]} | {"*"},
+             "fault": {f["name"] for f in data["faults"]}}
     for i, t in enumerate(data["triggers"]):
+        if t["at"] < data["clock"]["start"]:
+            issues.append(Issue(f"triggers[{i}].at", format_clock(t["at"]),
+                                f"a time at or after clock.start ({format_clock(data['clock']['start'])}; "
+                                f"a time the next day is 24:00 or later)"))
         for j, e in enumerate(t["effects"]):
-            _check_effect(e, f"triggers[{i}].effects[{j}]", all_kinds, issues)
+            _check_effect(e, f"triggers[{i}].effects[{j}]", all_kinds, parts, issues)
     for section in ("mitigations", "faults"):
         seen = set()
         for i, m in enumerate(data[section]):
@@ -524,7 +361,7 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
                 issues.append(Issue(f"{section}[{i}].name", m["name"], f"a name used by no other of the {section}"))
             seen.add(m["name"])
             for j, e in enumerate(m["effects"]):
-                _check_effect(e, f"{section}[{i}].effects[{j}]", all_kinds, issues, m["params"])
+                _check_effect(e, f"{section}[{i}].effects[{j}]", all_kinds, parts, issues, m["params"])
     sc = data["scoring"]
     for key, pool, what in (("loop.devices", devices, "a device pool"), ("healthy.devices", devices, "a device pool"),
                             ("loop.populations", {p["name"] for p in data["populations"]}, "a population"),
@@ -537,42 +374,78 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
         for j, n in enumerate(sc[a][b]):
             if n not in pool:
                 issues.append(Issue(f"scoring.{key}[{j}]", n, what))
+    par_keys = [*MEASURES, *milestone_keys(data)]
+    actions = [m["name"] for m in data["mitigations"]]
+    for key in data["par"]:
+        if key not in par_keys and key not in actions:
+            issues.append(Issue(f"par.{key}", key, f"a measure of this playbook's runs ({', '.join(par_keys)}) or one "
+                                                   f"of its mitigations ({_closest_first(key, actions)})"))
     for n in sc["impact"]:
         if n not in {p["name"] for p in data["populations"]}:
             issues.append(Issue(f"scoring.impact.{n}", n, "a population"))
 
 
-def _check_effect(e: dict, loc: str, kinds: dict, issues: list[Issue], params: dict | None = None) -> None:
+def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issue], params: dict | None = None) -> None:
+    """One effect: its target, operation and arguments. ``parts``: the names an argument can
+    refer to, by kind; ``params``: the mitigation's or fault's params (None: a trigger's
+    effect, which has none to refer to)."""
     kind = kinds.get(e["target"])
     if kind is None:
-        issues.append(Issue(f"{loc}.target", e["target"], f"a part of the world ({', '.join(sorted(kinds))})"))
+        issues.append(Issue(f"{loc}.target", e["target"], f"a part of the world ({_closest_first(e['target'], kinds)})"))
         return
-    cls = AGENT_CLASSES[kind]
-    if e["op"] not in _ops(cls):
-        issues.append(Issue(f"{loc}.op", e["op"], f"an operation of a {kind} ({', '.join(sorted(_ops(cls)))})"))
+    ops = operations(kind)
+    if e["op"] not in ops:
+        issues.append(Issue(f"{loc}.op", e["op"], f"an operation of a {kind} ({_closest_first(e['op'], ops)})"))
         return
-    takes = op_arguments(cls, e["op"])
+    takes = ops[e["op"]].args
     args = e.get("args") or {}
-    for k in takes:
-        if takes[k][1] and k not in args:
+    for k, arg in takes.items():
+        if arg.required and k not in args:
             issues.append(Issue(f"{loc}.args", args, f"argument {k} (which {e['op']} requires)"))
     for k, v in args.items():
         if k not in takes:
-            known = ", ".join(takes) if takes else "none"
-            issues.append(Issue(f"{loc}.args.{k}", k, f"an argument of {e['op']} ({known})"))
+            issues.append(Issue(f"{loc}.args.{k}", k, f"an argument of {e['op']} ({_closest_first(k, takes)})"))
             continue
         if isinstance(v, str) and v.startswith("$"):
+            if params is None:
+                issues.append(Issue(f"{loc}.args.{k}", v, "a value (a trigger has no params or requester to refer to)"))
+                continue
             if v == "$requester":
                 continue
-            if v[1:] not in (params or {}):
+            if v[1:] not in params:
                 issues.append(Issue(f"{loc}.args.{k}", v, "$requester or $name of one of the mitigation's params"))
                 continue
             v, at = params[v[1:]], f"{loc}.args.{k} ({v}'s default)"
         else:
             at = f"{loc}.args.{k}"
-        fits = [_ARG_TYPES[t] for t in takes[k][0].replace(" ", "").split("|") if t in _ARG_TYPES]
-        if fits and v is not None and not any(ok(v) for ok, _ in fits):
-            issues.append(Issue(at, v, " or ".join(what for _, what in fits) + f" (argument {k} of {e['op']})"))
+        wanted = takes[k].problem(v) or _unknown_name(takes[k], v, parts)
+        if wanted:
+            issues.append(Issue(at, v, f"{wanted} (argument {k} of {e['op']})"))
+
+
+def _unknown_name(arg, value, parts: dict) -> str | None:
+    """What was expected, if an argument that names parts of the world names one that does not exist."""
+    kind = arg.about.names if arg.about else ""
+    if not kind or value is None:
+        return None
+    known = parts[kind]
+    for name in value if isinstance(value, list) else [value]:
+        if name not in known:
+            what = f"a list naming {kind}s" if isinstance(value, list) else f"the name of a {kind}"
+            return f"{what} of the playbook ({_closest_first(name, known - {'*'})})"
+    return None
+
+
+def param_uses(mitigation: dict, kinds: dict) -> dict[str, list]:
+    """Where each of a mitigation's params goes: name -> the arguments (``Argument``) it fills."""
+    out: dict[str, list] = {}
+    for e in mitigation["effects"]:
+        kind = kinds.get(e["target"])
+        takes = operations(kind).get(e["op"]) if kind else None
+        for k, v in (e.get("args") or {}).items():
+            if takes and k in takes.args and isinstance(v, str) and v.startswith("$") and v[1:] in mitigation["params"]:
+                out.setdefault(v[1:], []).append((e["op"], takes.args[k]))
+    return out
 
 
 def observable_metrics(data: dict) -> set[str]:
@@ -600,7 +473,7 @@ def load_playbook(ref: str, overrides: dict | None = None) -> Playbook:
 def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
     """Returns (yaml text, validated runbook). ``none`` is the built-in empty runbook."""
     try:
-        path = find_runbook(ref, playbook.name)
+        path = find_runbook(ref, playbook.name, playbook.source)
     except NotFound:
         if ref != "none":
             raise
@@ -610,81 +483,116 @@ def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
     doc = parse_yaml(text, str(path), InvalidRunbook)
     issues: list[Issue] = []
     rb = check(doc, RUNBOOK, "", issues)
-    if not issues:
-        catalogue = {m["name"]: m for m in playbook.data["mitigations"]}
-        observed = set(playbook.data["monitoring"]["observe"])
-        alarms = {a["name"] for a in playbook.data["monitoring"]["alarms"]}
-        for i, rule in enumerate(rb["rules"]):
-            loc = f"rules[{i}]"
-            do = rule["do"]
-            if isinstance(do, str):
-                do = {"action": do, "params": {}}
-            if not isinstance(do, dict) or "action" not in do:
-                issues.append(Issue(f"{loc}.do", rule["do"], "an action name or {action: NAME, params: {...}}"))
-                continue
-            extra = set(do) - {"action", "params"}
-            if extra:
-                issues.append(Issue(f"{loc}.do.{sorted(extra)[0]}", do[sorted(extra)[0]], "only action and params"))
-            if do["action"] not in catalogue:
-                issues.append(Issue(f"{loc}.do.action", do["action"], f"a mitigation of {playbook.name} ({', '.join(sorted(catalogue))})"))
-            elif not isinstance(do.get("params") or {}, dict):
-                issues.append(Issue(f"{loc}.do.params", do["params"], "a mapping"))
-            else:
-                unknown = set(do.get("params") or {}) - set(catalogue[do["action"]]["params"])
-                for k in sorted(unknown):
-                    issues.append(Issue(f"{loc}.do.params.{k}", do["params"][k],
-                                        f"a parameter of {do['action']} ({', '.join(sorted(catalogue[do['action']]['params'])) or 'none'})"))
-            rule["do"] = {"action": do["action"], "params": dict(do.get("params") or {})}
-            rule["when"] = _check_condition(rule["when"], f"{loc}.when", observed, alarms, set(catalogue), issues)
+    if isinstance(rb, dict) and isinstance(rb.get("rules"), list):
+        _check_rules(rb["rules"], playbook, issues)  # with the field errors, so one pass reports everything
     if issues:
         raise InvalidRunbook(str(path), "validate", issues)
     return text, rb
 
 
-def _check_condition(c, loc: str, observed: set, alarms: set, actions: set, issues: list[Issue]):
+def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
+    """A runbook's references to the playbook: actions, their params, metrics, alarms, times."""
+    catalogue = {m["name"]: m for m in playbook.data["mitigations"]}
+    kinds = agent_names(playbook.data)
+    triggers = playbook.data["triggers"]
+    refs = {"metric": set(playbook.data["monitoring"]["observe"]), "alarm": {a["name"] for a in playbook.data["monitoring"]["alarms"]},
+            "action": set(catalogue), "first_trigger": min((t["at"] for t in triggers), default=None)}
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            continue  # field validation reported it
+        loc = f"rules[{i}]"
+        if isinstance(rule.get("when"), dict):
+            rule["when"] = _check_condition(rule["when"], f"{loc}.when", refs, issues)
+        if "do" not in rule:
+            continue
+        do = rule["do"]
+        if isinstance(do, str):
+            do = {"action": do, "params": {}}
+        if not isinstance(do, dict) or "action" not in do:
+            issues.append(Issue(f"{loc}.do", rule["do"], "an action name or {action: NAME, params: {...}}"))
+            continue
+        extra = set(do) - {"action", "params"}
+        if extra:
+            issues.append(Issue(f"{loc}.do.{sorted(extra)[0]}", do[sorted(extra)[0]], "only action and params"))
+        if do["action"] not in catalogue:
+            issues.append(Issue(f"{loc}.do.action", do["action"], f"a mitigation of {playbook.name} ({_closest_first(do['action'], catalogue)})"))
+        elif not isinstance(do.get("params") or {}, dict):
+            issues.append(Issue(f"{loc}.do.params", do["params"], "a mapping"))
+        else:
+            declared = catalogue[do["action"]]["params"]
+            uses = param_uses(catalogue[do["action"]], kinds)
+            for k, v in (do.get("params") or {}).items():
+                if k not in declared:
+                    issues.append(Issue(f"{loc}.do.params.{k}", v, f"a parameter of {do['action']} ({_closest_first(k, declared)})"))
+                    continue
+                for op, arg in uses.get(k, []):
+                    wanted = arg.problem(v)
+                    if wanted:
+                        issues.append(Issue(f"{loc}.do.params.{k}", v, f"{wanted} (it is argument {arg.name} of {op})"))
+                        break
+        rule["do"] = {"action": do["action"], "params": dict(do.get("params") or {})}
+
+
+def _closest_first(value, known) -> str:
+    """The known names, those most like ``value`` first (a misspelling finds its fix at the front)."""
+    known = sorted(known)
+    close = difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0)
+    return ", ".join(close) or "none"
+
+
+def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):
+    """One runbook condition against ``format.CONDITIONS``, its defaults filled in. ``refs``:
+    what the playbook offers to refer to (metric, alarm, action) and its first trigger's time."""
     if not isinstance(c, dict):
         issues.append(Issue(loc, c, "a condition mapping"))
         return c
-    keys = [k for k in CONDITION_KEYS if k in c]
+    keys = [k for k in CONDITIONS if k in c]
     if len(keys) != 1:
-        issues.append(Issue(loc, c, f"exactly one of {', '.join(CONDITION_KEYS)}"))
+        issues.append(Issue(loc, c, f"exactly one of {', '.join(CONDITIONS)}"))
         return c
     k = keys[0]
-    allowed = {"all": {"all"}, "any": {"any"}, "not": {"not"}, "at": {"at", "for"}, "no_data": {"no_data", "for"},
-               "metric": {"metric", "above", "below", "for", "max_age"}, "log": {"log", "above", "below"},
-               "alarm": {"alarm", "for"}, "done": {"done", "after", "effective"}, "not_done": {"not_done"}}[k]
-    for extra in sorted(set(c) - allowed):
-        issues.append(Issue(f"{loc}.{extra}", c[extra], f"one of the keys of a '{k}' condition ({', '.join(sorted(allowed))})"))
-    out = dict(c)
-    sub_issues: list[Issue] = []
-    for dk in ("for", "after", "max_age"):
-        if dk in c:
-            out[dk] = check(c[dk], non_negative("duration"), f"{loc}.{dk}", sub_issues)
-    if k in ("all", "any"):
-        if not isinstance(c[k], list) or not c[k]:
-            issues.append(Issue(f"{loc}.{k}", c[k], "a non-empty list of conditions"))
+    cond = CONDITIONS[k]
+    for extra in sorted(set(c) - {k} - set(cond.keys), key=str):
+        allowed = ", ".join([k, *cond.keys])
+        issues.append(Issue(f"{loc}.{extra}", c[extra], f"one of the keys of a '{k}' condition ({allowed})"))
+    if cond.one_of and sum(x in c for x in cond.one_of) != 1:
+        issues.append(Issue(loc, c, f"exactly one of {', '.join(cond.one_of)}"))
+    out = {k: c[k]}
+    for key, spec in cond.keys.items():
+        if key in c:
+            out[key] = check(c[key], spec, f"{loc}.{key}", issues)
+        elif spec.default is not _MISSING:
+            out[key] = spec.default
+    value, here = c[k], f"{loc}.{k}"
+    if cond.holds == "conditions":
+        if not isinstance(value, list) or not value:
+            issues.append(Issue(here, value, "a non-empty list of conditions"))
         else:
-            out[k] = [_check_condition(x, f"{loc}.{k}[{j}]", observed, alarms, actions, issues) for j, x in enumerate(c[k])]
-    elif k == "not":
-        out[k] = _check_condition(c[k], f"{loc}.not", observed, alarms, actions, issues)
-    elif k == "at":
-        out[k] = check(c[k], Field("clock"), f"{loc}.at", sub_issues)
-    elif k in ("no_data", "metric", "log"):
-        if c[k] not in observed:
-            issues.append(Issue(f"{loc}.{k}", c[k], "a metric the playbook's monitoring observes"))
-        if k != "no_data" and (("above" in c) == ("below" in c)):
-            issues.append(Issue(loc, c, "exactly one of above, below"))
-        for bk in ("above", "below"):
-            if bk in c:
-                out[bk] = check(c[bk], Field("number"), f"{loc}.{bk}", sub_issues)
-    elif k == "alarm":
-        if c[k] not in alarms:
-            issues.append(Issue(f"{loc}.alarm", c[k], f"an alarm of the playbook ({', '.join(sorted(alarms)) or 'none'})"))
-    elif k in ("done", "not_done"):
-        if c[k] not in actions:
-            issues.append(Issue(f"{loc}.{k}", c[k], "a mitigation of the playbook"))
-    issues.extend(sub_issues)
+            out[k] = [_check_condition(x, f"{here}[{j}]", refs, issues) for j, x in enumerate(value)]
+    elif cond.holds == "condition":
+        out[k] = _check_condition(value, here, refs, issues)
+    elif cond.holds == "when":
+        out[k] = _check_when(value, here, refs["first_trigger"], issues)
+    else:
+        known = refs[cond.holds]
+        if value not in known:
+            what = {"metric": "a metric the playbook's monitoring observes", "alarm": "an alarm of the playbook",
+                    "action": "a mitigation of the playbook"}[cond.holds]
+            issues.append(Issue(here, value, f"{what} ({_closest_first(value, known)})"))
     return out
+
+
+def _check_when(value, loc: str, first_trigger: float | None, issues: list[Issue]):
+    """A clock time (\"07:30\") or +DURATION after the playbook's first trigger, as a clock time."""
+    if isinstance(value, str) and value.strip().startswith("+"):
+        after = check(value.strip()[1:], non_negative("duration"), loc, issues)
+        if after is None:
+            return None
+        if first_trigger is None:
+            issues.append(Issue(loc, value, "a clock time (the playbook has no trigger to count from)"))
+            return None
+        return first_trigger + after
+    return check(value, Field("clock"), loc, issues)
 
 
 def describe(tpl: Template) -> dict:
@@ -693,4 +601,4 @@ def describe(tpl: Template) -> dict:
     data = validate_playbook(parse_yaml(render(tpl, values), tpl.source, first_line=tpl.body_line), tpl.source)
     return {"name": data["name"], "title": data["title"], "description": data["description"],
             "variables": tpl.header, "mitigations": data["mitigations"], "faults": data["faults"], "par": {k: format_clock(v) for k, v in data["par"].items()},
-            "runbooks": builtin_runbooks(data["name"])}
+            "runbooks": sorted(set(runbook_files(data["name"], tpl.source)) | {"none"})}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,10 +12,10 @@ from agents import OUTSIDE, Message
 
 from reports.rundir import RunData, load_run
 from .clock import PacedClock, SimulatedClock
-from .errors import HostingError, InvalidPlaybook, Issue, RunDirectoryError
+from .errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError
 from .hosting import InProcessHost, TickResult
 from .journal import RunWriter, check_out_dir
-from .playbook import MAX_TICK_S, MAX_TICKS, Playbook, builtin_runbooks, coerce_value, load_playbook, load_runbook, parse_yaml, read_text
+from .playbook import MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook, parse_yaml, read_text, runbook_files
 from .scoring import Scorer
 from .wire import encode
 from .world import build_plan
@@ -52,7 +53,7 @@ def parse_sets(pairs: list[str]) -> dict:
 def prepare(spec: RunSpec):
     """Everything that can fail on bad input happens here, before any file is written."""
     pb: Playbook = load_playbook(spec.playbook, spec.sets or {})
-    runbook = spec.runbook or ("historical" if "historical" in builtin_runbooks(pb.name) else "none")
+    runbook = spec.runbook or ("historical" if "historical" in runbook_files(pb.name, pb.source) else "none")
     rb_text, rb = load_runbook(runbook, pb)
     issues = []
     if spec.tick is not None and not 0 < spec.tick <= MAX_TICK_S:
@@ -217,6 +218,12 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     except HostingError as e:
         status = "failed"
         raise HostingError(f"{e}; the run directory {out} holds the ticks done before") from None
+    except Exception as e:  # a bug: validation has checked everything a playbook can say
+        status = "failed"
+        (Path(out) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        raise InternalError(f"the simulation failed at tick {run.tick} ({type(e).__name__}: {e}). This is a bug in "
+                            f"gameday, not in your input; the run directory {out} holds the ticks done before, and "
+                            f"{Path(out) / 'error.txt'} the details to report") from None
     finally:
         if bar is not None:
             bar.close()

@@ -30,6 +30,8 @@ class Field:
     fields: dict[str, "Field"] | None = None  # for map
     values: "Field | None" = None  # for dict: every value checked against this
     doc: str = ""
+    unit: str = ""  # of a number: requests/s, seconds, work units ... (durations are always seconds)
+    example: Any = _MISSING  # one value a playbook could give; the reference shows it
     check: Callable[[Any], str | None] | None = None  # extra rule: returns what was expected, or None
 
 
@@ -61,7 +63,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
                 return None
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (t == "int" and not float(value).is_integer()):
-                issues.append(Issue(loc, value, "an integer" if t == "int" else "a number"))
+                issues.append(Issue(loc, value, ("an integer" if t == "int" else "a number") + _yaml_hint(value)))
                 return None
             num = int(value) if t == "int" else float(value)
         if not math.isfinite(num):  # YAML's .nan and .inf pass every range check below, then break the model
@@ -86,7 +88,8 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
             return None
     elif t == "str":
         if not isinstance(value, str) or not value.strip():
-            issues.append(Issue(loc, value, "a non-empty string"))
+            wanted = "one of " + ", ".join(map(str, spec.choices)) if spec.choices else "a non-empty string"
+            issues.append(Issue(loc, value, wanted + _yaml_hint(value)))
             return None
     elif t == "list":
         if not isinstance(value, list):
@@ -120,7 +123,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         if spec.values:
             value = {k: check(v, spec.values, _loc(loc, k), issues) for k, v in value.items()}
     if spec.choices is not None and value not in spec.choices:
-        issues.append(Issue(loc, value, "one of " + ", ".join(map(str, spec.choices))))
+        issues.append(Issue(loc, value, "one of " + ", ".join(map(str, spec.choices)) + _yaml_hint(value)))
         return None
     if spec.check is not None and value is not None:
         wanted = spec.check(value)
@@ -129,26 +132,40 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
     return value
 
 
-def M(doc: str = "", required: bool = False, default=_MISSING, **fields: Field) -> Field:
+def _yaml_hint(value) -> str:
+    """Why YAML may have read the value as something else than was written (YAML 1.1 rules)."""
+    if isinstance(value, bool):
+        return " (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return (f" (YAML 1.1 reads {value} as text: its numbers with an exponent need a dot and a sign, as 1.0e+5;"
+                " or write 100000)")
+    return ""
+
+
+def M(doc: str = "", required: bool = False, default=_MISSING, example=_MISSING, **fields: Field) -> Field:
     """A mapping field with known keys."""
-    return Field("map", required=required, default=default, fields=fields, doc=doc)
+    return Field("map", required=required, default=default, fields=fields, doc=doc, example=example)
 
 
-def L(item: Field, doc: str = "", required: bool = False, default=_MISSING) -> Field:
-    return Field("list", item=item, required=required, default=default, doc=doc)
+def L(item: Field, doc: str = "", required: bool = False, default=_MISSING, **kw) -> Field:
+    return Field("list", item=item, required=required, default=default, doc=doc, **kw)
 
 
-def names(doc: str = "", default=_MISSING) -> Field:
-    return L(Field("str"), doc=doc, default=default if default is not _MISSING else list)
+def names(doc: str = "", default=_MISSING, **kw) -> Field:
+    return L(Field("str"), doc=doc, default=default if default is not _MISSING else list, **kw)
 
 
-def ratio(doc: str = "", default=_MISSING, required=False) -> Field:
-    return Field("number", min=0, max=1, default=default, doc=doc, required=required)
+def ratio(doc: str = "", default=_MISSING, required=False, **kw) -> Field:
+    return Field("number", min=0, max=1, default=default, doc=doc, required=required, **kw)
 
 
-def positive(kind: str = "number", doc: str = "", default=_MISSING, required=False) -> Field:
-    return Field(kind, min=0, exclusive_min=True, default=default, doc=doc, required=required)
+def positive(kind: str = "number", doc: str = "", default=_MISSING, required=False, **kw) -> Field:
+    return Field(kind, min=0, exclusive_min=True, default=default, doc=doc, required=required, **kw)
 
 
-def non_negative(kind: str = "number", doc: str = "", default=_MISSING, required=False) -> Field:
-    return Field(kind, min=0, default=default, doc=doc, required=required)
+def non_negative(kind: str = "number", doc: str = "", default=_MISSING, required=False, **kw) -> Field:
+    return Field(kind, min=0, default=default, doc=doc, required=required, **kw)

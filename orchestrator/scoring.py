@@ -99,6 +99,21 @@ class Milestone:
         return self.first_at is not None and self.at is None
 
 
+#: what a run measures beside its milestones (par can name these too)
+MEASURES = ("trigger", "first_customer_update")
+
+
+def milestone_keys(data: dict) -> list[str]:
+    """The milestones a playbook's scoring section gives its runs, as score.json and par name them."""
+    sc = data["scoring"]
+    out = ["loop_broken"]
+    if sc["healthy"]["devices"] or sc["loop"]["devices"]:  # a world without devices (us-east-1-2025) has no such measure
+        out.append("devices_healthy")
+    if sc["backlog"]["populations"] or sc["backlog"]["services"]:
+        out.append("backlog_drained")
+    return out + [f"recovered:{p}" for p in [*sc["recovered"]["populations"], *sc["recovered"]["services"]]]
+
+
 class Scorer:
     def __init__(self, data: dict, dt: float, start_s: float):
         self.dt, self.start_s = dt, start_s
@@ -119,13 +134,9 @@ class Scorer:
         self.svc_ok = {s: Rolling(w) for s in sc["recovered"]["services"]}
         self.svc_useful = {s: Rolling(w) for s in sc["recovered"]["services"]}
         hold = lambda s: max(0, round(s / dt))  # noqa: E731
-        self.milestones = {"loop_broken": Milestone("loop_broken", hold(sc["loop"]["hold"]))}
-        if self.healthy_devices:  # a world without devices (us-east-1-2025) has no such measure
-            self.milestones["devices_healthy"] = Milestone("devices_healthy", hold(sc["healthy"]["hold"]))
-        if sc["backlog"]["populations"] or sc["backlog"]["services"]:
-            self.milestones["backlog_drained"] = Milestone("backlog_drained", hold(sc["backlog"]["hold"]))
-        for p in [*sc["recovered"]["populations"], *sc["recovered"]["services"]]:
-            self.milestones[f"recovered:{p}"] = Milestone(f"recovered:{p}", hold(sc["recovered"]["hold"]))
+        holds = {"loop_broken": sc["loop"]["hold"], "devices_healthy": sc["healthy"]["hold"],
+                 "backlog_drained": sc["backlog"]["hold"]}
+        self.milestones = {k: Milestone(k, hold(holds.get(k, sc["recovered"]["hold"]))) for k in milestone_keys(data)}
         self.arrival = {p["name"]: p["rate"] * p["clients"] for p in data["populations"]}
         self.impact_w = sc["impact"]
         self.impact = {p: 0.0 for p in self.impact_w}
@@ -150,7 +161,7 @@ class Scorer:
         setups = sum(metrics[d]["setups"] for d in self.loop_devices)
         ok = sum(metrics[d]["setups"] * metrics[d]["setup_success_ratio"] for d in self.loop_devices)
         self.setup.add(ok, setups)
-        attempts = sum(metrics[p]["attempts"] + metrics[p]["conn_attempts"] for p in self.loop_pops)
+        attempts = sum(metrics[p]["tries"] for p in self.loop_pops)
         demand = sum(metrics[p]["demand"] for p in self.loop_pops)
         self.amp.add(attempts, demand)
         self.useful.add(sum(min(metrics[s]["work_useful"], metrics[s]["work_done"]) for s in self.loop_services),

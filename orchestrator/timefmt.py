@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$")
-_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*$")
+#: the text forms, also used by the JSON Schema (``orchestrator/json_schema.py``)
+DURATION_PATTERN = r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$"
+CLOCK_PATTERN = r"^\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*$"
+_DURATION = re.compile(DURATION_PATTERN)
+_CLOCK = re.compile(CLOCK_PATTERN)
 
 
 def parse_duration(value) -> float:

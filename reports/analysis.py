@@ -135,6 +135,7 @@ def analyse(run: RunData) -> Analysis:
 
     par = playbook.get("par") or {}
     par_s = {k: _parse_clock(v) for k, v in par.items()}
+    actions = {m.get("name") for m in playbook.get("mitigations") or []}  # par for these is the real team's action times
 
     # -- the score beside par ---------------------------------------------------------------
     measures = []
@@ -155,7 +156,7 @@ def analyse(run: RunData) -> Analysis:
     for key, tick in sorted(milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)
     for key in dict.fromkeys([*relapses, *par_s]):
-        if key not in milestones_reached and key not in ("trigger", "first_customer_update"):
+        if key not in milestones_reached and key not in ("trigger", "first_customer_update") and key not in actions:
             measure(_milestone_label(key), key, None)
 
     # -- impact -------------------------------------------------------------------------------
@@ -180,7 +181,7 @@ def analyse(run: RunData) -> Analysis:
             row["par"] = f"{_clock(par_s[par_key])} ({_delta(start_s + tick * dt - par_s[par_key])} vs par)"
         timeline.append(row)
 
-    history = historical_actions(str(meta.get("playbook", "")))
+    history = {k: v for k, v in par_s.items() if k in actions}  # the real team's actions
     loop = (playbook.get("scoring") or {}).get("loop") or {}
     bad_tick = None
     signal = loop_signal(loop, m, dt) if ticks_done else None
@@ -363,24 +364,6 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     done = m[f"{service}.work_done"].rolling(w, min_periods=1).sum()
     useful = m[f"{service}.work_useful"].clip(upper=m[f"{service}.work_done"]).rolling(w, min_periods=1).sum()
     return (useful / done.where(done > 0)).fillna(0.0)
-
-
-def historical_actions(playbook: str) -> dict[str, float]:
-    """Action -> when the real team's took effect (seconds after midnight), from the
-    built-in playbook's ``historical`` runbook, where it says."""
-    import importlib.resources
-
-    try:
-        path = importlib.resources.files("playbooks") / "runbooks" / playbook / "historical.yaml"
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, ValueError, yaml.YAMLError):
-        return {}
-    out = {}
-    for rule in doc.get("rules") or []:
-        action = rule.get("do") if isinstance(rule.get("do"), str) else (rule.get("do") or {}).get("action")
-        if rule.get("historical") and action and action not in out:
-            out[action] = _parse_clock(rule["historical"])
-    return out
 
 
 def _parse_clock(text) -> float:

@@ -85,11 +85,11 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         ax.set_ylim(-0.02, 1.05)
         charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
 
-    loop_populations = [p for p in loop.get("populations", []) if f"{p}.attempts" in m]
+    loop_populations = [p for p in loop.get("populations", []) if f"{p}.tries" in m]
     if loop_populations and wanted("amplification"):
         fig, ax = _figure("Retry amplification (attempts per wanted request, 1-minute mean)", "x")
         for p in loop_populations:
-            tries = (m[f"{p}.attempts"] + m[f"{p}.conn_attempts"]).rolling(window, min_periods=1).sum()
+            tries = m[f"{p}.tries"].rolling(window, min_periods=1).sum()
             want = m[f"{p}.demand"].rolling(window, min_periods=1).sum()
             ax.plot(hours, (tries / want.where(want > 0)).iloc[::every], label=p)
         charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)

@@ -77,6 +77,15 @@ CASES = [
              "mitigations[0].effects[0].args.count: got 'two'; expected a whole number (argument count of add_devices)"),
     playbook("mitigation_missing_argument.yaml.j2",
              "mitigations[0].effects[0].args: got {}; expected argument factor (which scale_rate requires)"),
+    playbook("mitigation_argument_out_of_range.yaml.j2",
+             "mitigations[0].effects[0].args.factor: got -0.5; expected a number >= 0 (argument factor of scale_rate)"),
+    playbook("mitigation_names_unknown_device.yaml.j2", "mitigations[0].effects[0].args.path: got ['brige']; "
+             "expected a list naming devices of the playbook (bridge) (argument path of set_path)"),
+    playbook("unknown_par_key.yaml.j2", "par.loop_brokn: got 'loop_brokn'; expected a measure of this playbook's runs "
+             "(trigger, first_customer_update, loop_broken, devices_healthy) or one of its mitigations (add_capacity)"),
+    playbook("trigger_before_start.yaml.j2", "triggers[0].at: got '06:00'; expected a time at or after clock.start (07:00"),
+    playbook("trigger_refers_to_a_param.yaml.j2", "triggers[0].effects[0].args.count: got '$devices'; expected a value "
+             "(a trigger has no params or requester to refer to)"),
     playbook("jinja_syntax_error.yaml.j2", "(render)", "line 21: got \"unexpected '}'\"; expected valid Jinja2 syntax"),
     playbook("template_runtime_error.yaml.j2", "(render)", "line 21:", "ZeroDivisionError", "a template that renders"),
     playbook("missing_required_field.yaml.j2", "devices[0].cpu_per_device: got None; expected a value (required"),
@@ -87,6 +96,13 @@ CASES = [
     playbook("variables_header_yaml_error.yaml.j2", "(parse of the variables header)", "line 5, column 16",
              "while parsing a flow sequence at line 4, column 14"),
     playbook("several_errors.yaml.j2", "(validate)", *SEVERAL_ERRORS, header="5 errors"),
+    playbook("field_and_reference_errors.yaml.j2", "(validate)", "devices[0].count: got -1; expected an integer >= 0",
+             "mitigations[0].effects[0].op: got 'add_servers'; expected an operation of a device (add_devices, restart",
+             header="2 errors"),
+    playbook("yaml_boolean_surprise.yaml.j2", "populations[0].retry.jitter: got False; expected one of none, full, "
+             "equal, decorrelated (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"),
+    playbook("yaml_exponent_as_text.yaml.j2", "devices[0].conntrack.capacity_per_device: got '2.5e5'; expected a "
+             "number (YAML 1.1 reads 2.5e5 as text: its numbers with an exponent need a dot and a sign"),
     playbook("several_service_errors.yaml.j2", "(validate)",
              "services[1].leases.ttl: got 90.0; expected a whole number of renewal periods (60 s)",
              "services[3].health_checks.network: got 'store'; expected a service with a queue",
@@ -95,19 +111,25 @@ CASES = [
     # runbooks, against the valid playbook
     runbook("runbook_unknown_mitigation.yaml",
             "rules[0].do.action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),
-    runbook("runbook_unknown_metric.yaml",
-            "rules[1].when.metric: got 'clients.latency_p99'; expected a metric the playbook's monitoring observes"),
+    runbook("runbook_unknown_metric.yaml",  # the observed metrics, the most alike first
+            "rules[1].when.metric: got 'clients.latency_p99'; expected a metric the playbook's monitoring observes "
+            "(clients.error_ratio, bridge.utilisation)"),
+    runbook("runbook_field_error_and_unknown_action.yaml", "rules[0].repeat: got 'sometimes'; expected true or false",
+            "rules[0].do.action: got 'add_capacty'; expected a mitigation of valid-minimal (add_capacity)", header="2 errors"),
     runbook("runbook_bad_condition.yaml", "rules[1].when: got {'metric': 'clients.error_ratio', 'above': 0.1, 'below': 0.5",
             "expected exactly one of above, below"),
     runbook("runbook_yaml_syntax_error.yaml", "(parse)", "line 7, column 7", "expected ',' or '}', but got ':'",
             "while parsing a flow mapping at line 6, column 11"),
+    runbook("runbook_param_wrong_type.yaml",
+            "rules[1].do.params.devices: got 'four'; expected a whole number (it is argument count of add_devices)"),
     runbook("runbook_unknown_param.yaml", "rules[1].do.params.servers: got 4; expected a parameter of add_capacity (devices)"),
     runbook("runbook_wrong_type.yaml", "rules[1].when.for: got 'a while'; expected a duration",
             "rules[1].when.above: got 'high'; expected a number", header="2 errors"),
     runbook("runbook_unknown_rule_field.yaml", "rules[0].wehn: got {'alarm': 'bridge-hot'}; expected one of the known fields",
             "rules[0].when: got None; expected a value (required", header="2 errors"),
     Case("runbook_not_found", [str(VALID), "--runbook", "nope"],
-         ["no runbook 'nope': not a file, and the built-in runbooks of valid-minimal are: none"], None,
+         ["no runbook 'nope': not a file, and the runbooks of valid-minimal are: none",
+          f"(a playbook's own runbooks go in {CORPUS / 'runbooks' / 'valid-minimal'}/)"], None,
          [str(VALID), "--runbook", "nope"]),
     # variables: --set and --vars
     variables("set_unknown_variable", ["--set", "nope=1"],
@@ -145,8 +167,8 @@ CASES = [
 ]
 PLAYBOOK_FILES = {c.id for c in CASES if c.id.endswith(".yaml.j2")}
 #: run in a real subprocess as well: the defects the issue lists, and one of each other kind
-REAL = ["yaml_syntax_error.yaml.j2", "undefined_variable.yaml.j2", "unknown_field.yaml.j2", "wrong_type.yaml.j2",
-        "mitigation_misspelled_argument.yaml.j2",
+REAL = ["yaml_syntax_error.yaml.j2", "field_and_reference_errors.yaml.j2", "undefined_variable.yaml.j2", "unknown_field.yaml.j2", "wrong_type.yaml.j2",
+        "mitigation_misspelled_argument.yaml.j2", "mitigation_argument_out_of_range.yaml.j2",
         "negative_capacity.yaml.j2", "dunder_class_access.yaml.j2", "several_errors.yaml.j2",
         "runbook_unknown_mitigation.yaml", "runbook_yaml_syntax_error.yaml", "set_unknown_variable", "set_wrong_type",
         "vars_wrong_type", "negative_seed"]
@@ -163,7 +185,8 @@ def test_each_broken_playbook_differs_from_the_valid_one_by_one_defect():
     import difflib
 
     base = VALID.read_text().splitlines()[1:]  # line 1 is the comment naming the defect
-    for name in sorted(PLAYBOOK_FILES - {"several_errors.yaml.j2", "several_service_errors.yaml.j2"}):
+    for name in sorted(PLAYBOOK_FILES - {"several_errors.yaml.j2", "several_service_errors.yaml.j2",
+                                         "field_and_reference_errors.yaml.j2"}):
         broken = (CORPUS / name).read_text().splitlines()[1:]
         changed = [ln for ln in difflib.unified_diff(base, broken, lineterm="", n=0)
                    if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]

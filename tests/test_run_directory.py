@@ -91,3 +91,30 @@ def test_builtin_playbooks_are_found_after_a_non_editable_install(tmp_path):
     assert "us-east-1-2021" in playbooks
     assert {"none", "historical"} <= set(runbooks)
     assert where.startswith(str(target))
+
+
+def test_a_bug_during_a_run_ends_it_with_a_message_and_a_readable_directory(tmp_path, monkeypatch):
+    """Everything a playbook can say is checked before a run; should a bug still raise
+    mid-run, the user gets a message (not a traceback), exit 1 and a directory to read."""
+    from click.testing import CliRunner
+
+    from agents.device import DevicePool
+    from orchestrator.cli import main
+
+    step = DevicePool.step
+
+    def failing_step(self, tick, inbox):  # stands in for a bug in an agent
+        if tick == 30:
+            raise ZeroDivisionError("division by zero")
+        return step(self, tick, inbox)
+
+    monkeypatch.setattr(DevicePool, "step", failing_step)
+    out = tmp_path / "bug"
+    result = CliRunner().invoke(main, ["run", "--runbook", "none", "--duration", "10m", "--hosting", "inprocess",
+                                       "--no-progress", "--no-report", "--out", str(out)])
+    assert result.exit_code == 1
+    assert "the simulation failed at tick 30 (ZeroDivisionError: division by zero). This is a bug in gameday" in result.output
+    assert "Traceback" not in result.output and str(out / "error.txt") in result.output
+    assert "ZeroDivisionError" in (out / "error.txt").read_text()
+    run = load_run(out)
+    assert run.meta["status"] == "failed" and run.meta["ticks_done"] == 30

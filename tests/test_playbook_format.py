@@ -1,0 +1,251 @@
+"""The playbook format has one description, and everything is generated from it: the
+reference (docs/playbook-reference.md), the JSON Schema editors use, and validation.
+
+- the reference in the repository is the generated one, and names every field, operation,
+  argument, metric and condition validation accepts, each with a meaning;
+- the JSON Schemas are valid draft 2020-12 schemas, accept every built-in playbook and
+  runbook, and reject every file of the bad-input corpus whose defect one field can show;
+- a user's playbook finds the runbooks beside it, and ``gameday playbooks new`` writes one
+  that validates and runs.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from agents import AGENT_CLASSES
+from orchestrator.cli import main
+from orchestrator.format import CONDITIONS, PLAYBOOK, RUNBOOK
+from orchestrator.format_reference import reference_markdown, undocumented, walk_fields
+from orchestrator.json_schema import playbook_schema, runbook_schema
+from orchestrator.operations import TARGET_KINDS, operations
+from orchestrator.playbook import (builtin_dir, builtin_playbooks, builtin_runbooks, find_playbook, load_playbook,
+                                   load_runbook, read_template, render, resolve_variables)
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "docs" / "playbook-reference.md"
+CORPUS = Path(__file__).parent / "corpus"
+
+#: corpus files whose defect needs more than one field to see (names that must exist
+#: elsewhere in the world, a chain of services) or that never becomes YAML: only
+#: ``gameday playbooks validate`` catches these
+NOT_FOR_A_SCHEMA = {
+    "unknown_mitigation_target.yaml.j2": "the target must be a part defined elsewhere in the file",
+    "unknown_path_device.yaml.j2": "the device must be defined elsewhere in the file",
+    "several_service_errors.yaml.j2": "lease periods, queues and chains across services",
+    "non_finite_number.yaml.j2": "YAML's .nan is a number to JSON Schema, and NaN passes every range",
+    "runbook_unknown_metric.yaml": "the metric must be observed by the playbook",
+    "runbook_unknown_mitigation.yaml": "the action must be a mitigation of the playbook",
+    "runbook_unknown_param.yaml": "the param must be declared by the playbook's mitigation",
+    "runbook_param_wrong_type.yaml": "the param's type is that of the operation the playbook's mitigation applies",
+    "mitigation_names_unknown_device.yaml.j2": "the device must be defined elsewhere in the file",
+    "unknown_par_key.yaml.j2": "the measures and mitigations are those of the file",
+    "trigger_before_start.yaml.j2": "two fields compared",
+    "runbook_field_error_and_unknown_action.yaml": None,  # its field error is one a schema sees
+}
+
+
+def test_the_reference_in_the_repository_is_the_generated_one():
+    assert REFERENCE.read_text(encoding="utf-8") == reference_markdown(), \
+        "docs/playbook-reference.md is stale: gameday playbooks reference > docs/playbook-reference.md"
+
+
+def test_every_entry_of_the_format_has_a_meaning_and_an_example():
+    assert undocumented() == []
+
+
+def test_the_reference_names_everything_validation_accepts():
+    text = reference_markdown()
+    for root in (PLAYBOOK, RUNBOOK):
+        for loc, _, _ in walk_fields(root):
+            assert f"`{loc}`" in text, loc
+    for key, cond in CONDITIONS.items():
+        assert f"### `{key}`" in text
+        for k in cond.keys:
+            assert f"**`{k}`**" in text
+    for kind in TARGET_KINDS:
+        for name, op in operations(kind).items():
+            assert f"#### `{name}`" in text
+            for arg in op.args:
+                assert f"**`{arg}`**" in text, (kind, name, arg)
+        for metric, (_, meaning) in AGENT_CLASSES[kind].METRICS.items():
+            assert f"| `{metric}` |" in text and meaning
+
+
+def test_the_reference_command_prints_the_reference():
+    result = CliRunner().invoke(main, ["playbooks", "reference"])
+    assert result.exit_code == 0
+    assert result.output == reference_markdown()
+
+
+def test_every_operation_example_is_a_valid_effect():
+    """Each operation's example arguments pass the argument checks of validation."""
+    for kind in TARGET_KINDS:
+        for name, op in operations(kind).items():
+            for k, v in op.example.items():
+                assert k in op.args, (kind, name, k)
+                assert op.args[k].problem(v) is None, (kind, name, k, v)
+            missing = [k for k, a in op.args.items() if a.required and k not in op.example]
+            assert not missing, (kind, name, missing)
+
+
+# -- JSON Schema ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def validators():
+    schemas = playbook_schema(), runbook_schema()
+    for s in schemas:
+        jsonschema.Draft202012Validator.check_schema(s)
+    return tuple(jsonschema.Draft202012Validator(s) for s in schemas)
+
+
+def _rendered(path: Path) -> dict:
+    tpl = read_template(path)
+    return yaml.safe_load(render(tpl, resolve_variables(tpl, {}, str(path))))
+
+
+def test_the_built_in_playbooks_and_runbooks_satisfy_the_schemas(validators):
+    pb, rb = validators
+    for name in builtin_playbooks():
+        doc = _rendered(find_playbook(name))
+        assert [e.message for e in pb.iter_errors(doc)] == [], name
+        for r in builtin_runbooks(name):
+            runbook = yaml.safe_load((builtin_dir() / "runbooks" / name / f"{r}.yaml").read_text())
+            assert [e.message for e in rb.iter_errors(runbook)] == [], (name, r)
+    starter = _rendered(builtin_dir() / "templates" / "starter.yaml.j2")
+    assert [e.message for e in pb.iter_errors(starter)] == []
+
+
+def _corpus_documents():
+    """(file name, parsed document, is a runbook) of every corpus file that parses."""
+    for f in sorted(CORPUS.iterdir()):
+        try:
+            if f.name.endswith(".yaml.j2"):
+                yield f.name, _rendered(f), False
+            elif f.name.startswith(("runbook", "valid_runbook")):
+                yield f.name, yaml.safe_load(f.read_text()), True
+        except Exception:  # a render or YAML error: never a document for a schema to judge
+            continue
+
+
+def test_the_schemas_reject_every_corpus_defect_a_field_shows(validators):
+    pb, rb = validators
+    judged = list(_corpus_documents())
+    assert len(judged) > 20
+    for name, doc, is_runbook in judged:
+        errors = list((rb if is_runbook else pb).iter_errors(doc))
+        if name.startswith("valid_"):
+            assert errors == [], name
+        elif NOT_FOR_A_SCHEMA.get(name):
+            continue
+        else:
+            assert errors, f"{name}: the schema accepts it"
+
+
+def test_the_schema_checks_an_operations_arguments(validators):
+    pb, _ = validators
+    doc = _rendered(CORPUS / "valid_minimal.yaml.j2")
+    effect = doc["mitigations"][0]["effects"][0]
+    assert not list(pb.iter_errors(doc))
+    for args in ({"cuont": 2}, {"count": "two"}):
+        effect["args"] = args
+        assert list(pb.iter_errors(doc)), args
+    effect["args"] = {"count": "$devices"}  # a param reference
+    assert not list(pb.iter_errors(doc))
+    effect.update(target="clients", op="scale_rate", args={})  # factor is required
+    assert list(pb.iter_errors(doc))
+    effect["args"] = {"factor": 0.5}
+    assert not list(pb.iter_errors(doc))
+
+
+def test_the_schema_command_prints_json():
+    for extra, title in (([], "gameday playbook (rendered)"), (["--runbook"], "gameday runbook")):
+        result = CliRunner().invoke(main, ["playbooks", "schema", *extra])
+        assert result.exit_code == 0
+        assert json.loads(result.output)["title"] == title
+
+
+# -- runbooks beside a user's playbook, and playbooks new ------------------------------------
+
+def test_a_runbook_beside_a_user_playbook_is_found_by_name(tmp_path):
+    text = (CORPUS / "valid_minimal.yaml.j2").read_text()
+    (tmp_path / "mine.yaml.j2").write_text(text)
+    (tmp_path / "runbooks" / "valid-minimal").mkdir(parents=True)
+    rule = {"name": "n", "rules": [{"when": {"alarm": "bridge-hot"}, "do": "add_capacity"}]}
+    (tmp_path / "runbooks" / "valid-minimal" / "hot.yaml").write_text(yaml.safe_dump(rule))
+    (tmp_path / "runbooks" / "flat.yaml").write_text(yaml.safe_dump(rule))
+    pb = load_playbook(str(tmp_path / "mine.yaml.j2"))
+    for ref in ("hot", "flat"):
+        _, rb = load_runbook(ref, pb)
+        assert rb["rules"][0]["do"]["action"] == "add_capacity"
+    shown = CliRunner().invoke(main, ["playbooks", "show", str(tmp_path / "mine.yaml.j2")])
+    assert shown.exit_code == 0 and "runbooks: flat, hot, none" in shown.output
+    missing = CliRunner().invoke(main, ["playbooks", "validate", str(tmp_path / "mine.yaml.j2"), "-r", "cold"])
+    assert missing.exit_code == 2
+    assert "the runbooks of valid-minimal are: flat, hot, none" in missing.output
+
+
+def test_playbooks_new_writes_a_playbook_that_validates_and_runs(tmp_path):
+    runner = CliRunner()
+    made = runner.invoke(main, ["playbooks", "new", "checkout", "--dir", str(tmp_path)])
+    assert made.exit_code == 0, made.output
+    path = tmp_path / "checkout.yaml.j2"
+    assert sorted(p.name for p in (tmp_path / "runbooks" / "checkout").iterdir()) == ["historical.yaml", "none.yaml"]
+    assert "gameday playbooks reference" in path.read_text()  # it points to the reference
+    valid = runner.invoke(main, ["playbooks", "validate", str(path), "-r", "historical", "-r", "none"])
+    assert valid.exit_code == 0, valid.output
+    out = tmp_path / "run"
+    ran = runner.invoke(main, ["run", str(path), "--hosting", "inprocess", "--duration", "1h", "--no-report",
+                               "--no-attribution", "--no-progress", "--json", "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    score = json.loads(ran.output[ran.output.index("{"):])
+    assert score["loop_broken"]["reached"]  # its historical runbook breaks its loop
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["runbook"] == "historical" and meta["status"] == "complete"  # the playbook's own, by default
+    again = runner.invoke(main, ["playbooks", "new", "checkout", "--dir", str(tmp_path)])
+    assert again.exit_code == 2 and "already there" in again.output
+
+
+def test_playbooks_new_copies_a_built_in_with_its_runbooks(tmp_path):
+    made = CliRunner().invoke(main, ["playbooks", "new", "our-2021", "--from", "us-east-1-2021", "--dir", str(tmp_path)])
+    assert made.exit_code == 0, made.output
+    pb = load_playbook(str(tmp_path / "our-2021.yaml.j2"))
+    assert pb.name == "our-2021"
+    assert sorted(p.stem for p in (tmp_path / "runbooks" / "our-2021").iterdir()) == builtin_runbooks("us-east-1-2021")
+    bad = CliRunner().invoke(main, ["playbooks", "new", "x", "--from", "nope", "--dir", str(tmp_path)])
+    assert bad.exit_code == 2 and "--from: got 'nope'; expected one of starter, us-east-1-2021" in bad.output
+
+
+# -- conditions ------------------------------------------------------------------------------
+
+def test_a_runbook_time_can_count_from_the_first_trigger(tmp_path):
+    pb = load_playbook("us-east-1-2021")
+    first = min(t["at"] for t in pb.data["triggers"])
+    book = tmp_path / "rel.yaml"
+    book.write_text(yaml.safe_dump({"name": "rel", "rules": [{"when": {"at": "+15m"}, "do": pb.data["mitigations"][0]["name"]}]}))
+    _, rb = load_runbook(str(book), pb)
+    assert rb["rules"][0]["when"]["at"] == first + 900
+    assert rb["rules"][0]["when"]["for"] == 0.0  # defaults filled in from the one description
+
+
+def test_the_starters_loop_outlives_its_cause(tmp_path):
+    """The starter is a metastable failure, not a scripted one: its capacity dip ends at
+    07:20, and without anyone acting the retries keep the queue full to the end."""
+    out = tmp_path / "none"
+    ran = CliRunner().invoke(main, ["run", str(builtin_dir() / "templates" / "starter.yaml.j2"), "-r", "none",
+                                    "--hosting", "inprocess", "--no-report", "--no-attribution", "--no-progress",
+                                    "--json", "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    score = json.loads(ran.output[ran.output.index("{"):])
+    assert not score["loop_broken"]["reached"]
+    import pandas as pd
+
+    m = pd.read_csv(out / "metrics.csv")
+    late = m[m["time_s"] >= 1800]  # from 07:30, ten minutes after the capacity is back
+    assert late["api.goodput"].sum() == 0
+    assert (late["clients.tries"] / late["clients.demand"]).mean() > 3  # four attempts, nearly all spent
