@@ -23,7 +23,7 @@ class Automation(Agent):
             first = round((t["at"] - world.start_s) / world.dt)
             every = round(t["repeat_every"] / world.dt) if t.get("repeat_every") else 0
             self.triggers.append({"name": t["name"], "next": first, "every": every, "enabled": True,
-                                  "effects": t["effects"], "description": t.get("description", "")})
+                                  "effects": t["effects"], "description": t["description"]})
 
     @operation(example={"fault": "blind_monitoring", "params": {"seconds": 600}},
                fault=Arg("the name of one of the playbook's faults", names="fault"),
@@ -37,10 +37,10 @@ class Automation(Agent):
         if f is None:  # the session checks names before injecting; a replayed journal could still hold one
             self.event(tick, "fault_rejected", fault=fault, reason="not in the playbook's faults")
             return
-        values = dict(f.get("params") or {}) | dict(params or {})
-        self.event(tick, "fault_injected", fault=fault, params=values, by=by, description=f.get("description", ""))
+        values = dict(f["params"]) | dict(params or {})
+        self.event(tick, "fault_injected", fault=fault, params=values, by=by, description=f["description"])
         for eff in f["effects"]:
-            args = {k: resolve_param(v, values, by) for k, v in (eff.get("args") or {}).items()}
+            args = {k: resolve_param(v, values, by) for k, v in eff["args"].items()}
             self.send_apply(eff["target"], eff["op"], args, fault, tick)
 
     @operation(example={"trigger": "scaling-activity"},
@@ -62,6 +62,6 @@ class Automation(Agent):
                 fired += 1
                 self.event(tick, "trigger", trigger=t["name"], description=t["description"])
                 for eff in t["effects"]:
-                    self.send_apply(eff["target"], eff["op"], eff.get("args") or {}, t["name"], tick)
+                    self.send_apply(eff["target"], eff["op"], eff["args"], t["name"], tick)
                 t["next"] = tick + t["every"] if t["every"] else -1
         return self.finish({"fired": fired, "enabled": sum(t["enabled"] for t in self.triggers)})

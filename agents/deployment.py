@@ -24,10 +24,10 @@ class Deployment(Agent):
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
         dt = world.dt
-        self.path = list(spec.get("path") or [])
-        self.step_ticks = in_ticks(spec.get("step_time", 60.0), dt)
-        self.retry_ticks = in_ticks(spec.get("retry_delay", 30.0), dt)
-        self.timeout = float(spec.get("timeout", 10.0))
+        self.path = list(spec["path"])
+        self.step_ticks = in_ticks(spec["step_time"], dt)
+        self.retry_ticks = in_ticks(spec["retry_delay"], dt)
+        self.timeout = float(spec["timeout"])
         self.catalogue = {m["name"]: m for m in spec.get("catalogue") or []}
         self.actions: list[dict] = []
         self.inflight: dict[int, list[str]] = {}
@@ -98,12 +98,12 @@ class Deployment(Agent):
         if m is None:
             self.event(tick, "action_rejected", action=body["action"], by=requester, reason="not in the catalogue")
             return
-        params = dict(m.get("params") or {}) | dict(body.get("params") or {})
-        lead = max(0, round(float(m.get("lead_time", 0.0)) / self.world.dt))
-        steps = int(m.get("steps", 1)) if m.get("deploy", True) else 0
+        params = dict(m["params"]) | dict(body.get("params") or {})
+        lead = max(0, round(float(m["lead_time"]) / self.world.dt))
+        steps = int(m["steps"]) if m["deploy"] else 0
         a = {"id": body["id"], "action": m["name"], "params": params, "by": requester, "asked": tick,
              "ready_at": tick + lead, "next": tick + lead, "steps_left": steps, "steps": steps, "stepping": False,
-             "failed_steps": 0, "done": False, "effects": m.get("effects") or [], "risk": m.get("risk", "low")}
+             "failed_steps": 0, "done": False, "effects": m["effects"], "risk": m["risk"]}
         self.actions.append(a)
         self.event(tick, "action_started", id=a["id"], action=a["action"], by=requester, params=params,
                    lead_time_s=lead * self.world.dt, steps=steps, risk=a["risk"])
@@ -112,7 +112,7 @@ class Deployment(Agent):
     def _take_effect(self, tick: int, a: dict) -> None:
         a["done"] = True
         for eff in a["effects"]:
-            args = {k: resolve_param(v, a["params"], a["by"]) for k, v in (eff.get("args") or {}).items()}
+            args = {k: resolve_param(v, a["params"], a["by"]) for k, v in eff["args"].items()}
             self.send_apply(eff["target"], eff["op"], args, a["action"], tick)
         self.event(tick, "action_effective", id=a["id"], action=a["action"], by=a["by"], asked_tick=a["asked"],
                    failed_steps=a["failed_steps"], risk=a["risk"])

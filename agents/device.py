@@ -64,18 +64,18 @@ class DevicePool(Agent):
         super().__init__(name, spec, rng, world)
         self.count = int(spec["count"])
         self.cpu_per_device = float(spec["cpu_per_device"])
-        costs = spec.get("costs") or {}
-        self.c_setup = float(costs.get("setup", 20.0))
-        self.c_request = float(costs.get("request", 1.0))
-        self.c_reject = float(costs.get("reject", 0.5))
-        table = spec.get("conntrack") or {}
-        self.table_per_device = float(table.get("capacity_per_device", 1e9))
-        self.half_open_ticks = in_ticks(table.get("half_open_timeout", 30.0), world.dt)
-        queue = spec.get("queue") or {}
-        self.buffer_s = float(queue.get("buffer", 5.0))
-        self.base_latency = float(queue.get("base_latency", 0.002))
-        self.protection = bool(spec.get("protection", False))
-        self.protection_queue = float(queue.get("protection_target", 0.05))  # seconds of queue protection allows
+        costs = spec["costs"]
+        self.c_setup = float(costs["setup"])
+        self.c_request = float(costs["request"])
+        self.c_reject = float(costs["reject"])
+        table = spec["conntrack"]
+        self.table_per_device = float(table["capacity_per_device"])
+        self.half_open_ticks = in_ticks(table["half_open_timeout"], world.dt)
+        queue = spec["queue"]
+        self.buffer_s = float(queue["buffer"])
+        self.base_latency = float(queue["base_latency"])
+        self.protection = bool(spec["protection"])
+        self.protection_queue = float(queue["protection_target"])  # seconds of queue protection allows
         self.queue = 0.0  # work units waiting
         self.established: dict[str, int] = dict((spec.get("_wiring") or {}).get("initial_connections") or {})
         self.half_open = np.zeros(self.half_open_ticks, dtype=np.int64)  # ring of half-open entries by expiry

@@ -19,19 +19,19 @@ from .base import in_ticks
 
 class DnsAutomation:
     def __init__(self, spec: dict, dt: float):
-        self.plan_every = in_ticks(spec.get("plan_every", 60.0), dt)
-        self.delay = in_ticks(spec.get("delay", 5.0), dt)
-        self.slow_chance = float(spec.get("slow_chance", 0.0))
-        self.slow_delay = in_ticks(spec.get("slow_delay", 600.0), dt)
-        self.cleanup_after = in_ticks(spec.get("cleanup_after", 30.0), dt)
-        self.keep = int(spec.get("keep", 3))
-        self.guard = bool(spec.get("guard", False))
+        self.plan_every = in_ticks(spec["plan_every"], dt)
+        self.delay = in_ticks(spec["delay"], dt)
+        self.slow_chance = float(spec["slow_chance"])
+        self.slow_delay = in_ticks(spec["slow_delay"], dt)
+        self.cleanup_after = in_ticks(spec["cleanup_after"], dt)
+        self.keep = int(spec["keep"])
+        self.guard = bool(spec["guard"])
         self.enabled = True
         self.delay_next = 0  # ticks the next application takes, when a fault has slowed an enactor
         self.newest = 0
         self.plans = {0}
         self.active: int | None = 0  # None: the plan in place was deleted, the endpoint has no records
-        self.enactors = [{"plan": None, "done_at": 0} for _ in range(int(spec.get("enactors", 3)))]
+        self.enactors = [{"plan": None, "done_at": 0} for _ in range(int(spec["enactors"]))]
         self.cleanups: list[tuple[int, int]] = []  # (due tick, delete plans older than this)
 
     @property

@@ -24,16 +24,16 @@ from .base import in_ticks
 
 class HealthChecks:
     def __init__(self, spec: dict, dt: float):
-        self.targets = int(spec.get("targets", 100))
+        self.targets = int(spec["targets"])
         self.network = spec["network"]
-        self.every = in_ticks(spec.get("interval", 10.0), dt)
-        self.fall = int(spec.get("fall", 3))
-        self.rise = int(spec.get("rise", 3))
-        self.checker_turnover = float(spec.get("checker_turnover", 0.0)) / 3600.0
-        self.target_turnover = float(spec.get("target_turnover", 0.0)) / 3600.0
-        self.failover = bool(spec.get("failover", True))
+        self.every = in_ticks(spec["interval"], dt)
+        self.fall = int(spec["fall"])
+        self.rise = int(spec["rise"])
+        self.checker_turnover = float(spec["checker_turnover"]) / 3600.0
+        self.target_turnover = float(spec["target_turnover"]) / 3600.0
+        self.failover = bool(spec["failover"])
         self.in_service = self.targets
-        self.recent = np.zeros(in_ticks(spec.get("dns_ttl", 60.0), dt), dtype=np.int64)  # removals per tick, a ring
+        self.recent = np.zeros(in_ticks(spec["dns_ttl"], dt), dtype=np.int64)  # removals per tick, a ring
         self.unready_targets = 0.0
 
     def set_failover(self, enabled: bool) -> None:

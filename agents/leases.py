@@ -25,11 +25,11 @@ class LeaseTable:
     def __init__(self, spec: dict, dt: float):
         self.count = int(spec["count"])
         self.store = spec["store"]
-        self.period = in_ticks(spec.get("renew_every", 60.0), dt)
-        self.max_missed = max(1, math.floor(float(spec.get("ttl", 300.0)) / (self.period * dt)))
-        self.retry_chance = min(1.0, dt / float(spec.get("retry_every", 60.0)))
-        self.timeout_s = float(spec.get("timeout", 30.0))
-        self.cost = float(spec.get("reestablish_cost", 1.0))
+        self.period = in_ticks(spec["renew_every"], dt)
+        self.max_missed = max(1, math.floor(float(spec["ttl"]) / (self.period * dt)))
+        self.retry_chance = min(1.0, dt / float(spec["retry_every"]))
+        self.timeout_s = float(spec["timeout"])
+        self.cost = float(spec["reestablish_cost"])
         self.missed = np.zeros((self.period, self.max_missed), dtype=np.int64)
         self.missed[:, 0] = split_clients(self.count, self.period)  # as even over the phases as integers allow
         self.expired = 0

@@ -26,13 +26,13 @@ class Monitoring(Agent):
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
         dt = world.dt
-        self.path = list(spec.get("path") or [])
-        self.timeout = float(spec.get("timeout", 5.0))
-        self.observe = list(spec.get("observe") or [])
-        self.stale_ticks = in_ticks(spec.get("stale_after", 180.0), dt)
-        self.log_delay_ticks = in_ticks(spec.get("log_delay", 600.0), dt)
-        self.publish_every = in_ticks(spec.get("publish_every", 10.0), dt)
-        self.alarms = [dict(a, for_ticks=in_ticks(a.get("for", 60.0), dt)) for a in spec.get("alarms") or []]
+        self.path = list(spec["path"])
+        self.timeout = float(spec["timeout"])
+        self.observe = list(spec["observe"])
+        self.stale_ticks = in_ticks(spec["stale_after"], dt)
+        self.log_delay_ticks = in_ticks(spec["log_delay"], dt)
+        self.publish_every = in_ticks(spec["publish_every"], dt)
+        self.alarms = [dict(a, for_ticks=in_ticks(a["for"], dt)) for a in spec["alarms"]]
         self.view: dict[str, tuple[float, int]] = {}  # metric -> (value, tick measured)
         self.truth: dict[str, tuple[float, int]] = {}
         self.pending: list[tuple[str, dict, int]] = []  # (agent, values, tick measured) waiting to cross

@@ -46,34 +46,34 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     and the client-by-client reference read it through this one function."""
     agent.clients = int(spec["clients"])
     agent.rate = float(spec["rate"])  # requests per client per second
-    agent.pooled = spec.get("mode", "pooled") == "pooled"
-    agent.durable = spec.get("work", "perishable") == "durable"
+    agent.pooled = spec["mode"] == "pooled"
+    agent.durable = spec["work"] == "durable"
     agent.max_rate = spec.get("max_rate")  # durable dispatch cap, requests/s
-    agent.path = list(spec.get("path") or [])
+    agent.path = list(spec["path"])
     agent.target = spec.get("target")
-    agent.depends_on = list(spec.get("depends_on") or [])
-    conn = spec.get("connection") or {}
-    agent.lifetime = float(conn.get("lifetime", 600.0))
-    agent.connect_timeout = float(conn.get("timeout", 3.0))
-    agent.reconnect = RetryPolicy.from_spec(conn.get("reconnect"))
-    agent.reconnect_on = set(conn.get("reconnect_on", ["timeout"]))
-    agent.request_timeout = float((spec.get("request") or {}).get("timeout", 5.0))
-    retry = spec.get("retry") or {}
+    agent.depends_on = list(spec["depends_on"])
+    conn = spec["connection"]
+    agent.lifetime = float(conn["lifetime"])
+    agent.connect_timeout = float(conn["timeout"])
+    agent.reconnect = RetryPolicy.from_spec(conn["reconnect"])
+    agent.reconnect_on = set(conn["reconnect_on"])
+    agent.request_timeout = float(spec["request"]["timeout"])
+    retry = spec["retry"]
     agent.retry = RetryPolicy.from_spec(retry)
     if agent.durable:
         agent.retry.max_attempts = 0  # durable work is never given up
-    agent.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"].get("capacity", 100.0))) \
+    agent.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"]["capacity"])) \
         if retry.get("budget") else None
     cb = retry.get("circuit_breaker")
-    agent.breaker = CircuitBreaker(float(cb.get("threshold", 0.5)), float(cb.get("window", 10.0)),
-                                  float(cb.get("open_for", 30.0)), float(cb.get("probe_fraction", 0.1)), dt) \
+    agent.breaker = CircuitBreaker(float(cb["threshold"]), float(cb["window"]),
+                                  float(cb["open_for"]), float(cb["probe_fraction"]), dt) \
         if cb else None
     # A caller that retries a refusal at once, on the same connection, with a bounded number
     # of attempts: against a full queue every such retry is refused too, at the same instant.
     agent.retries_refusal_at_once = bool(agent.retry.at_once and agent.retry.max_attempts > 1
                                          and not (agent.pooled and "reject" in agent.reconnect_on))
-    bugs = spec.get("bugs") or {}
-    agent.bug_ignores_backoff = bool(bugs.get("reconnect_ignores_backoff", False))
+    bugs = spec["bugs"]
+    agent.bug_ignores_backoff = bool(bugs["reconnect_ignores_backoff"])
     agent.bug_delay = float(bugs.get("reconnect_delay", agent.connect_timeout))
     agent.rate_factor = 1.0
     agent.dispatch_factor = 1.0

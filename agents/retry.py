@@ -20,23 +20,23 @@ JITTERS = ("none", "full", "equal", "decorrelated")
 
 @dataclass
 class RetryPolicy:
-    backoff: str = "exponential"  # none: retry at once; constant: base; exponential: base * multiplier**k
-    base: float = 1.0  # seconds
-    multiplier: float = 2.0
-    cap: float = 60.0  # seconds, largest delay
-    jitter: str = "full"
-    max_attempts: int = 0  # total attempts including the first; 0 = unlimited
+    """A playbook's retry policy (its defaults are the playbook format's, orchestrator/format.py)."""
+    backoff: str  # none: retry at once; constant: base; exponential: base * multiplier**k
+    base: float  # seconds
+    multiplier: float
+    cap: float  # seconds, largest delay
+    jitter: str
+    max_attempts: int  # total attempts including the first; 0 = unlimited
 
     @classmethod
-    def from_spec(cls, spec: dict | None) -> "RetryPolicy":
-        spec = dict(spec or {})
+    def from_spec(cls, spec: dict) -> "RetryPolicy":
         return cls(
-            backoff=spec.get("backoff", "exponential"),
-            base=float(spec.get("base", 1.0)),
-            multiplier=float(spec.get("multiplier", 2.0)),
-            cap=float(spec.get("cap", 60.0)),
-            jitter=spec.get("jitter", "full"),
-            max_attempts=int(spec.get("max_attempts", 0)),
+            backoff=spec["backoff"],
+            base=float(spec["base"]),
+            multiplier=float(spec["multiplier"]),
+            cap=float(spec["cap"]),
+            jitter=spec["jitter"],
+            max_attempts=int(spec["max_attempts"]),
         )
 
     @property

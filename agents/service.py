@@ -62,24 +62,25 @@ class Service(Agent):
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
-        self.capacity = float(spec.get("capacity", 1e12))  # requests per second
-        self.depends_on = list(spec.get("depends_on") or [])
+        self.capacity = float(spec["capacity"])  # requests per second
+        self.depends_on = list(spec["depends_on"])
         self.then = spec.get("then")
-        self.fail_fast = bool(spec.get("fail_fast", False))
-        fault = spec.get("fault") or {}
-        self.op_fault(0, fault.get("share", 0.0), fault.get("kind", "timeout"))
-        rec = spec.get("recycling") or {}
-        self.rec_when = rec.get("breaks_when")  # dependency whose failure breaks servers
-        self.rec_threshold = float(rec.get("below", 0.5))
-        self.rec_break_rate = float(rec.get("break_rate", 0.01))  # share of servers per second
-        self.rec_max = float(rec.get("max_broken", 0.8))
-        self.rec_needs = rec.get("needs")  # service whose health recycling requires
-        self.rec_repair_rate = float(rec.get("repair_rate", 0.001))  # share per second
-        st = spec.get("service_time") or {}
-        self.service_dist = st.get("distribution", "deterministic")
-        self.service_cv = float(st.get("cv", 1.0))
+        self.fail_fast = bool(spec["fail_fast"])
+        fault = spec["fault"]
+        self.op_fault(0, fault["share"], fault["kind"])
+        rec = spec.get("recycling")  # optional: without it, no server ever breaks
+        self.rec_when = rec["breaks_when"] if rec else None  # dependency whose failure breaks servers
+        self.rec_needs = rec.get("needs") if rec else None  # service whose health recycling requires
+        if rec:
+            self.rec_threshold = float(rec["below"])
+            self.rec_break_rate = float(rec["break_rate"])  # share of servers per second
+            self.rec_max = float(rec["max_broken"])
+            self.rec_repair_rate = float(rec["repair_rate"])  # share per second
+        st = spec["service_time"]
+        self.service_dist = st["distribution"]
+        self.service_cv = float(st["cv"])
         cv = {"deterministic": 0.0, "exponential": 1.0}.get(self.service_dist, self.service_cv)
-        self.queue = WorkQueue(spec["queue"].get("limit", 3600.0), cv) if spec.get("queue") else None
+        self.queue = WorkQueue(spec["queue"]["limit"], cv) if spec.get("queue") else None
         self.last_ratio = 1.0  # success ratio of the last answers (a queue may answer nothing in a tick)
         self.leases = LeaseTable(spec["leases"], world.dt) if spec.get("leases") else None
         self.checks = HealthChecks(spec["health_checks"], world.dt) if spec.get("health_checks") else None

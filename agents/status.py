@@ -22,10 +22,10 @@ class StatusDashboard(Agent):
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
         dt = world.dt
-        self.path = list(spec.get("path") or [])
-        self.timeout = float(spec.get("timeout", 10.0))
-        self.calls = int(spec.get("calls", 1))  # backend calls one post needs; all must succeed
-        self.retry_ticks = in_ticks(spec.get("retry_delay", 30.0), dt)
+        self.path = list(spec["path"])
+        self.timeout = float(spec["timeout"])
+        self.calls = int(spec["calls"])  # backend calls one post needs; all must succeed
+        self.retry_ticks = in_ticks(spec["retry_delay"], dt)
         fo = spec.get("failover") or {}
         self.failover_after = round(float(fo["after"]) / dt) if fo else None
         self.failover_path = list(fo.get("path") or [])

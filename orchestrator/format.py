@@ -25,7 +25,7 @@ _HEALTH_SOURCE = "the name of a service or a population"
 def _retry(doc: str) -> Field:
     """A retry policy (a population's ``retry`` and its ``connection.reconnect``)."""
     return M(
-        doc,
+        doc, default=dict,
         backoff=Field("str", choices=("none", "constant", "exponential"), default="exponential",
                       doc="how the nominal delay grows: none, the next attempt goes at once (the next tick); constant, "
                           "every delay is base; exponential, the delay after the k-th failure is base x multiplier^(k-1), "
@@ -161,6 +161,7 @@ SERVICE = M(
     fail_fast=Field("bool", default=False,
                     doc="a request it cannot serve gets an error at once, not a timeout (its callers retry at once)"),
     fault=M("a fault (toxic): a share of the requests fail whatever the load (the operation fault changes it)",
+            default=dict,
             share=ratio(default=0.0, unit="share of requests (0-1)",
                         doc="share of the requests that would have succeeded that fail instead; 0: no fault"),
             kind=Field("str", choices=("timeout", "error"), default="timeout",

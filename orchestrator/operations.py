@@ -8,6 +8,7 @@ Validation, the reference and the JSON Schema all read this one description.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,8 @@ class Argument:
         if a.choices is not None and value not in a.choices:
             return "one of " + ", ".join(map(str, a.choices))
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                return "a finite number"
             if (a.min is not None and value < a.min) or (a.max is not None and value > a.max):
                 return describe_range(a)
         return None

@@ -437,7 +437,7 @@ def _unknown_name(arg, value, parts: dict) -> str | None:
 
 
 def param_uses(mitigation: dict, kinds: dict) -> dict[str, list]:
-    """Where each of a mitigation's params goes: name -> the arguments (``Argument``) it fills."""
+    """Where each of a mitigation's (or fault's) params goes: name -> (operation, ``Argument``) it fills."""
     out: dict[str, list] = {}
     for e in mitigation["effects"]:
         kind = kinds.get(e["target"])
@@ -445,6 +445,26 @@ def param_uses(mitigation: dict, kinds: dict) -> dict[str, list]:
         for k, v in (e.get("args") or {}).items():
             if takes and k in takes.args and isinstance(v, str) and v.startswith("$") and v[1:] in mitigation["params"]:
                 out.setdefault(v[1:], []).append((e["op"], takes.args[k]))
+    return out
+
+
+def param_problems(mitigation: dict, given: dict, kinds: dict) -> list[tuple[str, object, str]]:
+    """(param, value, what was expected) for each value given for a mitigation's or fault's
+    params (a runbook's ``do.params``, a team's or facilitator's command) that it does not
+    declare, or that does not fit the argument it fills (or, filling none, its default's type)."""
+    declared, uses, out = mitigation["params"], param_uses(mitigation, kinds), []
+    for k, v in given.items():
+        if k not in declared:
+            out.append((k, v, f"a parameter of {mitigation['name']} ({_closest_first(k, declared)})"))
+            continue
+        for op, arg in uses.get(k, []):
+            wanted = arg.problem(v)
+            if wanted:
+                out.append((k, v, f"{wanted} (it is argument {arg.name} of {op})"))
+                break
+        else:
+            if k not in uses and not _same_type(declared[k], v):
+                out.append((k, v, f"a value of the same type as the default {declared[k]!r}"))
     return out
 
 
@@ -519,25 +539,17 @@ def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
         elif not isinstance(do.get("params") or {}, dict):
             issues.append(Issue(f"{loc}.do.params", do["params"], "a mapping"))
         else:
-            declared = catalogue[do["action"]]["params"]
-            uses = param_uses(catalogue[do["action"]], kinds)
-            for k, v in (do.get("params") or {}).items():
-                if k not in declared:
-                    issues.append(Issue(f"{loc}.do.params.{k}", v, f"a parameter of {do['action']} ({_closest_first(k, declared)})"))
-                    continue
-                for op, arg in uses.get(k, []):
-                    wanted = arg.problem(v)
-                    if wanted:
-                        issues.append(Issue(f"{loc}.do.params.{k}", v, f"{wanted} (it is argument {arg.name} of {op})"))
-                        break
+            for k, v, wanted in param_problems(catalogue[do["action"]], do.get("params") or {}, kinds):
+                issues.append(Issue(f"{loc}.do.params.{k}", v, wanted))
         rule["do"] = {"action": do["action"], "params": dict(do.get("params") or {})}
 
 
 def _closest_first(value, known) -> str:
     """The known names, those most like ``value`` first (a misspelling finds its fix at the front)."""
     known = sorted(known)
-    close = difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0)
-    return ", ".join(close) or "none"
+    if not known:
+        return "none"
+    return ", ".join(difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0))
 
 
 def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):

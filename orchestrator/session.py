@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .errors import InvalidInput, Issue
 from .journal import write_json_atomic
+from .playbook import agent_names, param_problems
 from .live_protocol import ProtocolError
 from .runner import RunSpec, WorldRun
 from .timefmt import format_clock
@@ -198,6 +199,7 @@ class Session:
         self.dt, self.start_s, self.ticks = first.plan.info.dt, first.plan.info.start_s, first.plan.ticks
         self.faults = {f["name"]: f for f in self.pb.data["faults"]}
         self.mitigations = {m["name"]: m for m in self.pb.data["mitigations"]}
+        self.kinds = agent_names(self.pb.data)
         self.clock = LiveClock(self.dt, speed)
         self.tick = 0  # the next tick every world steps
         self.lag_s = 0.0  # how far the last tick ran behind its due time
@@ -313,7 +315,7 @@ class Session:
         if f is None:
             raise ProtocolError("bad_request", f"fault: got {fault!r}; expected one of the playbook's faults "
                                                f"({', '.join(self.faults) or 'it has none'})")
-        params = _check_params(f"fault {fault}", f["params"], params or {})
+        params = _check_params(f"fault {fault}", f, params or {}, self.kinds)
         chosen = self._teams(teams)
         for t in chosen:
             t.run.inject("apply", "triggers", {"op": "inject", "args": {"fault": fault, "params": params}, "by": "facilitator"},
@@ -341,7 +343,7 @@ class Session:
         m = self.mitigations.get(action)
         if m is None:
             raise ProtocolError("bad_request", f"action: got {action!r}; expected one of {', '.join(self.mitigations)}")
-        params = _check_params(f"action {action}", m["params"], params or {})
+        params = _check_params(f"action {action}", m, params or {}, self.kinds)
         t = self.teams[team]
         tick = t.run.inject("console_command", OPERATOR, {"id": command_id, "action": action, "params": params, "by": by},
                             by=by)
@@ -406,25 +408,13 @@ def team_row(team: str, sc: dict, started: bool) -> dict:
     }
 
 
-def _check_params(what: str, declared: dict, given: dict) -> dict:
-    """A mitigation's or fault's parameters: only those it declares, each of its default's type."""
-    out = dict(declared)
-    for k, v in given.items():
-        if k not in declared:
-            raise ProtocolError("bad_request", f"{what}: parameter {k!r} is not one of its parameters "
-                                               f"({', '.join(declared) or 'it takes none'})")
-        d = declared[k]
-        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        if isinstance(d, int) and not isinstance(d, bool):
-            if not (number and float(v).is_integer() and v >= 0):
-                raise ProtocolError("bad_request", f"{what}: parameter {k}: got {v!r}; expected an integer >= 0")
-            v = int(v)
-        elif isinstance(d, float):
-            if not number or v < 0:
-                raise ProtocolError("bad_request", f"{what}: parameter {k}: got {v!r}; expected a number >= 0")
-        elif isinstance(d, str) and not (isinstance(v, str) and len(v) <= 500):
-            raise ProtocolError("bad_request", f"{what}: parameter {k}: got {v!r}; expected text")
-        elif isinstance(d, bool) and not isinstance(v, bool):
-            raise ProtocolError("bad_request", f"{what}: parameter {k}: got {v!r}; expected true or false")
-        out[k] = v
-    return out
+def _check_params(what: str, owner: dict, given: dict, kinds: dict) -> dict:
+    """A mitigation's or fault's parameters as a team or facilitator gives them, checked as a
+    runbook's are (playbook.param_problems): only those it declares, each fitting the
+    argument it fills; the defaults for the rest."""
+    for k, v, wanted in param_problems(owner, given, kinds):
+        raise ProtocolError("bad_request", f"{what}: parameter {k}: got {v!r}; expected {wanted}")
+    too_long = [k for k, v in given.items() if isinstance(v, str) and len(v) > 500]
+    if too_long:
+        raise ProtocolError("bad_request", f"{what}: parameter {too_long[0]}: expected text of at most 500 characters")
+    return dict(owner["params"]) | dict(given)

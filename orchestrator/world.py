@@ -64,7 +64,7 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
     data = copy.deepcopy(pb.data)
     split: dict[str, list[dict]] = {}
     for p in data["populations"]:
-        count = min(int(p["clients"]), int(shards if shards is not None else p.get("shards", 1)))
+        count = min(int(p["clients"]), int(shards if shards is not None else p["shards"]))
         split[p["name"]] = shard_specs(p, count) if count > 1 else [p]
     members = {pop: [s["name"] for s in parts] for pop, parts in split.items()}
     dt = float(tick or data["clock"]["tick"])

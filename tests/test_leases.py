@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 import orchestrator
+from agents import Service, WorldInfo, agent_rng
+from orchestrator.errors import InvalidRunbook
+from orchestrator.playbook import load_playbook
 
 LH = str(Path(__file__).parent / "playbooks" / "lease_herd.yaml.j2")
 
@@ -83,7 +86,10 @@ def test_a_throttle_to_zero_is_no_progress_and_a_negative_one_is_rejected(runboo
     assert r.score["loop_broken"]["reached"] and "01:20" <= r.score["loop_broken"]["clock"] < "01:30"
     assert not r.score["recovered"]["manager"]["reached"]
     negative = runbook_file("lease-throttle-neg", [{"when": {"at": "01:20"}, "do": {"action": "throttle", "params": {"rate": -5}}}])
-    r = orchestrator.run(LH, runbook=negative, seed=1)
-    rejected = r.events[r.events["event"] == "apply_rejected"]
-    assert list(rejected["op"]) == ["throttle"] and "rate -5: expected a number from 0" in rejected["reason"].iloc[0]
-    assert r.meta["status"] == "complete" and window(r, "01:30", "03:00")["manager.throttled"].sum() == 0
+    with pytest.raises(InvalidRunbook, match=r"rules\[0\]\.do\.params\.rate: got -5; expected a number >= 0 "
+                                             r"\(it is argument rate of throttle\)"):
+        orchestrator.run(LH, runbook=negative, seed=1)  # refused before the run, from the operation's declared range
+    service = Service("manager", load_playbook(LH).data["services"][1], agent_rng(1, "manager"), WorldInfo(dt=1.0, start_s=0.0, seed=1))
+    service.handle_apply(0, {"op": "throttle", "args": {"rate": -5}, "by": "console"})  # from outside a playbook
+    assert service.throttle is None
+    assert service.finish({}).events[0]["event"] == "apply_rejected"

@@ -156,7 +156,7 @@ def test_decorrelated_jitter_delays_match_brookers_formula():
     base, cap, n = 1.0, 64.0, 200_000
     rng = np.random.default_rng(7)
     sleep = np.full(n, base)
-    policy = RetryPolicy(backoff="exponential", base=base, cap=cap, jitter="decorrelated")
+    policy = RetryPolicy(backoff="exponential", base=base, multiplier=2.0, cap=cap, jitter="decorrelated", max_attempts=0)
     means = []
     for attempt in range(12):
         sleep = np.minimum(cap, rng.uniform(base, 3 * sleep))
