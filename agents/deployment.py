@@ -25,6 +25,7 @@ class Deployment(Agent):
         super().__init__(name, spec, rng, world)
         dt = world.dt
         self.path = list(spec["path"])
+        self.hops = self.path + ([spec["target"]] if spec.get("target") else [])  # a step's way, path then service
         self.step_ticks = in_ticks(spec["step_time"], dt)
         self.retry_ticks = in_ticks(spec["retry_delay"], dt)
         self.timeout = float(spec["timeout"])
@@ -73,7 +74,7 @@ class Deployment(Agent):
                         a["failed_steps"] += 1
                         a["next"] = tick + self.retry_ticks
                         self._progress(tick, a)
-                    elif self.path:
+                    elif self.hops:
                         a["stepping"] = True
                         attempts.append(a["id"])
                     else:
@@ -86,7 +87,7 @@ class Deployment(Agent):
         self.actions = [a for a in self.actions if not a["done"]]
         if attempts:
             self.inflight[tick] = attempts
-            self.send_flow(self.path, tick, len(attempts), ct=self.timeout, rt=self.timeout)
+            self.send_flow(self.hops, tick, len(attempts), ct=self.timeout, rt=self.timeout)
         return self.finish({"actions_in_progress": len(self.actions), "step_attempts": len(attempts),
                             "step_failures": failures})
 

@@ -77,6 +77,8 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.bug_delay = float(bugs.get("reconnect_delay", agent.connect_timeout))
     agent.rate_factor = 1.0
     agent.dispatch_factor = 1.0
+    agent.readmission = None  # a readmission in steps under way (op_readmit)
+    agent.health_of_clients = spec["health"] == "clients_without_backlog"
     agent.dispatch_credit = 0.0  # durable dispatch: the fraction of a request carried to the next tick
     agent.read_wiring(spec)
 
@@ -109,8 +111,12 @@ class PopulationControls:
             "backlog": backlog,
             "broken_connections": self.broken,
         }
+        if self.health_of_clients:  # the share of its clients with no pending work (counts add up over shards)
+            ok, of = self.clients - min(backlog, self.clients), self.clients
+        else:
+            ok, of = res["ok"], resolved
         for sub in self.health_subscribers:
-            self.send(sub, "health", {"ratio": success_ratio, "ok": res["ok"], "resolved": resolved}, tick)
+            self.send(sub, "health", {"ratio": ok / of if of else 1.0, "ok": ok, "resolved": of}, tick)
         self.report(tick, metrics)
         return self.finish(metrics)
 
@@ -122,6 +128,39 @@ class PopulationControls:
         cap = int(self.dispatch_credit + 1e-9)
         self.dispatch_credit -= cap
         return cap
+
+    def _readmit_due(self, tick: int) -> None:
+        """A readmission in steps: the next step, if it is due (called at the start of a tick)."""
+        r = self.readmission
+        if r is not None and tick >= r["next"]:
+            self._readmit_step(tick)
+
+    def _readmit_step(self, tick: int) -> None:
+        r = self.readmission
+        now = self.dispatch_factor if self.durable else self.rate_factor
+        share = min(1.0, now + r["step"])
+        if self.durable:
+            self.op_scale_dispatch(tick, share)
+        else:
+            self.op_scale_rate(tick, share)  # the reference model redraws its clients' requests here
+        self.event(tick, "readmitted", share=share)
+        r["next"] = tick + r["every"]
+        if share >= 1.0:
+            self.readmission = None
+
+    @operation(example={"step": 0.25, "every": 300.0},
+               step=Arg("the share of the traffic let back at each step", unit="share of the traffic (0-1)",
+                        min=0, max=1),
+               every=Arg("time between steps (at least a tick)", unit="s", min=0))
+    def op_readmit(self, tick: int, step: float = 0.25, every: float = 300.0) -> None:
+        """Let the traffic back in steps: the first step at once, then one every ``every``
+        until all of it is back. Perishable work: the fresh requests (scale_rate); durable
+        work: the dispatch (scale_dispatch). A scale_rate or scale_dispatch applied
+        meanwhile sets where the next step starts from."""
+        if not 0.0 < float(step) <= 1.0:
+            raise BadArgument(f"step {step!r}: expected a number above 0, at most 1")
+        self.readmission = {"step": float(step), "every": in_ticks(every, self.world.dt), "next": tick}
+        self._readmit_step(tick)
 
     @operation(example={"factor": 0.5},
                factor=Arg("dispatch as a multiple of max_rate: 0 pauses delivery, below 1 throttles, 1 restores",
@@ -151,9 +190,12 @@ class PopulationControls:
                duration=Arg("how long the surge lasts (at least a tick)", unit="s", min=0))
     def op_surge(self, tick: int, reconnect_fraction: float = 0.0, extra_setups_per_second: float = 0.0,
                  duration: float = 60.0) -> None:
-        """A burst of new connections (pooled mode only): a share of connected clients
+        """A burst of new connections. Pooled mode: a share of the connected clients
         re-establish their connections at once, back-off reset, spread over ``duration``,
-        plus extra setups from elsewhere that close again once made."""
+        plus extra setups from elsewhere that close again once made. Per-request mode (where
+        every request is its own connection): that share of the clients send a request
+        more, spread over ``duration``, plus the extra ones (after a network disruption,
+        servers ask again for what they hold)."""
         ticks = in_ticks(duration, self.world.dt)
         self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
                             "extra": float(extra_setups_per_second)})
@@ -374,6 +416,7 @@ class Population(PopulationControls, Agent):
                 self.handle_apply(tick, msg.body)
 
         health.merge()
+        self._readmit_due(tick)
         # Connection churn: lifetimes end, surges force re-establishment.
         conn_now = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         closes = 0
@@ -398,8 +441,16 @@ class Population(PopulationControls, Agent):
             closes += self.pending_closes
             self.pending_closes = 0
 
+        surged = 0
+        if not self.pooled:  # a per-request client's surge is requests: a share of the clients ask again
+            for s in self.surges:
+                if tick < s["until"]:
+                    surged += int(self.rng.poisson(self.clients * s["fraction"] / s["ticks"] + s["extra"] * dt))
+            self.surges = [s for s in self.surges if tick < s["until"]]
+
         # Fresh demand.
         demand = int(self.rng.poisson(self.rate * self.rate_factor * dt * self.clients)) if self.rate_factor > 0 else 0
+        demand += surged
         if self.pooled and not self.durable:
             # Only connected clients can send; the others' requests fail at once.
             fresh = int(self.rng.binomial(demand, self.connected / self.clients)) if self.clients else 0

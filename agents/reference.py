@@ -250,6 +250,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 self.handle_apply(tick, msg.body)
 
         health.merge()
+        self._readmit_due(tick)
         # Everything the clients planned for up to the end of this tick.
         due: dict[str, list[tuple]] = {"expire": [], "connect": [], "retry": []}
         renewals: list[tuple[int, int]] = []
@@ -279,11 +280,19 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 if c.state == WAITING and c.conn == gen:
                     self._set_state(c, CONNECTING)
                     setups.append(cid)
+        surged: list[int] = []
+        if not self.pooled:  # a per-request client's surge is requests: a share of the clients ask again
+            for s in self.surges:
+                if tick < s["until"]:
+                    p = min(1.0, s["fraction"] / s["ticks"])
+                    surged += [cid for cid in range(self.clients) if self._random() < p]
+                    surged += [int(c) for c in self.rng.integers(0, self.clients, int(self.rng.poisson(s["extra"] * dt)))]
+            self.surges = [s for s in self.surges if tick < s["until"]]
         closes = self.pending_closes
         self.pending_closes = 0
 
         # Fresh demand: every client's own Poisson stream.
-        wanted = self._requests_due(now)
+        wanted = self._requests_due(now) + surged
         demand = len(wanted)
         fresh: list[int] = []
         for cid in wanted:

@@ -30,7 +30,7 @@ def _retry(doc: str) -> Field:
                       doc="how the nominal delay grows: none, the next attempt goes at once (the next tick); constant, "
                           "every delay is base; exponential, the delay after the k-th failure is base x multiplier^(k-1), "
                           "at most cap"),
-        base=non_negative(default=1.0, unit="s",
+        base=non_negative("duration", default=1.0,
                           doc="nominal delay before the first retry (constant back-off: before every retry); 0 retries "
                               "at once"),
         multiplier=Field("number", min=1, default=2.0,
@@ -256,6 +256,11 @@ POPULATION = M(
     max_rate=non_negative(unit="requests/s", example=9500,
                           doc="durable work: most requests dispatched per second (required for durable work, ignored "
                               "for perishable)"),
+    health=Field("str", choices=("attempts", "clients_without_backlog"), default="attempts",
+                 doc="what the population reports as its health to what depends on it (depends_on, recycling): "
+                     "attempts, the success ratio of its request attempts; clients_without_backlog (durable work), "
+                     "the share of its clients with no work pending, as for servers that stay out of service until "
+                     "they have fetched what they need"),
     shards=positive("int", default=1, unit="shards",
                     doc="simulate as this many shards (at most one per client), which can run on different hosts; "
                         "1: one agent"),
@@ -355,6 +360,9 @@ PLAYBOOK = M(
                                     doc="how long a deployment step takes: after one gets through, the next (after "
                                         "the last, the effect) follows this much later"),
                  retry_delay=positive("duration", default=30.0, doc="wait after a failed step before it is tried again"),
+                 target=Field("str", example="metadata",
+                              doc="a service each step is a request to, after the path (administrative requests to "
+                                  "the service they change): its queue and its health delay and fail steps too"),
                  timeout=positive("duration", default=10.0, doc="a step slower than this across the path fails")),
     status=M("the status dashboard: a customer update is posted only when its backend calls get through", default=dict,
              path=_names("device pools a post's backend calls cross; empty: posts always get through", _POOL, ["bridge"]),

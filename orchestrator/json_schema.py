@@ -17,6 +17,8 @@ from .timefmt import CLOCK_PATTERN, DURATION_PATTERN
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _NUMBER_TEXT = r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$"
+_DURATION_TEXT = {"type": "string", "anyOf": [{"allOf": [{"pattern": DURATION_PATTERN}, {"pattern": r"\d"}]},
+                                               {"pattern": _NUMBER_TEXT}]}
 _PARAM_REF = {"type": "string", "pattern": r"^\$", "description": "$NAME of one of the mitigation's params, or $requester"}
 
 
@@ -32,8 +34,7 @@ def field_schema(f: Field) -> dict:
     elif t == "duration":
         number = {"type": "number"}
         _range(number, f)
-        out = {"anyOf": [number, {"type": "string", "allOf": [{"pattern": DURATION_PATTERN}, {"pattern": r"\d"}]},
-                         {"type": "string", "pattern": _NUMBER_TEXT}]}
+        out = {"anyOf": [number, _DURATION_TEXT]}
     elif t == "clock":
         # YAML 1.1 reads an unquoted 07:30 as 450 (sexagesimal minutes), which validation accepts too
         out = {"anyOf": [{"type": "string", "pattern": CLOCK_PATTERN}, {"type": "integer", "minimum": 0}]}
@@ -90,6 +91,8 @@ def _argument_schema(arg, params: bool) -> dict:
         out["description"] = a.doc + (f" ({a.unit})" if a.unit else "")
     if has_default(arg):
         out["default"] = arg.default
+    if arg.is_duration:  # seconds, or a duration such as 90s
+        out = {"anyOf": [out, _DURATION_TEXT], **({"description": out["description"]} if "description" in out else {})}
     return {"anyOf": [out, _PARAM_REF]} if params else out
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from agents import AGENT_CLASSES
 from agents.base import Arg
 
+from .timefmt import parse_duration
+
 #: the kinds of part a playbook's effects can target (a section's items, or a singleton)
 TARGET_KINDS = ("device", "service", "population", "monitoring", "deployment", "status", "automation")
 
@@ -42,8 +44,26 @@ class Argument:
     def nullable(self) -> bool:
         return "None" in self.types
 
+    @property
+    def is_duration(self) -> bool:
+        """An argument in seconds, which takes a duration too (``90s``, ``15m``)."""
+        return self.about is not None and self.about.unit == "s"
+
+    def normalised(self, value):
+        """The value as the operation takes it: a duration in seconds."""
+        if self.is_duration and isinstance(value, str):
+            try:
+                return parse_duration(value)
+            except ValueError:
+                return value
+        return value
+
     def problem(self, value) -> str | None:
         """What was expected, if ``value`` does not fit this argument; None if it does."""
+        if self.is_duration and isinstance(value, str):
+            value = self.normalised(value)
+            if isinstance(value, str):
+                return "a duration such as 30s, 15m, 2h or a number of seconds"
         if value is None:
             return None if self.nullable or not self.required else "a value"
         fits = [ARG_TYPES[t] for t in self.types if t in ARG_TYPES]

@@ -295,6 +295,8 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
                 issues.append(Issue(f"{loc}.depends_on[{j}]", d, "another population or a service"))
         if p["work"] == "durable" and p.get("max_rate") is None:
             issues.append(Issue(f"{loc}.max_rate", None, "a dispatch rate (requests/s) for durable work"))
+        if p["health"] == "clients_without_backlog" and p["work"] != "durable":
+            issues.append(Issue(f"{loc}.health", p["health"], "attempts (only durable work has a backlog)"))
     for i, s in enumerate(data["services"]):
         for j, d in enumerate(s["depends_on"]):
             if d not in health_sources or d == s["name"]:
@@ -328,6 +330,9 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
             issues.append(Issue(f"services[{i}].then", s["then"], "a chain of services that does not lead back to this one"))
     for section in ("monitoring", "deployment", "status"):
         check_path(data[section]["path"], f"{section}.path")
+    if data["deployment"].get("target") and data["deployment"]["target"] not in services:
+        issues.append(Issue("deployment.target", data["deployment"]["target"],
+                            f"a service ({_closest_first(data['deployment']['target'], services)})"))
     if data["status"].get("failover"):
         check_path(data["status"]["failover"]["path"], "status.failover.path")
         check_path(data["status"]["failover"]["standby_path"], "status.failover.standby_path")
@@ -415,9 +420,12 @@ def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issu
             if v[1:] not in params:
                 issues.append(Issue(f"{loc}.args.{k}", v, "$requester or $name of one of the mitigation's params"))
                 continue
-            v, at = params[v[1:]], f"{loc}.args.{k} ({v}'s default)"
+            name, at = v[1:], f"{loc}.args.{k} ({v}'s default)"
+            v = params[name]
+            params[name] = takes[k].normalised(v)  # a duration param's default in seconds, as its argument takes it
         else:
             at = f"{loc}.args.{k}"
+            args[k] = takes[k].normalised(v)
         wanted = takes[k].problem(v) or _unknown_name(takes[k], v, parts)
         if wanted:
             issues.append(Issue(at, v, f"{wanted} (argument {k} of {e['op']})"))
@@ -446,6 +454,12 @@ def param_uses(mitigation: dict, kinds: dict) -> dict[str, list]:
             if takes and k in takes.args and isinstance(v, str) and v.startswith("$") and v[1:] in mitigation["params"]:
                 out.setdefault(v[1:], []).append((e["op"], takes.args[k]))
     return out
+
+
+def normalised_params(mitigation: dict, given: dict, kinds: dict) -> dict:
+    """``given`` params as the arguments they fill take them (durations in seconds)."""
+    uses = param_uses(mitigation, kinds)
+    return {k: (uses[k][0][1].normalised(v) if uses.get(k) else v) for k, v in given.items()}
 
 
 def param_problems(mitigation: dict, given: dict, kinds: dict) -> list[tuple[str, object, str]]:
@@ -541,7 +555,10 @@ def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
         else:
             for k, v, wanted in param_problems(catalogue[do["action"]], do.get("params") or {}, kinds):
                 issues.append(Issue(f"{loc}.do.params.{k}", v, wanted))
-        rule["do"] = {"action": do["action"], "params": dict(do.get("params") or {})}
+        params = dict(do.get("params") or {}) if isinstance(do.get("params") or {}, dict) else {}
+        if do["action"] in catalogue:
+            params = normalised_params(catalogue[do["action"]], params, kinds)
+        rule["do"] = {"action": do["action"], "params": params}
 
 
 def _closest_first(value, known) -> str:

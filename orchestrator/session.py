@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import InvalidInput, Issue
 from .journal import write_json_atomic
-from .playbook import agent_names, param_problems
+from .playbook import agent_names, normalised_params, param_problems
 from .live_protocol import ProtocolError
 from .runner import RunSpec, WorldRun
 from .timefmt import format_clock
@@ -417,4 +417,4 @@ def _check_params(what: str, owner: dict, given: dict, kinds: dict) -> dict:
     too_long = [k for k, v in given.items() if isinstance(v, str) and len(v) > 500]
     if too_long:
         raise ProtocolError("bad_request", f"{what}: parameter {too_long[0]}: expected text of at most 500 characters")
-    return dict(owner["params"]) | dict(given)
+    return dict(owner["params"]) | normalised_params(owner, given, kinds)

@@ -163,7 +163,7 @@ CASES = [
     Case("negative_seed", [str(VALID), "--runbook", "none", "--seed", "-1"],
          ["Invalid value for '--seed': -1 is not in the range x>=0"], None),
     Case("playbook_not_found", [str(CORPUS / "no_such_playbook.yaml.j2")],
-         ["no playbook", "no_such_playbook.yaml.j2", "built-in playbooks are: us-east-1-2021"], None),
+         ["no playbook", "no_such_playbook.yaml.j2", "built-in playbooks are: us-east-1-2015, us-east-1-2021"], None),
 ]
 PLAYBOOK_FILES = {c.id for c in CASES if c.id.endswith(".yaml.j2")}
 #: run in a real subprocess as well: the defects the issue lists, and one of each other kind

