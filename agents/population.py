@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation
+from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .draws import draw_without_replacement
 from .retry import CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
@@ -33,6 +33,10 @@ SET_PATH_OP = dict(
              names="device"),
     target=Arg("the service the requests go to from now on; null: none (the last device answers); leave it out "
                "to keep the current target", names="service"),
+)
+DROP_BACKLOG_OP = dict(
+    example={"fraction": 1.0},
+    fraction=Arg("the share of the waiting work given up", unit="share of the waiting work (0-1)", min=0, max=1),
 )
 SCALE_RATE_OP = dict(
     example={"factor": 0.0},
@@ -78,6 +82,7 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.rate_factor = 1.0
     agent.dispatch_factor = 1.0
     agent.readmission = None  # a readmission in steps under way (op_readmit)
+    agent.given_up = 0  # work an op_drop_backlog gave up, counted as errors at the end of the tick
     agent.health_of_clients = spec["health"] == "clients_without_backlog"
     agent.dispatch_credit = 0.0  # durable dispatch: the fraction of a request carried to the next tick
     agent.read_wiring(spec)
@@ -110,6 +115,8 @@ class PopulationControls:
             "setup_failed": res["setup_failed"],
             "backlog": backlog,
             "broken_connections": self.broken,
+            # what an operation's scale_rate below 1 keeps from being sent (the expected count)
+            "held_back": self.rate * self.clients * self.world.dt * max(0.0, 1.0 - self.rate_factor),
         }
         if self.health_of_clients:  # the share of its clients with no pending work (counts add up over shards)
             ok, of = self.clients - min(backlog, self.clients), self.clients
@@ -128,6 +135,23 @@ class PopulationControls:
         cap = int(self.dispatch_credit + 1e-9)
         self.dispatch_credit -= cap
         return cap
+
+    @operation(example={"ratio": 0.1},
+               ratio=Arg("retry tokens every fresh request earns (a retry spends one): retries are held to about this "
+                         "share of the fresh requests; null removes the budget", unit="retries per fresh request",
+                         min=0),
+               capacity=Arg("most tokens kept (the burst of retries allowed)", unit="retries", min=0))
+    def op_set_retry_budget(self, tick: int, ratio: float | None = None, capacity: float = 100.0) -> None:
+        """A client hot-fix: from now on the clients' retries are held by a token-bucket retry
+        budget (retries beyond it fail for good, or wait, for durable work), or no longer are."""
+        self.budget = None if ratio is None else TokenBucket(share_or_rate("ratio", ratio), share_or_rate("capacity", capacity))
+
+    @operation(example={"seconds": 30.0},
+               seconds=Arg("the clients' request timeout from now on", unit="s", min=0))
+    def op_set_request_timeout(self, tick: int, seconds: float) -> None:
+        """A client hot-fix: the clients wait this long for an answer from now on (requests
+        already on the wire keep the timeout they were sent with)."""
+        self.request_timeout = max(self.world.dt, share_or_rate("seconds", seconds))
 
     def _readmit_due(self, tick: int) -> None:
         """A readmission in steps: the next step, if it is due (called at the start of a tick)."""
@@ -213,6 +237,7 @@ class Batch:
     released_by: int  # ... and those clients (who send them all at once)
     senders: int  # clients connected when it was sent
     holding: float  # of those, how many still hold that connection
+    rt: float  # the request timeout it was sent with (a hot-fix may change it meanwhile)
 
 
 class Population(PopulationControls, Agent):
@@ -236,6 +261,8 @@ class Population(PopulationControls, Agent):
         "setup_failed": ("setups", "connection attempts that failed (results received this tick)"),
         "backlog": ("requests", "durable work not yet done (queued, waiting to retry or in flight)"),
         "broken_connections": ("count", "connections broken by operator actions this tick"),
+        "held_back": ("requests", "fresh requests not sent this tick because an operation scaled the rate below 1 "
+                                  "(the expected count; durable work a paused dispatch holds waits in the backlog instead)"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
@@ -289,6 +316,23 @@ class Population(PopulationControls, Agent):
         self.path = list(path or [])
         if target != "__keep__":
             self.target = target
+
+    @operation(**DROP_BACKLOG_OP)
+    def op_drop_backlog(self, tick: int, fraction: float = 1.0) -> None:
+        """The clients give up a share of their waiting work: retries waiting for their time
+        and, for durable work, requests waiting for dispatch (what is on the wire stays, and
+        so do pooled clients' retries parked until they reconnect). What is given up is an
+        error for good."""
+        keep = 1.0 - share_or_rate("fraction", fraction, 1.0)
+        slots = self.req_wheel.slots
+        kept = self.rng.binomial(slots, keep)
+        gone = int(slots.sum() - kept.sum())
+        self.req_wheel.slots, self.req_wheel.pending = kept, self.req_wheel.pending - gone
+        ready = self.rng.binomial(self.ready, keep)
+        gone += int(self.ready.sum() - ready.sum())
+        self.ready = ready
+        self.given_up += gone
+        self.event(tick, "backlog_dropped", requests=gone)
 
     @operation(**SCALE_RATE_OP)
     def op_scale_rate(self, tick: int, factor: float) -> None:
@@ -417,6 +461,7 @@ class Population(PopulationControls, Agent):
 
         health.merge()
         self._readmit_due(tick)
+        res["errors"], self.given_up = res["errors"] + self.given_up, 0
         # Connection churn: lifetimes end, surges force re-establishment.
         conn_now = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         closes = 0
@@ -509,7 +554,7 @@ class Population(PopulationControls, Agent):
         if setups or requests or closes:
             self.inflight_requests += requests
             self.inflight[tick] = Batch(conn_now, req_now, extra_setups, renewals, min(released, requests),
-                                        released_by, self.n_connected, float(self.n_connected))
+                                        released_by, self.n_connected, float(self.n_connected), self.request_timeout)
             if not self.path and not self.target:
                 self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()) + renewals, "s_fail": 0, "s_rej": 0,
                                        "r_ok": requests, "r_fail": 0, "r_rej": 0, "r_full": 0}, res)
@@ -662,7 +707,7 @@ class Population(PopulationControls, Agent):
         drops = self.pooled and not self.durable
         on_timeout, on_reject = "timeout" in self.reconnect_on, "reject" in self.reconnect_on
         self._retry_or_give_up(fast, lag=elapsed, res=res, orphan=drops and on_reject)
-        self._retry_or_give_up(slow, lag=elapsed - self.request_timeout, res=res, orphan=drops and on_timeout)
+        self._retry_or_give_up(slow, lag=elapsed - batch.rt, res=res, orphan=drops and on_timeout)
         fails = int(slow.sum()) * on_timeout + refused * on_reject
         if self.pooled and holding and fails:
             # Senders that saw at least one failure (Poisson occupancy of failures over senders);
@@ -682,7 +727,7 @@ class Population(PopulationControls, Agent):
             self._owners_left(int(dropped.sum()), pool)
             self.pending_closes += int(dropped.sum())
             # The client reconnects once it has noticed the failure (after the timeout).
-            lag = elapsed - self.request_timeout if slow.any() and on_timeout else elapsed
+            lag = elapsed - batch.rt if slow.any() and on_timeout else elapsed
             # A proven client starts its back-off afresh; one that never proved its
             # connection carries on from the attempt it connected on.
             first = np.zeros_like(dropped)

@@ -53,8 +53,8 @@ import math
 
 import numpy as np
 
-from .base import Agent, Message, StepResult, WorldInfo, operation
-from .population import SCALE_RATE_OP, SET_PATH_OP, Population, PopulationControls, read_population_spec
+from .base import Agent, Message, StepResult, WorldInfo, operation, share_or_rate
+from .population import DROP_BACKLOG_OP, SCALE_RATE_OP, SET_PATH_OP, Population, PopulationControls, read_population_spec
 from .retry import RetryPolicy
 from .shards import HealthReports
 
@@ -112,6 +112,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
         self.inflight: dict[int, tuple[list[int], list[tuple], list[tuple[int, int]]]] = {}
         self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         self.surges: list[dict] = []
+        self.sent_timeout: dict[int, float] = {}  # sent tick -> the request timeout it was sent with
         self.broken = 0
         self.pending_closes = 0  # connections given up since the last flow, to close on the devices
 
@@ -225,6 +226,19 @@ class ClientByClientPopulation(PopulationControls, Agent):
         if target != "__keep__":
             self.target = target
 
+    @operation(**DROP_BACKLOG_OP)
+    def op_drop_backlog(self, tick: int, fraction: float = 1.0) -> None:
+        """As the cohort model's: each waiting retry and each request waiting for dispatch is given up with
+        chance ``fraction``."""
+        keep = 1.0 - share_or_rate("fraction", fraction, 1.0)
+        before = len(self.events) + len(self.ready)
+        self.events = [ev for ev in self.events if ev[2] != "retry" or self._random() < keep]
+        heapq.heapify(self.events)
+        self.ready = [w for w in self.ready if self._random() < keep]
+        gone = before - len(self.events) - len(self.ready)
+        self.given_up += gone
+        self.event(tick, "backlog_dropped", requests=gone)
+
     @operation(**SCALE_RATE_OP)
     def op_scale_rate(self, tick: int, factor: float) -> None:
         """Disable (0), throttle (<1) or restore (1) this population's fresh requests; the
@@ -251,6 +265,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
 
         health.merge()
         self._readmit_due(tick)
+        res["errors"], self.given_up = res["errors"] + self.given_up, 0
         # Everything the clients planned for up to the end of this tick.
         due: dict[str, list[tuple]] = {"expire": [], "connect": [], "retry": []}
         renewals: list[tuple[int, int]] = []
@@ -364,6 +379,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
         n_setups = len(setup_list) + len(renewals) if self.pooled else len(batch)
         if n_setups or batch or closes:
             self.inflight[tick] = (setup_list, batch, renewals)
+            self.sent_timeout[tick] = self.request_timeout  # a hot-fix may change it before the answer
             if not self.path and not self.target:
                 self._on_result(tick, {"sent": tick, "s_ok": len(setups) + len(renewals), "s_fail": 0, "s_rej": 0,
                                        "r_ok": len(batch), "r_fail": 0, "r_rej": 0, "r_full": 0}, res)
@@ -407,6 +423,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
         if sent not in self.inflight:
             return
         setup_list, batch, renewals = self.inflight.pop(sent)
+        rt = self.sent_timeout.pop(sent)
         t_sent = sent * self.world.dt
         now = tick * self.world.dt
         # Connection attempts: setups first, then renewals, dealt their outcomes together.
@@ -463,7 +480,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
             n_bad += 1
             res["failed"] += 1
             refused = outcome in ("rej", "full")
-            detected = t_sent if refused else t_sent + self.request_timeout
+            detected = t_sent if refused else t_sent + rt
             if outcome == "full":  # every retry, sent at once, meets the queue still full
                 left = max(0, self.retry.max_attempts - 1 - attempt)
                 res["failed"] += left

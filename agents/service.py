@@ -146,17 +146,21 @@ class Service(Agent):
         if self.checks is not None:
             self.checks.set_failover(enabled)
 
-    @operation(example={"share": 0.2, "kind": "error"},
+    @operation(example={"share": 0.2, "kind": "error", "duration": 600.0},
                share=Arg("share of the requests that fail; 0 lifts the fault", unit="share of requests (0-1)",
                          min=0, max=1),
                kind=Arg("timeout: the caller waits out its timeout; error: refused at once",
-                        choices=("timeout", "error")))
-    def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout") -> None:
+                        choices=("timeout", "error")),
+               duration=Arg("how long the fault lasts before it lifts by itself (at least a tick); left out: "
+                            "until another fault operation changes it", unit="s", min=0))
+    def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout", duration: float | None = None) -> None:
         """A fault (toxic): ``share`` of the requests that reach the service fail whatever
-        its load, as a timeout or as an error (refused at once); share 0 lifts it."""
+        its load, as a timeout or as an error (refused at once), for ``duration`` or until
+        changed; share 0 lifts it."""
         if kind not in ("timeout", "error"):
             raise BadArgument(f"kind {kind!r}: expected timeout or error")
         self.fault_share, self.fault_kind = share_or_rate("share", share, 1.0), kind
+        self.fault_until = None if duration is None else tick + in_ticks(duration, self.world.dt)
 
     @operation(example={"factor": 0.5},
                factor=Arg("the capacity as a multiple of the playbook's: 0 stops the service, below 1 degrades it, "
@@ -247,6 +251,9 @@ class Service(Agent):
                 self.handle_apply(tick, msg.body)
 
         health.merge()
+        if self.fault_until is not None and tick >= self.fault_until:
+            self.fault_share, self.fault_until = 0.0, None
+            self.event(tick, "fault_lifted")
         if self.rec_when:
             if self.health[self.rec_when] < self.rec_threshold:
                 self.broken = min(self.rec_max, self.broken + self.rec_break_rate * dt)

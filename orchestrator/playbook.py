@@ -147,6 +147,8 @@ def _yaml_issue(e: yaml.YAMLError, first_line: int = 1) -> Issue:
     ctx, mark = getattr(e, "context", None), getattr(e, "context_mark", None)
     if ctx and mark:
         expected += f" ({ctx} at line {mark.line + first_line}, column {mark.column + 1})"
+    if getattr(e, "problem", "") == "mapping values are not allowed here":
+        expected += " (a ': ' inside an unquoted value starts a mapping: quote the value)"
     return Issue(_yaml_loc(e, first_line), getattr(e, "problem", "") or str(e).splitlines()[0], expected)
 
 

@@ -144,6 +144,7 @@ class Scorer:
         self.first_update: int | None = None
         self.actions = 0
         self.collateral = 0
+        self.turned_away = 0.0
         self.peak_backlog = {p: 0 for p in sc["backlog"]["populations"]}
         self.par = data.get("par") or {}
         self.last_tick = -1
@@ -178,6 +179,8 @@ class Scorer:
         for p in self.impact:
             self.impact[p] += metrics[p]["error_ratio"] * self.dt / 60.0
         self.collateral += int(sum(m.get("broken_connections", 0) for m in metrics.values()))
+        # traffic turned away: refused by a service's throttle, or held back by a population's scaled-down rate
+        self.turned_away += sum(m.get("throttled", 0) + m.get("held_back", 0) for m in metrics.values())
         for p in self.peak_backlog:
             self.peak_backlog[p] = max(self.peak_backlog[p], int(metrics[p]["backlog"]))
 
@@ -250,7 +253,8 @@ class Scorer:
             "recovered": {k.split(":", 1)[1]: self._milestone(k) for k in ms if k.startswith("recovered:")},
             "impact": {"error_minutes": {p: round(v, 3) for p, v in self.impact.items()},
                        "weighted_total": round(sum(v * self.impact_w[p] for p, v in self.impact.items()), 3)},
-            "collateral": {"connections_broken_by_actions": self.collateral},
+            "collateral": {"connections_broken_by_actions": self.collateral,
+                           "requests_turned_away": int(round(self.turned_away))},
             "actions_taken": self.actions,
             "simulated_until": format_clock(self.start_s + (self.last_tick + 1) * self.dt),
         }

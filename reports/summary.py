@@ -54,6 +54,9 @@ def summary_table(run: RunData) -> str:
     lines += ["", f"impact (error-minutes, weighted): {impact.get('weighted_total', 0):.1f}"]
     for pop, v in (impact.get("error_minutes") or {}).items():
         lines.append(f"  {pop:24s} {v:10.1f}")
-    lines.append(f"collateral (connections broken by actions): {(s.get('collateral') or {}).get('connections_broken_by_actions', 0)}")
+    collateral = s.get("collateral") or {}
+    lines.append(f"collateral (connections broken by actions): {collateral.get('connections_broken_by_actions', 0)}")
+    if collateral.get("requests_turned_away"):
+        lines.append(f"collateral (requests throttled or held back): {collateral['requests_turned_away']:,}")
     lines.append(f"actions taken: {s.get('actions_taken', 0)}")
     return "\n".join(lines)

@@ -101,6 +101,8 @@ CASES = [
              header="2 errors"),
     playbook("yaml_boolean_surprise.yaml.j2", "populations[0].retry.jitter: got False; expected one of none, full, "
              "equal, decorrelated (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"),
+    playbook("yaml_colon_in_value.yaml.j2", "(parse)", "got 'mapping values are not allowed here'; expected valid YAML "
+             "(a ': ' inside an unquoted value starts a mapping: quote the value)"),
     playbook("yaml_exponent_as_text.yaml.j2", "devices[0].conntrack.capacity_per_device: got '2.5e5'; expected a "
              "number (YAML 1.1 reads 2.5e5 as text: its numbers with an exponent need a dot and a sign"),
     playbook("several_service_errors.yaml.j2", "(validate)",

@@ -6,6 +6,8 @@ steps that are requests to a service fail while its queue is longer than they al
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from pathlib import Path
 
 import yaml
@@ -15,13 +17,14 @@ import orchestrator
 BASE = {
     "name": "primitives", "title": "generic features, one at a time",
     "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
-    "services": [{"name": "api", "capacity": 1000}],
+    "services": [{"name": "api", "capacity": 2000}],  # twice the demand: never the bottleneck
     "populations": [{"name": "clients", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
                      "request": {"timeout": "5s"}, "retry": {"max_attempts": 1}}],
 }
 
 
 def play(tmp_path: Path, world: dict, rules: list | None = None, **kw):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "world.yaml.j2").write_text(yaml.safe_dump(world))
     book = tmp_path / "rules.yaml"
     book.write_text(yaml.safe_dump({"name": "rules", "rules": rules or []}))
@@ -99,3 +102,126 @@ def test_deployment_steps_to_a_service_fail_while_its_queue_is_longer_than_they_
     effective = r.events[r.events["event"] == "action_effective"]
     assert effective.empty  # every step is a request that waits in that queue longer than the 10 s it allows
     assert r.metrics["deployment.step_failures"].sum() >= 30
+
+
+def test_a_retry_budget_hot_fix_holds_retry_amplification_from_its_tick_on(tmp_path):
+    world = dict(BASE)
+    world["populations"] = [dict(BASE["populations"][0], retry={"backoff": "none", "max_attempts": 5})]
+    world["services"] = [{"name": "api", "fault": {"share": 0.7, "kind": "error"}}]  # unlimited: only the fault fails
+    world["mitigations"] = [{"name": "budget", "deploy": False, "effects": [
+        {"target": "clients", "op": "set_retry_budget", "args": {"ratio": 0.1, "capacity": 10}}]}]
+    r = play(tmp_path, world, [{"when": {"at": "00:10"}, "do": "budget"}])
+    before, after = at(r, "00:05", 240), at(r, "00:11", 240)
+    amplification = lambda w: w["clients.tries"].sum() / w["clients.demand"].sum()  # noqa: E731
+    # before: attempts per request 1 + 0.7 + 0.7^2 + 0.7^3 + 0.7^4 (a failure retried at once, five attempts)
+    assert abs(amplification(before) - sum(0.7 ** k for k in range(5))) < 0.05
+    assert abs(amplification(after) - 1.1) < 0.02  # one retry per ten fresh requests, no more
+
+
+def test_a_timeout_hot_fix_lets_callers_wait_out_a_slow_queue(tmp_path):
+    """20 s of work arrives at once: with a 5 s timeout, the callers of everything queued
+    behind the first 5 s give up; with the hot-fix's minute, all of it is answered in time."""
+    world = dict(BASE)
+    world["services"] = [{"name": "api", "capacity": 2000, "queue": {"limit": "1h"}}]
+    world["triggers"] = [{"name": "backlog", "at": "00:01", "effects": [
+        {"target": "clients", "op": "surge", "args": {"reconnect_fraction": 40, "duration": "1s"}}]}]  # 20 s of work
+    world["mitigations"] = [{"name": "wait-longer", "deploy": False, "effects": [
+        {"target": "clients", "op": "set_request_timeout", "args": {"seconds": "1m"}}]}]
+    world["clock"] = dict(BASE["clock"], duration="5m")
+    with_fix = play(tmp_path / "fix", world, [{"when": {"at": "00:00:30"}, "do": "wait-longer"}])
+    without = play(tmp_path / "none", world)
+    surge = 40 * 1000
+    assert without.metrics["clients.errors"].sum() > 0.5 * surge
+    assert with_fix.metrics["clients.errors"].sum() < 0.01 * surge
+
+
+def test_a_fault_with_a_duration_lifts_by_itself(tmp_path):
+    world = dict(BASE, triggers=[{"name": "toxic", "at": "00:02", "effects": [
+        {"target": "api", "op": "fault", "args": {"share": 0.5, "kind": "error", "duration": "2m"}}]}])
+    r = play(tmp_path, world)
+    during, after = at(r, "00:02:05", 110), at(r, "00:04:05", 110)
+    assert abs(during["clients.error_ratio"].mean() - 0.5) < 0.01  # one attempt each: half of them fail
+    assert after["clients.error_ratio"].max() == 0
+    lifted = r.events[r.events["event"] == "fault_lifted"]
+    assert list(lifted["clock"]) == ["00:04:01"]
+
+
+def test_traffic_a_throttle_or_a_rate_cut_turns_away_is_counted_as_collateral(tmp_path):
+    world = dict(BASE, mitigations=[
+        {"name": "throttle", "deploy": False, "effects": [{"target": "api", "op": "throttle", "args": {"rate": 400}}]},
+        {"name": "lift", "deploy": False, "effects": [{"target": "api", "op": "throttle", "args": {}}]},
+        {"name": "halve", "deploy": False, "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 0.5}}]},
+        {"name": "restore", "deploy": False, "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 1}}]}])
+    rules = [{"when": {"at": "00:02"}, "do": "throttle"}, {"when": {"at": "00:07"}, "do": "lift"},
+             {"when": {"at": "00:10"}, "do": "halve"}, {"when": {"at": "00:15"}, "do": "restore"}]
+    r = play(tmp_path, world, rules)
+    turned_away = r.score["collateral"]["requests_turned_away"]
+    throttled = r.metrics["api.throttled"].sum()
+    assert abs(throttled - 600 * 300) < 5 * math.sqrt(1000 * 300)  # 1000/s offered, 400/s admitted, 5 minutes
+    assert turned_away == round(throttled + 500 * 300)  # and 500/s held back for 5 minutes
+
+
+def test_dropped_work_leaves_the_backlog_as_errors(tmp_path):
+    """Durable work piles up while the service refuses everything; the clients give up
+    half, then all of what waits: the backlog falls by that much, and each is an error."""
+    world = dict(BASE)
+    world["populations"] = [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "work": "durable",
+                             "max_rate": 1000, "target": "api", "request": {"timeout": "5s"},
+                             "retry": {"backoff": "constant", "base": "30s", "jitter": "none"}}]
+    world["services"] = [{"name": "api", "capacity": 1000, "fail_fast": True}]
+    world["triggers"] = [{"name": "down", "at": "00:01", "effects": [{"target": "api", "op": "throttle", "args": {"rate": 0}}]}]
+    world["mitigations"] = [{"name": "give-up", "deploy": False, "params": {"fraction": 0.5}, "effects": [
+        {"target": "clients", "op": "drop_backlog", "args": {"fraction": "$fraction"}}]}]
+    rules = [{"when": {"at": "00:05"}, "do": "give-up"},
+             {"when": {"at": "00:08"}, "do": {"action": "give-up", "params": {"fraction": 1.0}}}]
+    r = play(tmp_path, world, rules)
+    m, ev = r.metrics, r.events
+    dropped = ev[ev["event"] == "backlog_dropped"]
+    assert len(dropped) == 2
+    for (_, e), share in zip(dropped.iterrows(), (0.5, 1.0)):
+        before = m.loc[e["tick"] - 1, "clients.backlog"]
+        waiting = before - m.loc[e["tick"] - 1, "clients.attempts"]  # the last tick's attempts are on the wire
+        assert abs(e["requests"] - share * waiting) < 5 * math.sqrt(waiting * 0.25) + 1, (e["requests"], share, waiting)
+        assert m.loc[e["tick"], "clients.errors"] == e["requests"]  # given up for good, at once
+        assert m.loc[e["tick"], "clients.backlog"] < before - e["requests"] + 2 * 100 * 1.0  # at most this tick's arrivals
+    assert m.loc[:dropped["tick"].iloc[0] - 1, "clients.errors"].sum() == 0  # durable: nothing is an error otherwise
+
+
+def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
+    """A per-request surge, a readmission, a retry budget and dropped work, played by both
+    population models: the same demand, attempts and errors, within the noise."""
+    from orchestrator.hosting import InProcessHost
+    from orchestrator.playbook import load_playbook
+    from orchestrator.world import build_plan
+
+    world = dict(BASE)
+    world["populations"] = [{"name": "clients", "clients": 200, "rate": 1.0, "mode": "per_request", "target": "api",
+                             "request": {"timeout": "2s"},
+                             "retry": {"backoff": "constant", "base": "3s", "jitter": "full", "max_attempts": 4}}]
+    world["services"] = [{"name": "api", "fault": {"share": 0.5, "kind": "error"}}]
+    ops = [("00:01", "surge", {"reconnect_fraction": 2.0, "duration": "10s"}), ("00:03", "scale_rate", {"factor": 0.0}),
+           ("00:04", "readmit", {"step": 0.5, "every": "1m"}), ("00:06", "set_retry_budget", {"ratio": 0.2}),
+           ("00:08", "drop_backlog", {"fraction": 1.0})]
+    world["triggers"] = [{"name": f"t{i}", "at": at_, "effects": [{"target": "clients", "op": op, "args": args}]}
+                         for i, (at_, op, args) in enumerate(ops)]
+    world["clock"] = dict(BASE["clock"], duration="10m")
+    (tmp_path / "w.yaml.j2").write_text(yaml.safe_dump(world))
+    pb = load_playbook(str(tmp_path / "w.yaml.j2"))
+    windows = {"surge": (60, 75), "readmitted": (245, 360), "budget": (365, 480), "dropped": (480, 482)}
+    totals = {}
+    for kind in ("population", "population:reference"):
+        sums = {w: np.zeros(3) for w in windows}
+        for seed in range(4):
+            plan = build_plan(pb, None, seed)
+            for a in plan.agents:
+                if a.name == "clients":
+                    a.kind = kind
+            host = InProcessHost(plan)
+            rows = [host.step().metrics["clients"] for _ in range(plan.ticks)]
+            for w, (lo, hi) in windows.items():
+                sums[w] += [sum(r[k] for r in rows[lo:hi]) for k in ("demand", "tries", "errors")]
+        totals[kind] = sums
+    for w in windows:
+        cohort, reference = totals["population"][w], totals["population:reference"][w]
+        for name, c, r in zip(("demand", "tries", "errors"), cohort, reference):
+            assert abs(c - r) <= 0.06 * r + 5 * math.sqrt(r + 1), (w, name, c, r)
