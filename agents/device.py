@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .base import Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation
+from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .shards import source_of
 
 
@@ -77,6 +77,7 @@ class DevicePool(Agent):
         self.protection = bool(spec["protection"])
         self.protection_queue = float(queue["protection_target"])  # seconds of queue protection allows
         self.queue = 0.0  # work units waiting
+        self.fault: dict | None = None  # a fault (toxic) an operation applied: share, kind, latency, until
         self.established: dict[str, int] = dict((spec.get("_wiring") or {}).get("initial_connections") or {})
         self.half_open = np.zeros(self.half_open_ticks, dtype=np.int64)  # ring of half-open entries by expiry
         self.ring_pos = 0
@@ -112,10 +113,36 @@ class DevicePool(Agent):
         self.half_open[:] = 0
         self.queue = 0.0
 
+    @operation(example={"share": 0.1, "kind": "timeout", "latency": 0.5, "duration": 300.0},
+               share=Arg("share of the items crossing the pool that fail whatever its load; 0: none",
+                         unit="share of items (0-1)", min=0, max=1),
+               kind=Arg("timeout: the caller waits out its timeout; error: refused at once", choices=("timeout", "error")),
+               latency=Arg("delay added to every item crossing the pool, on top of its queueing (which varies as an "
+                           "exponential around its mean: the jitter)", unit="s", min=0),
+               duration=Arg("how long the fault lasts before it lifts by itself (at least a tick); left out: until "
+                            "another fault operation changes it", unit="s", min=0))
+    def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout", latency: float = 0.0,
+                 duration: float | None = None) -> None:
+        """A fault (toxic) on the network the pool stands for: ``share`` of the items fail
+        (as a timeout or refused at once) and every item takes ``latency`` longer, for
+        ``duration`` or until changed; share 0 and latency 0 lift it."""
+        if kind not in ("timeout", "error"):
+            raise BadArgument(f"kind {kind!r}: expected timeout or error")
+        self.fault = {"share": share_or_rate("share", share, 1.0), "kind": kind,
+                      "latency": share_or_rate("latency", latency),
+                      "until": None if duration is None else tick + in_ticks(duration, self.world.dt)}
+
+    def _faulted(self, n: int) -> int:
+        """Of ``n`` items that got through, how many the fault fails."""
+        return self._some(n, self.fault["share"]) if self.fault else 0
+
     # -- the tick --------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         dt = self.world.dt
         self._dropped_by_action = 0
+        if self.fault and self.fault["until"] is not None and tick >= self.fault["until"]:
+            self.fault = None
+            self.event(tick, "fault_lifted")
         flows = []
         for msg in inbox:
             if msg.kind == "flow":
@@ -209,8 +236,9 @@ class DevicePool(Agent):
         for i, f in enumerate(flows):
             b = f.body
             origin = b["origin"]
-            ps = 0.0 if down else 1.0 - math.exp(-b["ct"] / delay)
-            pr = 0.0 if down else 1.0 - math.exp(-b["rt"] / delay)
+            lag = self.fault["latency"] if self.fault else 0.0  # a fault's added latency, before the queueing
+            ps = 0.0 if down or b["ct"] <= lag else 1.0 - math.exp(-(b["ct"] - lag) / delay)
+            pr = 0.0 if down or b["rt"] <= lag else 1.0 - math.exp(-(b["rt"] - lag) / delay)
             # Whole items: each is rejected, then admitted to the queue, independently.
             n_setups, n_reqs = int(setups[i]), int(requests[i] * unit[i])
             s_rej = self._some(n_setups, rej_s[i] / n_setups if n_setups else 0.0)
@@ -224,6 +252,9 @@ class DevicePool(Agent):
                 s_ok_all += ok
                 r_ok_all += ok
                 total = int(b["setups"])
+                hit = self._faulted(ok)
+                ok -= hit
+                s_rej += hit if self.fault and self.fault["kind"] == "error" else 0
                 res = {"s_ok": 0, "s_fail": 0, "s_rej": 0, "r_ok": ok, "r_rej": s_rej,
                        "r_fail": max(0, total - ok - s_rej)}
             else:
@@ -234,6 +265,11 @@ class DevicePool(Agent):
                 wasted += (n_s - s_ok) * self.c_setup + (n_r - r_ok) * self.c_request
                 s_ok_all += s_ok
                 r_ok_all += r_ok
+                if self.fault:
+                    s_hit, r_hit = self._faulted(s_ok), self._faulted(r_ok)
+                    s_ok, r_ok = s_ok - s_hit, r_ok - r_hit
+                    if self.fault["kind"] == "error":
+                        s_rej, r_rej = s_rej + s_hit, r_rej + r_hit
                 res = {"s_ok": s_ok, "s_rej": s_rej, "s_fail": max(0, int(b["setups"]) - s_ok - s_rej),
                        "r_ok": r_ok, "r_rej": r_rej, "r_fail": max(0, int(b["requests"]) - r_ok - r_rej)}
             self._forward(b, res, 0.0 if down else delay, tick)

@@ -173,16 +173,16 @@ class PopulationControls:
             self.readmission = None
 
     @operation(example={"step": 0.25, "every": 300.0},
-               step=Arg("the share of the traffic let back at each step", unit="share of the traffic (0-1)",
-                        min=0, max=1),
+               step=Arg("the share of the traffic let back at each step, at least 0.01", unit="share of the traffic (0-1)",
+                        min=0.01, max=1),
                every=Arg("time between steps (at least a tick)", unit="s", min=0))
     def op_readmit(self, tick: int, step: float = 0.25, every: float = 300.0) -> None:
         """Let the traffic back in steps: the first step at once, then one every ``every``
         until all of it is back. Perishable work: the fresh requests (scale_rate); durable
         work: the dispatch (scale_dispatch). A scale_rate or scale_dispatch applied
         meanwhile sets where the next step starts from."""
-        if not 0.0 < float(step) <= 1.0:
-            raise BadArgument(f"step {step!r}: expected a number above 0, at most 1")
+        if not 0.01 <= float(step) <= 1.0:
+            raise BadArgument(f"step {step!r}: expected a number from 0.01 to 1")
         self.readmission = {"step": float(step), "every": in_ticks(every, self.world.dt), "next": tick}
         self._readmit_step(tick)
 

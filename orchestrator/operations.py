@@ -64,8 +64,8 @@ class Argument:
             value = self.normalised(value)
             if isinstance(value, str):
                 return "a duration such as 30s, 15m, 2h or a number of seconds"
-        if value is None:
-            return None if self.nullable or not self.required else "a value"
+        if value is None:  # null: only where the operation takes none (a throttle without a rate)
+            return None if self.nullable else "a value"
         fits = [ARG_TYPES[t] for t in self.types if t in ARG_TYPES]
         if fits and not any(ok(value) for _, ok, _ in fits):
             return " or ".join(what for _, _, what in fits)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.resources
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 

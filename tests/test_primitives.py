@@ -225,3 +225,27 @@ def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
         cohort, reference = totals["population"][w], totals["population:reference"][w]
         for name, c, r in zip(("demand", "tries", "errors"), cohort, reference):
             assert abs(c - r) <= 0.06 * r + 5 * math.sqrt(r + 1), (w, name, c, r)
+
+
+def test_a_fault_on_a_device_fails_its_share_and_adds_its_latency(tmp_path):
+    """Toxics on the network a device pool stands for: a share that fails, and a latency
+    that fails every request whose timeout it exceeds, for the fault's duration."""
+    world = dict(BASE)
+    world["devices"] = [{"name": "net", "count": 10, "cpu_per_device": 100000}]  # far from congested
+    world["populations"] = [dict(BASE["populations"][0], path=["net"], request={"timeout": "1s"})]
+    world["triggers"] = [
+        {"name": "lossy", "at": "00:02", "effects": [
+            {"target": "net", "op": "fault", "args": {"share": 0.3, "kind": "error", "duration": "2m"}}]},
+        {"name": "slow", "at": "00:06", "effects": [
+            {"target": "net", "op": "fault", "args": {"latency": 0.9, "duration": "2m"}}]},
+        {"name": "slower", "at": "00:10", "effects": [
+            {"target": "net", "op": "fault", "args": {"latency": "1.5s", "duration": "2m"}}]}]
+    r = play(tmp_path, world)
+    ok = lambda clock: 1 - at(r, clock, 50)["clients.error_ratio"].mean()  # noqa: E731 - one attempt each
+    assert ok("00:01") == 1.0
+    assert abs(ok("00:02:10") - 0.7) < 0.01
+    assert ok("00:04:10") == 1.0  # lifted after its two minutes
+    assert ok("00:06:10") > 0.99  # 0.9 s added to a queueing of milliseconds: within the 1 s timeout
+    assert ok("00:10:10") == 0.0  # 1.5 s added: no answer within 1 s
+    assert ok("00:12:10") == 1.0
+    assert list(r.events[r.events["event"] == "fault_lifted"]["clock"]) == ["00:04:01", "00:08:01", "00:12:01"]
