@@ -3,6 +3,7 @@ cluster (ray.cluster_utils.Cluster) with a world's hosts spread over both nodes,
 runbook comparison run as tasks on that cluster; prints JSON."""
 import json
 import sys
+import time
 
 import ray
 from ray.cluster_utils import Cluster
@@ -21,7 +22,11 @@ COMPARE = {"playbook": "tests/playbooks/mini_loop.yaml.j2", "runbooks": ["none",
 def main(ticks: int) -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()  # SPREAD places actors only on the nodes alive when they are made
     ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR")
+    deadline = time.monotonic() + 60
+    while sum(n["Alive"] for n in ray.nodes()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
     try:
         _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=2, duration=ticks))
         clean, hosted = InProcessHost(plan), RayHost(plan, placement="kind", spread=True)
