@@ -246,7 +246,7 @@ class Service(Agent):
             elif msg.kind == "health":
                 health.take(msg)
                 if self.checks is not None and msg.src == self.checks.network:
-                    self.network_delay_s = float(msg.body.get("wait_s", 0.0))
+                    self.network_delay_s = float(msg.body["wait_s"])  # a service's health carries its queue wait
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
 

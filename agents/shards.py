@@ -100,8 +100,8 @@ class HealthReports:
             self.into[pop] = float(msg.body["ratio"])
         else:
             acc = self.parts.setdefault(pop, [0.0, 0.0])
-            acc[0] += float(msg.body.get("ok", 0))
-            acc[1] += float(msg.body.get("resolved", 0))
+            acc[0] += float(msg.body["ok"])  # a population's health carries its counts, which add up over shards
+            acc[1] += float(msg.body["resolved"])
 
     def merge(self) -> None:
         for pop, (ok, resolved) in self.parts.items():
