@@ -18,6 +18,9 @@ things it depends on, and by the share of its servers that are broken. Features:
 - ``dns``: the endpoint's records are managed by automation that can race (dns.py).
 - ``health_checks``: the service is a load balancer whose targets flap while network
   propagation lags (health_checks.py).
+- ``cache``: the service is a cache in front of a store service (cache.py): a lookup of a
+  fresh key is answered here, a miss is asked of the store (one store request per tick
+  carries them all) and its caller is answered when the store answers, or at its timeout.
 
 ``throttle`` admits about so many requests per second (its own lease work included);
 the rest are refused at once. ``fail_fast`` makes every failure here an immediate error
@@ -27,15 +30,48 @@ requests whatever the load, as timeouts or errors.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .cache import Cache
 from .dns import DnsAutomation
+from .draws import draw_without_replacement
 from .health_checks import HealthChecks
 from .leases import LeaseTable
 from .shards import HealthReports
 from .work_queue import WorkQueue
+
+
+@dataclass
+class _Waiting:
+    """A caller's batch whose misses wait for the store."""
+    body: dict
+    hits: int
+    misses: int
+    stale: int  # of the misses, keys with a stale value
+    failed: int  # failed at the cache already
+    refused: int
+    delay: float
+    due: int  # the tick its caller must hear by (of its timeout)
+
+
+@dataclass
+class _StoreAsk:
+    """One tick's store request: the keys asked per popularity bucket, and who waits for it."""
+    asks: np.ndarray
+    misses: np.ndarray
+    new: np.ndarray  # keys whose request in flight it is
+    absent: np.ndarray  # keys without a fresh value when it was asked
+    coalesced: bool  # one request per key
+    waiting: list = field(default_factory=list)
+
+
+def _due(b: dict, dt: float) -> int:
+    """The tick a flow's caller must hear of its timeout by, to retry on time (it hears a tick
+    after the answer, at its timeout)."""
+    return int(b["sent"]) + math.ceil(float(b["rt"]) / dt - 1e-9) - 2
 
 
 class Service(Agent):
@@ -58,6 +94,11 @@ class Service(Agent):
         "dns_records_ok": ("flag", "1 while the service's endpoint has DNS records (always, without DNS automation)"),
         "targets_in_service": ("ratio", "share of a load balancer's targets in service (1 without health checks)"),
         "target_flaps": ("targets", "targets taken out of or put back into service this tick"),
+        "hit_ratio": ("ratio", "share of this tick's cache lookups answered from a fresh key (0 without a cache)"),
+        "cache_fill": ("ratio", "share of the cache's size holding fresh keys (0 without a cache)"),
+        "store_requests": ("requests", "requests the cache sent its store this tick (0 without a cache)"),
+        "stale_served": ("requests", "misses answered with a stale value because the store failed (serve_stale)"),
+        "error_evictions": ("keys", "keys deleted this tick because an answer failed (evict_on_error)"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
@@ -85,6 +126,10 @@ class Service(Agent):
         self.leases = LeaseTable(spec["leases"], world.dt) if spec.get("leases") else None
         self.checks = HealthChecks(spec["health_checks"], world.dt) if spec.get("health_checks") else None
         self.dns = DnsAutomation(spec["dns"], world.dt) if spec.get("dns") else None
+        self.cache = Cache(spec["cache"], world.dt) if spec.get("cache") else None
+        self.store_asks: dict[int, _StoreAsk] = {}  # by the tick the store request was sent
+        self._ask: _StoreAsk | None = None  # this tick's, being filled
+        self.last_hit_ratio = 0.0
         self.health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         for extra in (self.rec_when, self.rec_needs, self.leases and self.leases.store, self.checks and self.checks.network):
             if extra:
@@ -146,6 +191,52 @@ class Service(Agent):
         if self.checks is not None:
             self.checks.set_failover(enabled)
 
+    @operation(example={"share": 1.0},
+               share=Arg("share of the cache emptied (of its nodes restarted)", unit="share of the keys (0-1)",
+                         min=0, max=1))
+    def op_flush_cache(self, tick: int, share: float = 1.0) -> None:
+        """Empty a share of a cache (restarting that share of its nodes): those keys start cold,
+        fresh and stale values alike. Nothing happens to a service without ``cache``."""
+        share = share_or_rate("share", share, 1.0)
+        if self.cache is not None:
+            self.cache.flush(self.rng, share)
+
+    @operation(example={"enabled": True},
+               enabled=Arg("true: one store request per key in flight, other misses of that key wait for it"))
+    def op_set_coalescing(self, tick: int, enabled: bool = True) -> None:
+        """Coalesce a cache's misses: one store request per key in flight at a time (request
+        coalescing, single flight). Nothing happens to a service without ``cache``."""
+        if self.cache is not None:
+            self.cache.coalesce = bool(enabled)
+
+    @operation(example={"enabled": True},
+               enabled=Arg("true: a miss the store fails is answered with the key's stale value, if the cache "
+                           "still has one"))
+    def op_set_serve_stale(self, tick: int, enabled: bool = True) -> None:
+        """Serve stale on error: a miss whose store request fails (or is not answered by its
+        caller's timeout) is answered with the key's expired value if the cache still holds
+        it. Nothing happens to a service without ``cache``."""
+        if self.cache is not None:
+            self.cache.serve_stale = bool(enabled)
+
+    @operation(example={"enabled": False},
+               enabled=Arg("true: a failed answer deletes its key, and an unexpected one from the cache deletes the "
+                           "key and asks the store; false: neither"))
+    def op_set_evict_on_error(self, tick: int, enabled: bool = True) -> None:
+        """Switch the cache clients' evict-on-error behaviour (a hot-fix that stops it, or the
+        latent bug that starts a stampede). Nothing happens to a service without ``cache``."""
+        if self.cache is not None:
+            self.cache.evict_on_error = bool(enabled)
+
+    @operation(example={"seconds": 3600.0},
+               seconds=Arg("how long a stored key stays fresh from now on (about; at least a tick)", unit="s", min=0))
+    def op_set_cache_ttl(self, tick: int, seconds: float) -> None:
+        """Change a cache's time to live: keys stay fresh about ``seconds`` from now on (at
+        least a tick). Nothing happens to a service without ``cache``."""
+        seconds = share_or_rate("seconds", seconds)
+        if self.cache is not None:
+            self.cache.ttl = max(seconds, self.world.dt)
+
     @operation(example={"share": 0.2, "kind": "error", "duration": 600.0},
                share=Arg("share of the requests that fail; 0 lifts the fault", unit="share of requests (0-1)",
                          min=0, max=1),
@@ -198,26 +289,115 @@ class Service(Agent):
             return float(self.rng.poisson(cap))
         return float(self.rng.gamma(cap / self.service_cv ** 2, self.service_cv ** 2))
 
-    def _answer(self, tick: int, b: dict, n: int, queued: int, ok: int, delay: float) -> int:
+    def _answer(self, tick: int, b: dict, n: int, queued: int, ok: int, delay: float) -> None:
         """Answer a flow of ``n`` requests of which ``queued`` were taken on and ``ok`` done
-        well: to the caller, or on to ``then``. Returns the requests answered well. (``b``'s
+        well: to the caller, on to ``then``, or (a cache) from its keys and its store. (``b``'s
         ``r_full`` counts the refusals by a full queue among them.)"""
         faulted = self._successes(ok, self.fault_share)  # the fault fails these whatever the load
+        # an unexpected answer from a cache whose clients evict on error: they ask the store
+        odd = faulted if self.cache is not None and self.cache.evict_on_error else 0
         ok -= faulted
-        failed, rej = queued - ok, n - queued
+        failed, rej = queued - ok - odd, n - queued
         if self.fault_kind == "error":
-            failed, rej = failed - faulted, rej + faulted
+            failed, rej = failed - faulted + odd, rej + faulted - odd
         if self.fail_fast:  # it answers an error at once rather than letting its caller time out
-            failed, rej = 0, n - ok
-        if self.then:  # answered well here: on to the next service, whose answer the caller gets
+            failed, rej = 0, n - ok - odd
+        if self.cache is not None:
+            self._look_up(tick, b, ok, odd, failed, rej, delay)
+        elif self.then:  # answered well here: on to the next service, whose answer the caller gets
             self.send(self.then, "flow", b | {"hops": [], "requests": ok, "delay": delay,
                                               "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej}, tick)
+            self._count(n, ok)
         else:
-            self.send(b["origin"], "flow_result", {
-                "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
-                "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
-                "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej, "r_full": b["r_full"], "delay": delay}, tick)
-        return ok
+            self._reply(tick, b, ok, failed, rej, delay)
+
+    def _count(self, answered: int, ok: int) -> None:
+        self._answered += answered
+        self._ok += ok
+
+    def _reply(self, tick: int, b: dict, ok: int, failed: int, rej: int, delay: float) -> None:
+        """The answer to a flow's caller: ``ok`` requests done well, ``failed`` timed out,
+        ``rej`` refused, on top of what the hops before failed."""
+        self.send(b["origin"], "flow_result", {
+            "sent": b["sent"], "s_ok": int(b["setups"]) if not b["coupled"] else 0,
+            "s_fail": b["s_fail"], "s_rej": b["s_rej"], "r_ok": ok,
+            "r_fail": b["r_fail"] + failed, "r_rej": b["r_rej"] + rej, "r_full": b["r_full"], "delay": delay}, tick)
+        self._count(int(b["requests"]), ok)
+
+    # -- a cache ----------------------------------------------------------------------------
+    def _look_up(self, tick: int, b: dict, ok: int, odd: int, failed: int, rej: int, delay: float) -> None:
+        """A cache's lookups: hits are answered, misses wait for this tick's store request."""
+        found = self.cache.lookup(self.rng, ok, odd)
+        hits, misses = int(found["hits"].sum()), int(found["misses"].sum())
+        self._lookups += ok + odd
+        self._hits += hits
+        if not misses:
+            self._reply(tick, b, hits, failed, rej, delay)
+            return
+        if self._ask is None:
+            self._ask = _StoreAsk(np.zeros_like(found["asks"]), np.zeros_like(found["misses"]),
+                                  np.zeros_like(found["new"]), found["absent"], self.cache.coalesce)
+        self._ask.asks += found["asks"]
+        self._ask.misses += found["misses"]
+        self._ask.new += found["new"]
+        self._ask.absent = found["absent"]
+        self._ask.waiting.append(_Waiting(b, hits, misses, int(found["stale"].sum()), failed, rej, delay,
+                                          max(tick, _due(b, self.world.dt))))
+
+    def _ask_store(self, tick: int) -> int:
+        """Send this tick's store request; misses that all wait for keys already asked (with
+        coalescing) wait for the latest store request. Returns the requests sent."""
+        ask, self._ask = self._ask, None
+        if ask is None:
+            return 0
+        k = int(ask.asks.sum())
+        if not k and self.store_asks:
+            self.store_asks[max(self.store_asks)].waiting += ask.waiting
+            return 0
+        if not k:
+            ask.asks[int(np.argmax(ask.misses))] += 1
+            k = 1
+        self.store_asks[tick] = ask
+        self.send_flow([self.cache.store], tick, k, rt=self.cache.timeout)
+        return k
+
+    def _store_answered(self, tick: int, body: dict) -> None:
+        """The store answered a store request: its keys are stored (or, evicting on error,
+        deleted), and the callers still waiting for it are answered."""
+        ask = self.store_asks.pop(int(body["sent"]), None)
+        if ask is None:
+            return
+        k = int(ask.asks.sum())
+        r_ok = min(int(body["r_ok"]), k)
+        self._evicted += self.cache.settle(self.rng, ask.asks, draw_without_replacement(self.rng, ask.asks, r_ok),
+                                         ask.new, ask.absent, ask.coalesced)
+        good_share = r_ok / k
+        refused_share = min(1.0, int(body["r_rej"]) / (k - r_ok)) if k > r_ok else 0.0
+        for w in ask.waiting:
+            good = self._successes(w.misses, good_share)
+            self._answer_waiting(tick, w, good, refused_share, float(body["delay"]))
+
+    def _answer_waiting(self, tick: int, w: _Waiting, good: int, refused_share: float, store_delay: float) -> None:
+        """A waiting caller's answer: its hits, the misses the store answered well, and (with
+        serve_stale) the failed misses of keys with a stale value."""
+        bad = w.misses - good
+        served = 0
+        if self.cache.serve_stale and bad and w.stale:
+            served = int(self.rng.hypergeometric(w.stale, w.misses - w.stale, bad)) if w.stale < w.misses else bad
+        self._stale_served += served
+        bad -= served
+        refused = self._successes(bad, refused_share)
+        self._reply(tick, w.body, w.hits + good + served, w.failed + bad - refused, w.refused + refused,
+                    w.delay + store_delay)
+
+    def _answer_overdue(self, tick: int) -> None:
+        """Callers whose store answer has not come by their timeout hear of it now (its
+        answer, when it comes, still stores its keys)."""
+        for ask in self.store_asks.values():
+            if any(w.due <= tick for w in ask.waiting):
+                for w in [w for w in ask.waiting if w.due <= tick]:
+                    self._answer_waiting(tick, w, 0, 0.0, 0.0)
+                ask.waiting = [w for w in ask.waiting if w.due > tick]
 
     def _lease_work(self, tick: int, renewals: int, attempts: int, share: float, within: float,
                     wait_s: float) -> tuple[int, float, float, int]:
@@ -238,11 +418,15 @@ class Service(Agent):
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         dt = self.world.dt
-        flows = []
+        flows, answers = [], []
+        self._answered = self._ok = self._lookups = self._hits = self._stale_served = 0
+        self._evicted = 0
         health = HealthReports(self.health)
         for msg in inbox:
             if msg.kind == "flow":
                 flows.append(msg.body)
+            elif msg.kind == "flow_result":  # the store's answer to a cache
+                answers.append(msg.body)
             elif msg.kind == "health":
                 health.take(msg)
                 if self.checks is not None and msg.src == self.checks.network:
@@ -289,28 +473,30 @@ class Service(Agent):
             wait_s = 0.0
             within = min(1.0, cap_now / (units * share)) if units * share > 0 else 1.0
 
-        ok_total = units_in = throttled = answered = 0
+        if self.cache is not None:
+            self.cache.tick(self.rng)
+            for body in answers:
+                self._store_answered(tick, body)
+        units_in = throttled = 0
         for b in flows:
             n = int(b["requests"])
             m = self._admitted(n, share)
             throttled += n - m
             if self.queue is None:
-                ok_total += self._answer(tick, b, n, m, self._successes(m, ready * within), b["delay"])
+                self._answer(tick, b, n, m, self._successes(m, ready * within), b["delay"])
                 units_in += m
-                answered += n
                 continue
             queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
             units_in += queued
             if queued < m:  # the caller learns the queue was full: a retry sent at once meets it full
                 b = b | {"r_full": b["r_full"] + m - queued}
             if not queued:
-                ok_total += self._answer(tick, b, n, 0, 0, b["delay"])
-                answered += n
+                self._answer(tick, b, n, 0, 0, b["delay"])
                 continue
             # Answered once its work is done (work_queue.py), at the latest when its caller
             # must hear of a timeout to retry on time (a tick after hearing, at its timeout);
             # a batch gets one answer, so one with refusals (or fail_fast's errors) at once.
-            due = int(b["sent"]) + math.ceil(float(b["rt"]) / dt - 1e-9) - 2
+            due = _due(b, dt)
             self.queue.join(b, queued, float(b["rt"]) - b["delay"], ready,
                             due if queued == n and not self.fail_fast else tick)
         useful = 0.0
@@ -325,10 +511,16 @@ class Service(Agent):
             for mem in members:
                 ok = self._successes(mem.n, mem.good * min(1.0, mem.ok))
                 wait = mem.wait / mem.ok if mem.ok > 0 else wait_s
-                ok_total += self._answer(tick, mem.body, int(mem.body["requests"]), mem.n, ok, mem.body["delay"] + wait)
-                answered += int(mem.body["requests"])
+                self._answer(tick, mem.body, int(mem.body["requests"]), mem.n, ok, mem.body["delay"] + wait)
         else:
             done = min(float(units_in), cap_now)
+        store_requests = 0
+        if self.cache is not None:
+            store_requests = self._ask_store(tick)
+            self._answer_overdue(tick)
+            if self._lookups:
+                self.last_hit_ratio = self._hits / self._lookups
+        ok_total, answered = self._ok, self._answered
         useful += ok_total
         held = self.leases.held_fraction if self.leases is not None else 1.0
         if answered:
@@ -356,6 +548,11 @@ class Service(Agent):
             "dns_records_ok": 1 if self.dns is None or self.dns.ok else 0,
             "targets_in_service": self.checks.in_service_share if self.checks is not None else 1.0,
             "target_flaps": flaps,
+            "hit_ratio": self.last_hit_ratio,
+            "cache_fill": self.cache.fill if self.cache is not None else 0.0,
+            "store_requests": store_requests,
+            "stale_served": self._stale_served,
+            "error_evictions": self._evicted,
         }
         self.report(tick, metrics)
         return self.finish(metrics)

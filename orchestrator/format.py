@@ -233,6 +233,41 @@ SERVICE = M(
                         doc="the clean-up deletes the plans more than this many generations older than the one its "
                             "enactor applied"),
           guard=Field("bool", default=False, doc="skip stale plans and never delete the plan in place")),
+    cache=M("the service is a cache in front of a store service (see agents/cache.py): callers ask for keys of "
+            "Zipf popularity; a lookup of a fresh key is answered by the cache (at the service's own capacity), "
+            "a miss is asked of the store and its caller is answered when the store answers (or at its timeout). "
+            "The operations flush_cache, set_coalescing, set_serve_stale, set_evict_on_error and set_cache_ttl "
+            "change it during a run",
+            store=Field("str", required=True, example="user-db",
+                        doc="the service misses are asked of (another service; it answers the cache)"),
+            keys=positive("int", required=True, unit="keys", example=1000000,
+                          doc="distinct keys the callers ask for"),
+            size=positive("int", unit="keys", example=100000,
+                          doc="most keys the cache holds; beyond it a new key replaces one drawn at random. "
+                              "Unset: it can hold every key"),
+            zipf=non_negative(default=1.0, unit="exponent s",
+                              doc="popularity: the k-th most popular key is asked k^-s times as often as the first "
+                                  "(0: every key equally; about 0.6 to 1.2 for web objects)"),
+            ttl=positive("duration", example=300.0,
+                         doc="how long a stored key stays fresh (nearly fixed: its life varies by about a quarter, "
+                             "see agents/cache.py); a lapsed key's value is kept, stale, until it is replaced. Unset: "
+                             "fresh until replaced or evicted"),
+            start=Field("str", choices=("warm", "cold"), default="warm",
+                        doc="warm: at the first traffic it holds the keys it would hold in the long run at that "
+                            "rate; cold: empty (a cache just deployed or restarted)"),
+            timeout=positive("duration", default=5.0,
+                             doc="how long the cache waits for the store (the store request's timeout)"),
+            coalesce=Field("bool", default=False,
+                           doc="request coalescing: one store request per key in flight at a time; other misses of "
+                               "the key wait for it (the operation set_coalescing switches it)"),
+            serve_stale=Field("bool", default=False,
+                              doc="a miss whose store request fails is answered with the key's stale value, if there "
+                                  "is one (the operation set_serve_stale switches it)"),
+            evict_on_error=Field("bool", default=False,
+                                 doc="a latent behaviour of many cache clients: a failed answer deletes its key (even "
+                                     "one another request has just stored), and an unexpected answer from the cache "
+                                     "(the service's fault) deletes the key and asks the store: while the store "
+                                     "fails, hot keys cannot stay stored (a stampede that feeds itself)")),
 )
 
 POPULATION = M(

@@ -309,9 +309,15 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
                     issues.append(Issue(f"services[{i}].recycling.{key}", rec[key], "a population or a service"))
         for loc, other in ((f"services[{i}].then", s.get("then")),
                            (f"services[{i}].leases.store", (s.get("leases") or {}).get("store")),
-                           (f"services[{i}].health_checks.network", (s.get("health_checks") or {}).get("network"))):
+                           (f"services[{i}].health_checks.network", (s.get("health_checks") or {}).get("network")),
+                           (f"services[{i}].cache.store", (s.get("cache") or {}).get("store"))):
             if other is not None and (other not in services or other == s["name"]):
                 issues.append(Issue(loc, other, "another service"))
+        if s.get("cache") and s.get("then"):
+            issues.append(Issue(f"services[{i}].then", s["then"], "no then on a cache (its misses go to cache.store)"))
+        if s.get("cache") and s["cache"].get("size") is not None and s["cache"]["size"] > s["cache"]["keys"]:
+            issues.append(Issue(f"services[{i}].cache.size", s["cache"]["size"],
+                                f"at most cache.keys ({s['cache']['keys']}): a cache cannot hold more keys than there are"))
         hc = s.get("health_checks")
         if hc and hc["network"] in services and not next(x for x in data["services"] if x["name"] == hc["network"]).get("queue"):
             issues.append(Issue(f"services[{i}].health_checks.network", hc["network"],
@@ -321,14 +327,16 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
                                                                  - round(lease["ttl"] / lease["renew_every"])) > 1e-9):
             issues.append(Issue(f"services[{i}].leases.ttl", lease["ttl"],
                                 f"a whole number of renewal periods ({lease['renew_every']:g} s), at least one"))
-    chain = {s["name"]: s.get("then") for s in data["services"]}
+    # A request goes on to ``then`` or a cache's store: a chain must not lead back.
+    chain = {s["name"]: s.get("then") or (s.get("cache") or {}).get("store") for s in data["services"]}
     for i, s in enumerate(data["services"]):
         seen, at = {s["name"]}, chain.get(s["name"])
         while at in chain and at not in seen:
             seen.add(at)
             at = chain[at]
         if at == s["name"]:
-            issues.append(Issue(f"services[{i}].then", s["then"], "a chain of services that does not lead back to this one"))
+            loc = f"services[{i}].then" if s.get("then") else f"services[{i}].cache.store"
+            issues.append(Issue(loc, chain[s["name"]], "a chain of services that does not lead back to this one"))
     for section in ("monitoring", "deployment", "status"):
         check_path(data[section]["path"], f"{section}.path")
     if data["deployment"].get("target") and data["deployment"]["target"] not in services:

@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
+import orchestrator
 from orchestrator.hosting import InProcessHost
 from orchestrator.playbook import load_playbook
 from orchestrator.world import build_plan
@@ -27,6 +29,22 @@ def step_world(playbook: str, sets: dict | None = None, seed: int = 1, duration:
         res = host.step()
         rows.append({f"{a}.{m}": v for a, ms in res.metrics.items() for m, v in ms.items()})
     return pd.DataFrame(rows)
+
+
+def play(tmp_path: Path, world: dict, rules: list | None = None, **kw):
+    """Run ``world`` (a playbook as a dict) with a runbook of ``rules`` into ``tmp_path``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "world.yaml.j2").write_text(yaml.safe_dump(world))
+    book = tmp_path / "rules.yaml"
+    book.write_text(yaml.safe_dump({"name": "rules", "rules": rules or []}))
+    kw.setdefault("out", tmp_path / "run")
+    return orchestrator.run(str(tmp_path / "world.yaml.j2"), runbook=str(book), seed=3, **kw)
+
+
+def at(r, clock: str, length: int = 60):
+    """The metrics of the ``length`` seconds from ``clock`` on."""
+    i = r.metrics.index[r.metrics["clock"] == clock][0]
+    return r.metrics.iloc[i:i + length]
 
 
 def serve(args: list[str], out: Path):

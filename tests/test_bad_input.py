@@ -110,6 +110,12 @@ CASES = [
              "services[3].health_checks.network: got 'store'; expected a service with a queue",
              "services[1].then: got 'launcher'; expected a chain of services that does not lead back to this one",
              "services[2].then: got 'manager'; expected a chain of services", header="4 errors"),
+    playbook("cache_errors.yaml.j2", "(validate)",
+             "services[0].cache.store: got 'stor'; expected another service",
+             "services[1].cache.size: got 2000; expected at most cache.keys (1000)",
+             "services[1].then: got 'front'; expected no then on a cache",
+             "services[2].cache.store: got 'far'; expected a chain of services that does not lead back to this one",
+             "services[3].cache.store: got 'near'; expected a chain of services", header="5 errors"),
     # runbooks, against the valid playbook
     runbook("runbook_unknown_mitigation.yaml",
             "rules[0].do.action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),
@@ -188,7 +194,7 @@ def test_each_broken_playbook_differs_from_the_valid_one_by_one_defect():
 
     base = VALID.read_text().splitlines()[1:]  # line 1 is the comment naming the defect
     for name in sorted(PLAYBOOK_FILES - {"several_errors.yaml.j2", "several_service_errors.yaml.j2",
-                                         "field_and_reference_errors.yaml.j2"}):
+                                         "cache_errors.yaml.j2", "field_and_reference_errors.yaml.j2"}):
         broken = (CORPUS / name).read_text().splitlines()[1:]
         changed = [ln for ln in difflib.unified_diff(base, broken, lineterm="", n=0)
                    if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]

@@ -8,11 +8,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pathlib import Path
-
 import yaml
 
-import orchestrator
+from helpers import at, play
 
 BASE = {
     "name": "primitives", "title": "generic features, one at a time",
@@ -21,20 +19,6 @@ BASE = {
     "populations": [{"name": "clients", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
                      "request": {"timeout": "5s"}, "retry": {"max_attempts": 1}}],
 }
-
-
-def play(tmp_path: Path, world: dict, rules: list | None = None, **kw):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "world.yaml.j2").write_text(yaml.safe_dump(world))
-    book = tmp_path / "rules.yaml"
-    book.write_text(yaml.safe_dump({"name": "rules", "rules": rules or []}))
-    return orchestrator.run(str(tmp_path / "world.yaml.j2"), runbook=str(book), seed=3, **kw)
-
-
-def at(r, clock: str, length: int = 60):
-    """The metrics of the ``length`` seconds from ``clock`` on."""
-    i = r.metrics.index[r.metrics["clock"] == clock][0]
-    return r.metrics.iloc[i:i + length]
 
 
 def test_a_readmission_lets_back_a_share_per_step(tmp_path):

@@ -1,0 +1,214 @@
+"""A cache in front of a store: which keys it holds, by popularity.
+
+Callers ask for ``keys`` distinct keys whose popularity follows Zipf's law: the k-th most
+popular key is asked k^-s times as often as the first (s = ``zipf``; 0 is uniform). The
+cache holds at most ``size`` keys. A stored key stays fresh for about ``ttl`` (its life
+passes through stages, see TTL_STAGES); a lapsed key's value is kept, stale, until it is
+replaced or evicted (what serve-stale answers with). When the cache is full a new key
+replaces one drawn at random (random replacement; a FIFO cache behaves nearly alike, an
+LRU keeps hot keys slightly better).
+
+Keys are not tracked one by one: ranks are grouped into buckets of nearly equal popularity
+(each of the 64 most popular keys alone, then ranks growing by 15% a bucket), and the cache
+counts how many of each bucket's keys are fresh, stale, or being fetched. A lookup hits if
+its key is fresh; a miss is asked of the store and, when the store answers well, stores its
+key. Misses of a key whose first request is in flight are asked again but store nothing new
+(an approximation that holds while keys stay in the cache much longer than a store round
+trip); with ``coalesce`` they are not asked again, they wait for the request in flight.
+With ``evict_on_error`` (a latent behaviour of many cache clients) a failed answer deletes
+its key, even one another request has just stored, and an unexpected answer from the cache
+(its fault) deletes the key and asks the store: while the store fails, hot keys cannot stay
+stored, misses stay high and the store stays overloaded.
+
+Checked against an exact key-by-key simulation and the closed forms in tests/test_cache.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .draws import draw_without_replacement
+
+_SINGLE = 64  # the most popular keys each have their own bucket
+_GROWTH = 1.15  # then bucket edges grow by this factor
+# A stored key's freshness passes through up to this many stages of equal mean length
+# (ttl/16, at least a tick): its life is nearly fixed (Erlang, coefficient of variation
+# 0.25), as a TTL is, which matters once the cache is full (an exponential life would lose
+# keys earlier).
+TTL_STAGES = 16
+
+
+def zipf_buckets(keys: int, s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(keys per bucket, share of requests per bucket) for ranks 1..keys with weight k^-s.
+    Buckets beyond the single ones sum their weights by the midpoint rule (relative error
+    below 1e-5 from rank 65 on)."""
+    starts = list(range(1, min(keys, _SINGLE) + 1))
+    x = starts[-1] + 1
+    while x <= keys:
+        starts.append(x)
+        x = max(x + 1, math.ceil(x * _GROWTH))
+    lo = np.array(starts, dtype=float)
+    hi = np.append(lo[1:], keys + 1.0)  # exclusive
+    n = hi - lo
+    if s == 1.0:
+        w = np.log((hi - 0.5) / (lo - 0.5))
+    else:
+        w = ((hi - 0.5) ** (1 - s) - (lo - 0.5) ** (1 - s)) / (1 - s)
+    single = n == 1
+    w[single] = lo[single] ** -s
+    return n, w / w.sum()
+
+
+def _reached(n: np.ndarray, x: np.ndarray, p) -> np.ndarray:
+    """Per bucket of ``n`` keys, the chance that a given key gets at least one of ``x``
+    requests spread evenly over them, each counting with chance ``p``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = -np.expm1(x * np.log1p(-np.clip(np.divide(p, n), 0.0, 1.0)))
+    return np.where((x > 0) & (n > 0), out, 0.0)
+
+
+def _spread(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+    """Expected counts as whole numbers, rounded up with the chance of their fraction."""
+    return np.floor(x + rng.random(len(x))).astype(np.int64)
+
+
+class Cache:
+    """The keys a cache holds, counted in whole keys per popularity bucket (the keys of a
+    bucket are alike, so which of them is held does not matter), and what lookups and the
+    store's answers do to them."""
+
+    def __init__(self, spec: dict, dt: float):
+        self.dt = dt
+        self.store = spec["store"]
+        self.keys = int(spec["keys"])
+        self.size = min(int(spec["size"]) if spec.get("size") is not None else self.keys, self.keys)
+        self.ttl = spec.get("ttl")  # None: a stored key stays fresh until it is replaced or evicted
+        self.timeout = float(spec["timeout"])
+        self.coalesce = bool(spec["coalesce"])
+        self.serve_stale = bool(spec["serve_stale"])
+        self.evict_on_error = bool(spec["evict_on_error"])
+        counts, self.share = zipf_buckets(self.keys, float(spec["zipf"]))
+        self.n = counts.astype(np.int64)
+        self.ages = np.zeros((TTL_STAGES, len(self.n)), dtype=np.int64)  # fresh keys by stage of their TTL
+        self.stale = np.zeros(len(self.n), dtype=np.int64)  # absent keys whose expired value is still held
+        self.pending = np.zeros(len(self.n), dtype=np.int64)  # absent keys with a store request in flight
+        self.warm = spec["start"] == "warm"  # filled at its long-run level by the first traffic
+
+    # -- the long run ----------------------------------------------------------------------
+    def steady_fresh(self, rate: float) -> np.ndarray:
+        """Fresh keys per bucket in the long run at ``rate`` requests/s (store always well):
+        a key asked r times a second is fresh with chance r.tau / (1 + r.tau), where
+        1/tau = 1/ttl + the replacement rate that keeps the cache within its size."""
+        r = rate * self.share / self.n
+        expire = 1.0 / self.ttl if self.ttl else 0.0
+
+        def held(evict: float) -> np.ndarray:
+            if expire + evict == 0:
+                return self.n.astype(float)
+            tau = 1.0 / (expire + evict)
+            return self.n * r * tau / (1.0 + r * tau)
+
+        if held(0.0).sum() <= self.size:
+            return held(0.0)
+        lo, hi = 0.0, max(1.0, float(r.max()))
+        while held(hi).sum() > self.size:
+            hi *= 2
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if held(mid).sum() > self.size else (lo, mid)
+        return held(hi)
+
+    # -- lookups ---------------------------------------------------------------------------
+    def lookup(self, rng: np.random.Generator, requests: int, unexpected: int) -> dict:
+        """``requests`` lookups, ``unexpected`` more answered with something unexpected (a fault;
+        only asked with evict_on_error: their keys are deleted and asked of the store). Returns
+        per bucket the absent keys, hits, misses, the misses of keys with a stale value, the store
+        requests they make (``asks``) and the keys that now have one in flight (``new``)."""
+        if self.warm:
+            steady = np.minimum(_spread(rng, self.steady_fresh((requests + unexpected) / self.dt)), self.n)
+            k = self._stages()
+            self.ages[:] = 0
+            self.ages[TTL_STAGES - k:] = rng.multinomial(steady, np.full(k, 1.0 / k)).T  # stages equally full
+            self.warm = False
+        asked = rng.multinomial(requests, self.share)
+        hits = rng.binomial(asked, self.fresh / self.n)
+        misses = asked - hits
+        if unexpected:
+            odd = rng.multinomial(unexpected, self.share)
+            self.ages -= rng.binomial(self.ages, _reached(self.n, odd, 1.0))
+            misses = misses + odd
+            asked = asked + odd
+        absent = self.n - self.fresh
+        stale = rng.binomial(misses, np.divide(self.stale, absent, out=np.zeros(len(absent)), where=absent > 0))
+        # the misses went to the absent keys; each idle one they reached now has a request in flight
+        new = rng.binomial(absent - self.pending, _reached(absent, misses, 1.0))
+        self.pending += new
+        return {"absent": absent, "hits": hits, "misses": misses, "stale": stale, "new": new,
+                "asks": new.copy() if self.coalesce else misses}
+
+    # -- the store's answers -------------------------------------------------------------
+    def settle(self, rng: np.random.Generator, asked: np.ndarray, ok: np.ndarray, new: np.ndarray,
+               absent: np.ndarray, coalesced: bool) -> int:
+        """The store answered ``asked`` requests per bucket, ``ok`` of them well, for keys among
+        ``absent`` (those without a fresh value when they were asked); they put ``new`` keys'
+        requests in flight (``coalesced``: one request per key). A key is stored if one of its
+        requests was answered well (a stale value refreshed); the others are idle again. With
+        evict_on_error a stored key that also got a failed answer is deleted, and so is a
+        stale value. Returns the keys deleted so."""
+        good = np.divide(ok, asked, out=np.zeros(len(asked)), where=asked > 0)  # per bucket
+        self.pending = np.maximum(self.pending - new, 0)
+        if coalesced:
+            stored, failed = rng.binomial(new, good), np.zeros(len(new))
+        else:  # each request was for a given absent key with chance 1/absent
+            reached = _reached(absent, asked, 1.0)
+            stored = rng.binomial(new, np.clip(np.divide(_reached(absent, asked, good), reached,
+                                                         out=np.zeros(len(new)), where=reached > 0), 0.0, 1.0))
+            failed = _reached(absent, asked, 1.0 - good)
+        stored = np.minimum(stored, self.n - self.fresh)
+        self.stale -= rng.hypergeometric(self.stale, self.n - self.fresh - self.stale, stored)  # values refreshed
+        gone = np.zeros_like(stored)
+        if self.evict_on_error and failed.any():
+            gone = rng.binomial(stored, failed)
+            self.stale -= rng.binomial(self.stale, failed)
+        stored = stored - gone
+        self._make_room(rng, int(stored.sum()))
+        self.ages[TTL_STAGES - self._stages()] += stored
+        return int(gone.sum())
+
+    def tick(self, rng: np.random.Generator) -> None:
+        """Fresh keys lapse into stale values."""
+        if self.ttl:
+            moved = rng.binomial(self.ages, min(1.0, self.dt * self._stages() / self.ttl))
+            self.ages -= moved
+            self.ages[1:] += moved[:-1]
+            self.stale += moved[-1]
+
+    def _stages(self) -> int:
+        """The stages a stored key's freshness passes through (each at least a tick long on average)."""
+        return int(min(TTL_STAGES, max(1, self.ttl // self.dt))) if self.ttl else 1
+
+    def flush(self, rng: np.random.Generator, share: float) -> None:
+        """A share of the cache is emptied (its nodes restarted): a cold start for those keys."""
+        self.ages -= rng.binomial(self.ages, share)
+        self.stale -= rng.binomial(self.stale, share)
+
+    def _make_room(self, rng: np.random.Generator, coming: int) -> None:
+        """Random replacement: for ``coming`` new keys, keys drawn at random from those held
+        (stale or fresh) go, as far as the size needs."""
+        excess = int(self.fresh.sum() + self.stale.sum()) + coming - self.size
+        if excess > 0:
+            b = len(self.n)
+            gone = draw_without_replacement(rng, np.concatenate([self.ages.ravel(), self.stale]), excess)
+            self.ages -= gone[:-b].reshape(self.ages.shape)
+            self.stale -= gone[-b:]
+
+    @property
+    def fresh(self) -> np.ndarray:
+        """Fresh keys per bucket."""
+        return self.ages.sum(axis=0)
+
+    @property
+    def fill(self) -> float:
+        """Share of the cache's size holding fresh keys."""
+        return float(self.fresh.sum() / self.size) if self.size else 0.0
