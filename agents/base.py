@@ -24,6 +24,9 @@ PROTOCOL_VERSION = 4
 #: fault), each stamped by the hosting with the tick that consumes it.
 OUTSIDE = "outside"
 
+#: How the requests a fault (toxic) hits fail: their callers wait out their timeout, or are refused at once.
+FAULT_KINDS = ("timeout", "error")
+
 
 @dataclass(frozen=True)
 class Arg:

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .base import FAULT_KINDS, Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .shards import source_of
 
 
@@ -113,23 +113,27 @@ class DevicePool(Agent):
         self.half_open[:] = 0
         self.queue = 0.0
 
-    @operation(example={"share": 0.1, "kind": "timeout", "latency": 0.5, "duration": 300.0},
+    @operation(example={"share": 0.1, "kind": "timeout", "latency": 0.5, "rate": 50000.0, "duration": 300.0},
                share=Arg("share of the items crossing the pool that fail whatever its load; 0: none",
                          unit="share of items (0-1)", min=0, max=1),
-               kind=Arg("timeout: the caller waits out its timeout; error: refused at once", choices=("timeout", "error")),
+               kind=Arg("timeout: the caller waits out its timeout; error: refused at once", choices=FAULT_KINDS),
                latency=Arg("delay added to every item crossing the pool, on top of its queueing (which varies as an "
                            "exponential around its mean: the jitter)", unit="s", min=0),
+               rate=Arg("work units per second the whole pool passes at most (a bandwidth limit); left out: its "
+                        "devices' own", unit="work units/s", min=0),
                duration=Arg("how long the fault lasts before it lifts by itself (at least a tick); left out: until "
                             "another fault operation changes it", unit="s", min=0))
     def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout", latency: float = 0.0,
-                 duration: float | None = None) -> None:
+                 rate: float | None = None, duration: float | None = None) -> None:
         """A fault (toxic) on the network the pool stands for: ``share`` of the items fail
-        (as a timeout or refused at once) and every item takes ``latency`` longer, for
-        ``duration`` or until changed; share 0 and latency 0 lift it."""
-        if kind not in ("timeout", "error"):
+        (as a timeout or refused at once), every item takes ``latency`` longer, and the pool
+        passes at most ``rate`` work units a second (its queue and drops do the rest), for
+        ``duration`` or until changed; share 0 and latency 0 without a rate lift it."""
+        if kind not in FAULT_KINDS:
             raise BadArgument(f"kind {kind!r}: expected timeout or error")
         self.fault = {"share": share_or_rate("share", share, 1.0), "kind": kind,
                       "latency": share_or_rate("latency", latency),
+                      "rate": None if rate is None else share_or_rate("rate", rate),
                       "until": None if duration is None else tick + in_ticks(duration, self.world.dt)}
 
     def _faulted(self, n: int) -> int:
@@ -160,6 +164,8 @@ class DevicePool(Agent):
 
         down = tick < self.down_until or self.count <= 0
         rate = 0.0 if down else self.count * self.cpu_per_device  # work units per second
+        if self.fault and self.fault["rate"] is not None:
+            rate = min(rate, self.fault["rate"])  # a bandwidth limit
         budget = rate * dt
         table_cap = self.count * self.table_per_device
 

@@ -13,6 +13,7 @@ Flows are summarised per tick: one ``flow`` message goes out along the path, one
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -20,9 +21,11 @@ import numpy as np
 
 from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .draws import draw_without_replacement
-from .retry import CircuitBreaker, RetryPolicy, TokenBucket
+from .retry import BACKOFFS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
 from .wheel import TimingWheel
+
+WORKS = ("perishable", "durable")  # perishable work fails for good after max_attempts; durable work is kept
 
 
 #: The declarations of the operations both population models have (``Population`` here and
@@ -45,6 +48,39 @@ SCALE_RATE_OP = dict(
 )
 
 
+RETRY_POLICY_ARGS = dict(
+    backoff=Arg("how the nominal delay grows (see the retry policy's backoff)", choices=BACKOFFS),
+    base=Arg("nominal delay before the first retry", unit="s", min=0),
+    multiplier=Arg("exponential back-off: each nominal delay is this many times the one before", min=1),
+    cap=Arg("largest nominal delay", unit="s", min=0),
+    jitter=Arg("how the actual delay is drawn from the nominal one (see the retry policy's jitter)", choices=JITTERS),
+    max_attempts=Arg("attempts including the first (0: unlimited)", unit="attempts", min=0),
+)
+
+
+def changed_policy(policy: RetryPolicy, **changes) -> RetryPolicy:
+    """``policy`` with the given fields changed (None keeps a field), checked as validation checks them."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    for name, choices in (("backoff", BACKOFFS), ("jitter", JITTERS)):
+        if name in given and given[name] not in choices:
+            raise BadArgument(f"{name} {given[name]!r}: expected one of {', '.join(choices)}")
+    for name in ("base", "cap"):
+        if name in given:
+            given[name] = share_or_rate(name, given[name])
+    if "multiplier" in given and not share_or_rate("multiplier", given["multiplier"]) >= 1:
+        raise BadArgument(f"multiplier {given['multiplier']!r}: expected a number >= 1")
+    if "max_attempts" in given:
+        given["max_attempts"] = int(share_or_rate("max_attempts", given["max_attempts"]))
+    return dataclasses.replace(policy, **given)
+
+
+def refuses_at_once(agent: Agent) -> bool:
+    """A caller that retries a refusal at once, on the same connection, with a bounded number
+    of attempts: against a full queue every such retry is refused too, at the same instant."""
+    return bool(agent.retry.at_once and agent.retry.max_attempts > 1
+                and not (agent.pooled and "reject" in agent.reconnect_on))
+
+
 def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     """Set a population agent's configuration from its playbook section: the cohort model
     and the client-by-client reference read it through this one function."""
@@ -64,6 +100,7 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.request_timeout = float(spec["request"]["timeout"])
     retry = spec["retry"]
     agent.retry = RetryPolicy.from_spec(retry)
+    agent.attempts_limit = agent.retry.max_attempts  # what perishable work is given up after
     if agent.durable:
         agent.retry.max_attempts = 0  # durable work is never given up
     agent.budget = TokenBucket(float(retry["budget"]["ratio"]), float(retry["budget"]["capacity"])) \
@@ -72,10 +109,7 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.breaker = CircuitBreaker(float(cb["threshold"]), float(cb["window"]),
                                   float(cb["open_for"]), float(cb["probe_fraction"]), dt) \
         if cb else None
-    # A caller that retries a refusal at once, on the same connection, with a bounded number
-    # of attempts: against a full queue every such retry is refused too, at the same instant.
-    agent.retries_refusal_at_once = bool(agent.retry.at_once and agent.retry.max_attempts > 1
-                                         and not (agent.pooled and "reject" in agent.reconnect_on))
+    agent.retries_refusal_at_once = refuses_at_once(agent)
     bugs = spec["bugs"]
     agent.bug_ignores_backoff = bool(bugs["reconnect_ignores_backoff"])
     agent.bug_delay = float(bugs.get("reconnect_delay", agent.connect_timeout))
@@ -152,6 +186,84 @@ class PopulationControls:
         """A client hot-fix: the clients wait this long for an answer from now on (requests
         already on the wire keep the timeout they were sent with)."""
         self.request_timeout = max(self.world.dt, share_or_rate("seconds", seconds))
+        self._policies_changed()
+
+    @operation(example={"backoff": "exponential", "base": 2.0, "cap": 120.0, "max_attempts": 3},
+               **RETRY_POLICY_ARGS)
+    def op_set_retry_policy(self, tick: int, backoff: str | None = None, base: float | None = None,
+                            multiplier: float | None = None, cap: float | None = None, jitter: str | None = None,
+                            max_attempts: int | None = None) -> None:
+        """A client hot-fix: the request retry policy from now on (arguments left out keep
+        their value). Retries already scheduled keep their time; failures from now on wait
+        by the new policy and count against the new max_attempts (durable work is never given
+        up). Back-off history carries over: a request on its third attempt stays on it."""
+        self.retry = changed_policy(self.retry, backoff=backoff, base=base, multiplier=multiplier, cap=cap,
+                                    jitter=jitter, max_attempts=max_attempts)
+        if max_attempts is not None:
+            self.attempts_limit = self.retry.max_attempts
+        self.retry.max_attempts = 0 if self.durable else self.attempts_limit
+        self._policies_changed()
+
+    @operation(example={"work": "perishable"},
+               work=Arg("durable: work that fails is kept and retried until done; perishable: it fails for good "
+                        "after retry.max_attempts", choices=WORKS),
+               max_rate=Arg("durable work: most requests dispatched per second from now on (required if the "
+                            "population has none); left out: unchanged", unit="requests/s", min=0))
+    def op_set_work(self, tick: int, work: str, max_rate: float | None = None) -> None:
+        """A client hot-fix of durability. To durable: failures are kept and retried until
+        done, and work waits to be dispatched at most ``max_rate`` a second. To perishable:
+        failures are given up after the retry policy's max_attempts, and the work waiting
+        for dispatch is sent at once (each request on the attempt it had reached)."""
+        if work not in WORKS:
+            raise BadArgument(f"work {work!r}: expected one of {', '.join(WORKS)}")
+        rate = self.max_rate if max_rate is None else share_or_rate("max_rate", max_rate)
+        if work == "durable" and rate is None:
+            raise BadArgument("max_rate None: durable work needs a dispatch rate (this population has none)")
+        if work == "perishable" and self.health_of_clients:
+            raise BadArgument("work 'perishable': this population's health is its clients without a backlog, "
+                              "which only durable work has")
+        self.max_rate = rate
+        was_durable, self.durable = self.durable, work == "durable"
+        self.retry.max_attempts = 0 if self.durable else self.attempts_limit
+        if was_durable and not self.durable:
+            self._send_waiting_work(tick)
+        self._policies_changed()
+
+    @operation(example={"backoff": "exponential", "base": 5.0, "cap": 300.0},
+               **RETRY_POLICY_ARGS)
+    def op_set_reconnect_policy(self, tick: int, backoff: str | None = None, base: float | None = None,
+                                multiplier: float | None = None, cap: float | None = None, jitter: str | None = None,
+                                max_attempts: int | None = None) -> None:
+        """A client hot-fix: the back-off of connection re-establishment from now on (pooled
+        mode; arguments left out keep their value; max_attempts only stops the back-off
+        growing). Reconnections already scheduled keep their time."""
+        self.reconnect = changed_policy(self.reconnect, backoff=backoff, base=base, multiplier=multiplier, cap=cap,
+                                        jitter=jitter, max_attempts=max_attempts)
+        self._policies_changed()
+
+    @operation(example={"reconnect_on": ["timeout"]},
+               reconnect_on=Arg("the request failures that make a client drop its connection and reconnect from "
+                                "now on (empty: none)", choices=RECONNECT_ON),
+               lifetime=Arg("how long a new connection is kept before it is replaced", unit="s", min=0),
+               timeout=Arg("how long a connection attempt waits from now on", unit="s", min=0))
+    def op_set_connection(self, tick: int, reconnect_on: list | None = None, lifetime: float | None = None,
+                          timeout: float | None = None) -> None:
+        """A client hot-fix of pooled connections (arguments left out keep their value): which
+        request failures drop the connection, how long connections live (at least a tick; the
+        connections held are replaced at the new rate), and the connection timeout (for
+        attempts from now on). Nothing happens in per-request mode."""
+        if reconnect_on is not None and any(r not in RECONNECT_ON for r in reconnect_on):
+            raise BadArgument(f"reconnect_on {reconnect_on!r}: expected a list of {', '.join(RECONNECT_ON)}")
+        lifetime = None if lifetime is None else max(self.world.dt, share_or_rate("lifetime", lifetime))
+        timeout = None if timeout is None else max(self.world.dt, share_or_rate("timeout", timeout))
+        if reconnect_on is not None:
+            self.reconnect_on = set(reconnect_on)
+        if timeout is not None:
+            self.connect_timeout = timeout
+        if lifetime is not None:
+            self.lifetime = lifetime
+            self._lifetime_changed(tick)
+        self._policies_changed()
 
     def _readmit_due(self, tick: int) -> None:
         """A readmission in steps: the next step, if it is due (called at the start of a tick)."""
@@ -225,6 +337,11 @@ class PopulationControls:
                             "extra": float(extra_setups_per_second)})
 
 
+def _padded(counts: np.ndarray, classes: int) -> np.ndarray:
+    """Counts per class, with zeros for classes added."""
+    return np.pad(counts, (0, classes - len(counts))) if len(counts) < classes else counts
+
+
 @dataclass
 class Batch:
     """What one tick sent, waiting for its result."""
@@ -270,9 +387,7 @@ class Population(PopulationControls, Agent):
         dt = world.dt
         read_population_spec(self, spec, dt)
 
-        # Far enough ahead for the longest delay plus the timeout that precedes it.
-        horizon = math.ceil((max(self.reconnect.cap, self.retry.cap, self.bug_delay)
-                             + self.connect_timeout + self.request_timeout) / dt) + 4
+        horizon = self._horizon()
         self.conn_wheel = TimingWheel(horizon, self.reconnect.attempt_classes() + 1)
         self.req_wheel = TimingWheel(horizon, self.retry.attempt_classes() + 1)
         self.ready = np.zeros(self.req_wheel.classes, dtype=np.int64)  # durable work ready to dispatch
@@ -303,6 +418,34 @@ class Population(PopulationControls, Agent):
         self.broken = 0
         self.pending_closes = 0  # connections given up or replaced since the last flow, to close on the devices
         self._offset_cache: dict = {}
+
+    def _lifetime_changed(self, tick: int) -> None:
+        """Connections are replaced at the rate lifetime sets, read each tick: nothing to do."""
+
+    def _send_waiting_work(self, tick: int) -> None:
+        """Work no longer durable: what waited for dispatch goes out next tick."""
+        self.req_wheel.schedule_classes(1, self.ready, 0)
+        self.ready = np.zeros_like(self.ready)
+
+    def _horizon(self) -> int:
+        """Ticks ahead the wheels reach: the longest delay plus the timeout that precedes it."""
+        return math.ceil((max(self.reconnect.cap, self.retry.cap, self.bug_delay)
+                          + self.connect_timeout + self.request_timeout) / self.world.dt) + 4
+
+    def _policies_changed(self) -> None:
+        """After a hot-fix of a policy or a timeout: the wheels reach far enough ahead and
+        count enough attempts (what they hold keeps its place), and cached delays go."""
+        self._offset_cache.clear()
+        self.retries_refusal_at_once = refuses_at_once(self)
+        horizon = self._horizon()
+        self.conn_wheel.grow(horizon, self.reconnect.attempt_classes() + 1)
+        for wheel in (self.req_wheel, self.orphan_wheel):
+            wheel.grow(horizon, self.retry.attempt_classes() + 1)
+        conn, req = self.conn_wheel.classes, self.req_wheel.classes
+        self.conn_by_class = _padded(self.conn_by_class, conn)
+        self.ready, self.parked, self.released = (_padded(a, req) for a in (self.ready, self.parked, self.released))
+        for b in self.inflight.values():
+            b.setups, b.requests = _padded(b.setups, conn), _padded(b.requests, req)
 
     # -- operations a trigger or mitigation can apply --------------------------------
     @operation(**SET_PATH_OP)

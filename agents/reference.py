@@ -54,7 +54,8 @@ import math
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo, operation, share_or_rate
-from .population import DROP_BACKLOG_OP, SCALE_RATE_OP, SET_PATH_OP, Population, PopulationControls, read_population_spec
+from .population import (DROP_BACKLOG_OP, SCALE_RATE_OP, SET_PATH_OP, Population, PopulationControls,
+                         read_population_spec, refuses_at_once)
 from .retry import RetryPolicy
 from .shards import HealthReports
 
@@ -225,6 +226,26 @@ class ClientByClientPopulation(PopulationControls, Agent):
         self.path = list(path or [])
         if target != "__keep__":
             self.target = target
+
+    def _policies_changed(self) -> None:
+        self.max_conn_class = self.reconnect.attempt_classes()
+        self.max_req_class = self.retry.attempt_classes()
+        self.retries_refusal_at_once = refuses_at_once(self)
+
+    def _send_waiting_work(self, tick: int) -> None:
+        """Work no longer durable: what waited for dispatch goes out next tick, each request on its attempt."""
+        for cid, attempt, sleep in self.ready:
+            self._push(self._later(tick, 0.0), "retry", cid, 0, attempt, sleep)
+        self.ready = []
+
+    def _lifetime_changed(self, tick: int) -> None:
+        """Lifetimes are exponential: the connections held are replaced at the new rate, as
+        if each drew its remaining life again."""
+        self.events = [ev for ev in self.events if ev[2] != "expire"]
+        heapq.heapify(self.events)
+        for c in self.people:
+            if c.state == CONNECTED:
+                self._start_lifetime(c, tick * self.world.dt)
 
     @operation(**DROP_BACKLOG_OP)
     def op_drop_backlog(self, tick: int, fraction: float = 1.0) -> None:

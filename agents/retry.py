@@ -16,6 +16,7 @@ from .base import in_ticks
 
 BACKOFFS = ("none", "constant", "exponential")
 JITTERS = ("none", "full", "equal", "decorrelated")
+RECONNECT_ON = ("timeout", "reject")  # the request failures that can make a pooled client reconnect
 
 
 @dataclass

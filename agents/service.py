@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .base import FAULT_KINDS, Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .cache import Cache
 from .dns import DnsAutomation
 from .draws import draw_without_replacement
@@ -108,7 +108,7 @@ class Service(Agent):
         self.then = spec.get("then")
         self.fail_fast = bool(spec["fail_fast"])
         fault = spec["fault"]
-        self.op_fault(0, fault["share"], fault["kind"])
+        self.op_fault(0, fault["share"], fault["kind"], fault["latency"], fault["jitter"])
         rec = spec.get("recycling")  # optional: without it, no server ever breaks
         self.rec_when = rec["breaks_when"] if rec else None  # dependency whose failure breaks servers
         self.rec_needs = rec.get("needs") if rec else None  # service whose health recycling requires
@@ -237,21 +237,37 @@ class Service(Agent):
         if self.cache is not None:
             self.cache.ttl = max(seconds, self.world.dt)
 
-    @operation(example={"share": 0.2, "kind": "error", "duration": 600.0},
-               share=Arg("share of the requests that fail; 0 lifts the fault", unit="share of requests (0-1)",
-                         min=0, max=1),
-               kind=Arg("timeout: the caller waits out its timeout; error: refused at once",
-                        choices=("timeout", "error")),
+    @operation(example={"share": 0.2, "kind": "error", "latency": 0.5, "jitter": 0.2, "duration": 600.0},
+               share=Arg("share of the requests that fail; 0: none", unit="share of requests (0-1)", min=0, max=1),
+               kind=Arg("timeout: the caller waits out its timeout; error: refused at once", choices=FAULT_KINDS),
+               latency=Arg("delay added to every answer; a request whose caller's timeout it outlasts fails as a "
+                           "timeout", unit="s", min=0),
+               jitter=Arg("mean of a further exponential delay, drawn for each request", unit="s", min=0),
                duration=Arg("how long the fault lasts before it lifts by itself (at least a tick); left out: "
                             "until another fault operation changes it", unit="s", min=0))
-    def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout", duration: float | None = None) -> None:
+    def op_fault(self, tick: int, share: float = 0.0, kind: str = "timeout", latency: float = 0.0,
+                 jitter: float = 0.0, duration: float | None = None) -> None:
         """A fault (toxic): ``share`` of the requests that reach the service fail whatever
-        its load, as a timeout or as an error (refused at once), for ``duration`` or until
-        changed; share 0 lifts it."""
-        if kind not in ("timeout", "error"):
+        its load, as a timeout or as an error (refused at once), and every answer takes
+        ``latency`` plus an exponential ``jitter`` longer (those it makes later than their
+        caller's timeout fail as timeouts), for ``duration`` or until changed; all 0 lifts it."""
+        if kind not in FAULT_KINDS:
             raise BadArgument(f"kind {kind!r}: expected timeout or error")
         self.fault_share, self.fault_kind = share_or_rate("share", share, 1.0), kind
+        self.fault_latency, self.fault_jitter = share_or_rate("latency", latency), share_or_rate("jitter", jitter)
         self.fault_until = None if duration is None else tick + in_ticks(duration, self.world.dt)
+
+    def _in_time(self, b: dict, ok: int, delay: float) -> int:
+        """Of ``ok`` answers, those the fault's latency does not make later than their
+        caller's timeout (``delay``: what the request has waited already)."""
+        if not ok or not (self.fault_latency or self.fault_jitter):
+            return ok
+        left = float(b["rt"]) - delay - self.fault_latency
+        if left <= 0:
+            return 0
+        if not self.fault_jitter:
+            return ok
+        return self._successes(ok, -math.expm1(-left / self.fault_jitter))
 
     @operation(example={"factor": 0.5},
                factor=Arg("the capacity as a multiple of the playbook's: 0 stops the service, below 1 degrades it, "
@@ -293,6 +309,7 @@ class Service(Agent):
         """Answer a flow of ``n`` requests of which ``queued`` were taken on and ``ok`` done
         well: to the caller, on to ``then``, or (a cache) from its keys and its store. (``b``'s
         ``r_full`` counts the refusals by a full queue among them.)"""
+        ok = self._in_time(b, ok, delay)  # the fault's latency makes the others time out
         faulted = self._successes(ok, self.fault_share)  # the fault fails these whatever the load
         # an unexpected answer from a cache whose clients evict on error: they ask the store
         odd = faulted if self.cache is not None and self.cache.evict_on_error else 0
@@ -436,7 +453,7 @@ class Service(Agent):
 
         health.merge()
         if self.fault_until is not None and tick >= self.fault_until:
-            self.fault_share, self.fault_until = 0.0, None
+            self.fault_share, self.fault_latency, self.fault_jitter, self.fault_until = 0.0, 0.0, 0.0, None
             self.event(tick, "fault_lifted")
         if self.rec_when:
             if self.health[self.rec_when] < self.rec_threshold:

@@ -54,3 +54,13 @@ class TimingWheel:
         self.pos = (self.pos + 1) % self.size
         self.pending -= int(row.sum())
         return row
+
+    def grow(self, horizon_slots: int, attempt_classes: int) -> None:
+        """Reach at least ``horizon_slots`` ahead and count at least ``attempt_classes`` (a
+        policy changed during a run); what is scheduled keeps its slot and class."""
+        size, classes = max(self.size, int(horizon_slots) + 2), max(self.classes, attempt_classes)
+        if (size, classes) == (self.size, self.classes):
+            return
+        slots = np.zeros((size, classes), dtype=np.int64)
+        slots[:self.size, :self.classes] = self.slots[(self.pos + np.arange(self.size)) % self.size]
+        self.slots, self.size, self.classes, self.pos = slots, size, classes, 0

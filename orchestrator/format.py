@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field as dfield
 
+from agents.base import FAULT_KINDS
+from agents.population import WORKS
+from agents.retry import BACKOFFS, JITTERS, RECONNECT_ON
+
 from .schema import Field, L, M, names, non_negative, positive, ratio
 
 
@@ -26,7 +30,7 @@ def _retry(doc: str) -> Field:
     """A retry policy (a population's ``retry`` and its ``connection.reconnect``)."""
     return M(
         doc, default=dict,
-        backoff=Field("str", choices=("none", "constant", "exponential"), default="exponential",
+        backoff=Field("str", choices=BACKOFFS, default="exponential",
                       doc="how the nominal delay grows: none, the next attempt goes at once (the next tick); constant, "
                           "every delay is base; exponential, the delay after the k-th failure is base x multiplier^(k-1), "
                           "at most cap"),
@@ -37,7 +41,7 @@ def _retry(doc: str) -> Field:
                          doc="exponential back-off: each nominal delay is this many times the one before"),
         cap=non_negative("duration", default=60.0,
                          doc="largest nominal delay: exponential growth stops here (jitter draws within it)"),
-        jitter=Field("str", choices=("none", "full", "equal", "decorrelated"), default="full",
+        jitter=Field("str", choices=JITTERS, default="full",
                      doc="how the actual delay is drawn from the nominal delay d: none, exactly d; full, uniformly in "
                          "[0, d]; equal, uniformly in [d/2, d]; decorrelated (Brooker, with exponential back-off), each "
                          "sleep uniformly in [base, 3 x the previous sleep], at most cap (multiplier is not used; with "
@@ -164,8 +168,13 @@ SERVICE = M(
             default=dict,
             share=ratio(default=0.0, unit="share of requests (0-1)",
                         doc="share of the requests that would have succeeded that fail instead; 0: no fault"),
-            kind=Field("str", choices=("timeout", "error"), default="timeout",
-                       doc="how they fail: timeout, the caller waits out its timeout; error, refused at once")),
+            kind=Field("str", choices=FAULT_KINDS, default="timeout",
+                       doc="how they fail: timeout, the caller waits out its timeout; error, refused at once"),
+            latency=non_negative("duration", default=0.0,
+                                 doc="delay added to every answer; requests it makes later than their caller's "
+                                     "timeout fail as timeouts"),
+            jitter=non_negative("duration", default=0.0,
+                                doc="mean of a further exponential delay drawn for each request")),
     then=Field("str", example="network-manager",
                doc="a service every request answered well goes on to; the caller gets that one's answer"),
     queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
@@ -285,7 +294,7 @@ POPULATION = M(
                doc="pooled: each client holds a connection across the path (with a lifetime) and sends its requests "
                    "on it; per_request: every request is a new flow, a connection setup on every device (like DNS "
                    "over UDP), and `connection` does not apply"),
-    work=Field("str", choices=("perishable", "durable"), default="perishable",
+    work=Field("str", choices=WORKS, default="perishable",
                doc="perishable: a request that fails retry.max_attempts times is an error for good; durable: kept "
                    "and retried until done (a backlog), dispatched at most max_rate per second"),
     max_rate=non_negative(unit="requests/s", example=9500,
@@ -314,7 +323,7 @@ POPULATION = M(
                                   doc="connect timeout: a connection setup not completed within it fails"),
                  reconnect=_retry("how a client that lost its connection, or failed to get one, waits before its next "
                                   "connection attempt (clients never give up reconnecting)"),
-                 reconnect_on=L(Field("str", choices=("timeout", "reject"),
+                 reconnect_on=L(Field("str", choices=RECONNECT_ON,
                                       doc="timeout: no answer within request.timeout; reject: refused at once"),
                                 doc="the request failures that make a client drop its connection and reconnect (its "
                                     "retry then waits for the new connection)",

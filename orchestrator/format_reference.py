@@ -191,7 +191,7 @@ def _arg_type(arg) -> str:
                         "list": "list", "dict": "mapping"}.get(t, t) for t in kinds)
     a = arg.about
     if a is not None and a.choices is not None:
-        text = "one of " + ", ".join(f"`{c}`" for c in a.choices)
+        text = ("a list of " if "list" in kinds else "one of ") + ", ".join(f"`{c}`" for c in a.choices)
     if a is not None and (a.min is not None or a.max is not None):
         if a.min is not None and a.max is not None:
             text += f" from {a.min:g} to {a.max:g}"

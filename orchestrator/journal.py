@@ -106,6 +106,9 @@ class RunWriter:
     def close(self, status: str, score: dict | None) -> None:
         self.events.close()
         self.metrics.close()
+        # An interrupt (Ctrl-C) can land between a tick's row and its count: the rows are the truth.
+        with open(self.dir / "metrics.csv", "rb") as f:
+            self.meta["ticks_done"] = max(0, sum(1 for _ in f) - 1)
         if score is not None:
             write_json_atomic(self.dir / "score.json", score)
         self.meta["status"] = status

@@ -82,7 +82,9 @@ def _argument_schema(arg, params: bool) -> dict:
     out: dict = {"type": kinds + (["null"] if arg.nullable else [])} if kinds else {}
     a = arg.about
     if a is not None:
-        if a.choices is not None:
+        if a.choices is not None and "list" in arg.types:
+            out["items"] = {"enum": list(a.choices)}
+        elif a.choices is not None:
             out["enum"] = list(a.choices) + ([None] if arg.nullable else [])
         if a.min is not None:
             out["minimum"] = a.min

@@ -72,7 +72,10 @@ class Argument:
         a = self.about
         if a is None:
             return None
-        if a.choices is not None and value not in a.choices:
+        if a.choices is not None and isinstance(value, list):  # a list of choices
+            if any(not isinstance(v, str) or v not in a.choices for v in value):
+                return "a list of " + ", ".join(map(str, a.choices))
+        elif a.choices is not None and value not in a.choices:
             return "one of " + ", ".join(map(str, a.choices))
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if not math.isfinite(value):

@@ -376,6 +376,7 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
             seen.add(m["name"])
             for j, e in enumerate(m["effects"]):
                 _check_effect(e, f"{section}[{i}].effects[{j}]", all_kinds, parts, issues, m["params"])
+    _check_work_switches(data, issues)
     sc = data["scoring"]
     for key, pool, what in (("loop.devices", devices, "a device pool"), ("healthy.devices", devices, "a device pool"),
                             ("loop.populations", {p["name"] for p in data["populations"]}, "a population"),
@@ -397,6 +398,25 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
     for n in sc["impact"]:
         if n not in {p["name"] for p in data["populations"]}:
             issues.append(Issue(f"scoring.impact.{n}", n, "a population"))
+
+
+def _check_work_switches(data: dict, issues: list[Issue]) -> None:
+    """A set_work effect must leave its population a world it can run: durable work needs a
+    dispatch rate, and a health read from the backlog needs durable work."""
+    pops = {p["name"]: p for p in data["populations"]}
+    for section in ("triggers", "mitigations", "faults"):
+        for i, m in enumerate(data[section]):
+            for j, e in enumerate(m["effects"]):
+                p, args = pops.get(e["target"]), e.get("args") or {}
+                if p is None or e["op"] != "set_work":
+                    continue
+                loc = f"{section}[{i}].effects[{j}].args"
+                if args.get("work") == "durable" and args.get("max_rate") is None and p.get("max_rate") is None:
+                    issues.append(Issue(loc, args, f"max_rate (population {p['name']} has none, and durable work "
+                                                   "needs a dispatch rate)"))
+                if args.get("work") == "perishable" and p["health"] == "clients_without_backlog":
+                    issues.append(Issue(f"{loc}.work", "perishable", f"durable (population {p['name']}'s health is "
+                                                                     "its clients without a backlog)"))
 
 
 def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issue], params: dict | None = None) -> None:

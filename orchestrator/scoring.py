@@ -21,7 +21,12 @@ from __future__ import annotations
 
 from collections import deque
 
+from agents.shards import source_of
+
 from .timefmt import format_clock
+
+#: operations that turn traffic away while they hold, and the metric that counts it
+TURNS_AWAY = {"throttle": "throttled", "scale_rate": "held_back", "readmit": "held_back"}
 
 WINDOW_S = 60.0  # ratios are computed over a sliding minute, since per-tick counts are noisy
 
@@ -145,6 +150,8 @@ class Scorer:
         self.actions = 0
         self.collateral = 0
         self.turned_away = 0.0
+        self.turning: dict[str, str] = {}  # part -> what (action, trigger, fault) last set what turns its traffic away
+        self.turned_away_by: dict[str, float] = {}
         self.peak_backlog = {p: 0 for p in sc["backlog"]["populations"]}
         self.par = data.get("par") or {}
         self.last_tick = -1
@@ -159,6 +166,8 @@ class Scorer:
                 self.first_update = tick
             elif e["event"] == "action_requested":
                 self.actions += 1
+            elif e["event"] == "applied" and e.get("op") in TURNS_AWAY:
+                self.turning[source_of(e["agent"])] = e.get("by") or e["agent"]
         setups = sum(metrics[d]["setups"] for d in self.loop_devices)
         ok = sum(metrics[d]["setups"] * metrics[d]["setup_success_ratio"] for d in self.loop_devices)
         self.setup.add(ok, setups)
@@ -179,8 +188,14 @@ class Scorer:
         for p in self.impact:
             self.impact[p] += metrics[p]["error_ratio"] * self.dt / 60.0
         self.collateral += int(sum(m.get("broken_connections", 0) for m in metrics.values()))
-        # traffic turned away: refused by a service's throttle, or held back by a population's scaled-down rate
-        self.turned_away += sum(m.get("throttled", 0) + m.get("held_back", 0) for m in metrics.values())
+        # traffic turned away: refused by a service's throttle, or held back by a population's scaled-down
+        # rate, counted against what set it
+        for part, m in metrics.items():
+            away = m.get("throttled", 0) + m.get("held_back", 0)
+            if away:
+                self.turned_away += away
+                who = self.turning.get(part, part)
+                self.turned_away_by[who] = self.turned_away_by.get(who, 0.0) + away
         for p in self.peak_backlog:
             self.peak_backlog[p] = max(self.peak_backlog[p], int(metrics[p]["backlog"]))
 
@@ -254,7 +269,8 @@ class Scorer:
             "impact": {"error_minutes": {p: round(v, 3) for p, v in self.impact.items()},
                        "weighted_total": round(sum(v * self.impact_w[p] for p, v in self.impact.items()), 3)},
             "collateral": {"connections_broken_by_actions": self.collateral,
-                           "requests_turned_away": int(round(self.turned_away))},
+                           "requests_turned_away": int(round(self.turned_away)),
+                           "requests_turned_away_by": {k: int(round(v)) for k, v in sorted(self.turned_away_by.items())}},
             "actions_taken": self.actions,
             "simulated_until": format_clock(self.start_s + (self.last_tick + 1) * self.dt),
         }

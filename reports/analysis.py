@@ -249,6 +249,10 @@ def analyse(run: RunData) -> Analysis:
                 f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
     findings += _rules_never_fired(runbook, events, playbook, m, dt, at)
     findings += _collateral(effective, m, dt, signal, at)
+    for who, n in ((score.get("collateral") or {}).get("requests_turned_away_by") or {}).items():
+        if n:
+            findings.append(Finding(f"{who} turned away {n:,} requests", "refused by its throttle or held back by "
+                                    "its lowered rate, for as long as it held", "collateral"))
     findings += _relapses(relapses, first_reached, milestones_reached, effective, at, until)
     loop_at = milestones_reached.get("loop_broken")
     if run.attribution is not None:

@@ -116,6 +116,8 @@ CASES = [
              "services[1].then: got 'front'; expected no then on a cache",
              "services[2].cache.store: got 'far'; expected a chain of services that does not lead back to this one",
              "services[3].cache.store: got 'near'; expected a chain of services", header="5 errors"),
+    playbook("set_work_without_dispatch_rate.yaml.j2", "mitigations[0].effects[0].args: got {'work': 'durable'}; "
+             "expected max_rate (population clients has none, and durable work needs a dispatch rate)"),
     # runbooks, against the valid playbook
     runbook("runbook_unknown_mitigation.yaml",
             "rules[0].do.action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),

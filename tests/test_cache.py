@@ -79,6 +79,7 @@ def test_the_hit_ratio_matches_an_exact_simulation_and_the_closed_form(tmp_path,
     assert 0.2 < model < 0.95  # a regime where the cache's size or TTL matters
 
 
+@pytest.mark.slow
 def test_a_warm_cache_starts_where_a_cold_one_ends_up(tmp_path):
     cache = {"keys": 20_000, "zipf": 1.0, "size": 2_000, "ttl": "5m"}
     cold = play(tmp_path / "cold", world(cache | {"start": "cold"}, duration="30m"))

