@@ -26,6 +26,7 @@ from .shards import HealthReports
 from .wheel import TimingWheel
 
 WORKS = ("perishable", "durable")  # perishable work fails for good after max_attempts; durable work is kept
+MODES = ("pooled", "per_request")  # clients hold connections, or every request is a flow of its own
 
 
 #: The declarations of the operations both population models have (``Population`` here and
@@ -241,6 +242,26 @@ class PopulationControls:
                                         jitter=jitter, max_attempts=max_attempts)
         self._policies_changed()
 
+    @operation(example={"mode": "pooled", "over": 60.0},
+               mode=Arg("pooled: clients hold connections and send their requests on them; per_request: every "
+                        "request is a flow (and a setup) of its own", choices=MODES),
+               over=Arg("switching to pooled: the clients open their connections at times spread evenly over this "
+                        "long (at least a tick)", unit="s", min=0))
+    def op_set_mode(self, tick: int, mode: str, over: float = 1.0) -> None:
+        """A client hot-fix of the connection mode. To per_request: every connection closes,
+        and retries waiting for a connection go out as requests of their own. To pooled:
+        every client opens a connection, at times spread evenly over ``over`` (a wave of
+        setups), and until it has one its fresh perishable requests fail at once (durable
+        work waits)."""
+        if mode not in MODES:
+            raise BadArgument(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+        if (mode == "pooled") == self.pooled:
+            return
+        self.pooled = mode == "pooled"
+        self.surges = []  # a surge means something else in the other mode
+        self._mode_changed(tick, in_ticks(over, self.world.dt))
+        self._policies_changed()
+
     @operation(example={"reconnect_on": ["timeout"]},
                reconnect_on=Arg("the request failures that make a client drop its connection and reconnect from "
                                 "now on (empty: none)", choices=RECONNECT_ON),
@@ -421,6 +442,23 @@ class Population(PopulationControls, Agent):
 
     def _lifetime_changed(self, tick: int) -> None:
         """Connections are replaced at the rate lifetime sets, read each tick: nothing to do."""
+
+    def _mode_changed(self, tick: int, ticks: int) -> None:
+        if not self.pooled:  # every connection closes; retries waiting for one go out as requests
+            self.pending_closes += self.n_connected
+            self.conn_by_class = np.zeros_like(self.conn_by_class)
+            self.n_connected = 0
+            self.conn_wheel.clear()
+            self.req_wheel.take_from(self.orphan_wheel)
+            self.req_wheel.schedule_classes(1, self.parked + self.released, 0)
+            self.parked, self.released = np.zeros_like(self.parked), np.zeros_like(self.released)
+            self.released_by = self.orphans_back = 0
+            for b in self.inflight.values():
+                b.holding = 0.0
+        else:  # every client opens a connection, spread over the ticks given
+            self.conn_wheel.grow(ticks + 2, self.conn_wheel.classes)
+            counts = self.rng.multinomial(self.clients, np.full(ticks, 1.0 / ticks))
+            self.conn_wheel.schedule(np.arange(1, ticks + 1), counts, 0, self.clients)
 
     def _send_waiting_work(self, tick: int) -> None:
         """Work no longer durable: what waited for dispatch goes out next tick."""
@@ -626,8 +664,8 @@ class Population(PopulationControls, Agent):
             self._owners_left(closes, pool)
             conn_now += self.conn_wheel.pop_due()
             conn_now[0] += closes
-            closes += self.pending_closes
-            self.pending_closes = 0
+        closes += self.pending_closes  # (a per-request population has some only after a switch of mode)
+        self.pending_closes = 0
 
         surged = 0
         if not self.pooled:  # a per-request client's surge is requests: a share of the clients ask again

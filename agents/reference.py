@@ -238,6 +238,27 @@ class ClientByClientPopulation(PopulationControls, Agent):
             self._push(self._later(tick, 0.0), "retry", cid, 0, attempt, sleep)
         self.ready = []
 
+    def _mode_changed(self, tick: int, ticks: int) -> None:
+        if not self.pooled:  # every connection closes; retries waiting for one go out as requests
+            self.events = [ev for ev in self.events if ev[2] == "retry"]  # no lifetimes or reconnections
+            heapq.heapify(self.events)
+            waiting = self.released
+            for c in self.people:
+                if c.state == CONNECTED:
+                    self.pending_closes += 1
+                waiting += [(c.cid, attempt, sleep) for attempt, sleep in c.parked]
+                c.parked = []
+                c.conn += 1  # whatever was under way for its connection is void
+                self._set_state(c, None)
+            for cid, attempt, sleep in waiting:
+                self._push(self._later(tick, 0.0), "retry", cid, 0, attempt, sleep)
+            self.released = []
+        else:  # every client opens a connection, at a time spread over the ticks given
+            for c in self.people:
+                c.backoff, c.sleep = 0, None
+                slot = 1 + min(ticks - 1, int(self._random() * ticks))
+                self._wait_then_connect(c, (tick + slot) * self.world.dt, 0)
+
     def _lifetime_changed(self, tick: int) -> None:
         """Lifetimes are exponential: the connections held are replaced at the new rate, as
         if each drew its remaining life again."""

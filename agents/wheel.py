@@ -64,3 +64,15 @@ class TimingWheel:
         slots = np.zeros((size, classes), dtype=np.int64)
         slots[:self.size, :self.classes] = self.slots[(self.pos + np.arange(self.size)) % self.size]
         self.slots, self.size, self.classes, self.pos = slots, size, classes, 0
+
+    def clear(self) -> None:
+        """Nothing scheduled any more."""
+        self.slots[:] = 0
+        self.pending = 0
+
+    def take_from(self, other: "TimingWheel") -> None:
+        """Everything ``other`` (of the same size and classes) has scheduled, due at the same ticks."""
+        shift = (other.pos - self.pos) % self.size
+        self.slots += np.roll(other.slots, -shift, axis=0)
+        self.pending += other.pending
+        other.clear()

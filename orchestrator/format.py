@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field as dfield
 
 from agents.base import FAULT_KINDS
-from agents.population import WORKS
+from agents.population import MODES, WORKS
 from agents.retry import BACKOFFS, JITTERS, RECONNECT_ON
 
 from .schema import Field, L, M, names, non_negative, positive, ratio
@@ -290,7 +290,7 @@ POPULATION = M(
                      doc="clients in the population (pooled clients all start connected)"),
     rate=non_negative(required=True, unit="requests/s per client", example=0.05,
                       doc="fresh requests per client per second"),
-    mode=Field("str", choices=("pooled", "per_request"), default="pooled",
+    mode=Field("str", choices=MODES, default="pooled",
                doc="pooled: each client holds a connection across the path (with a lifetime) and sends its requests "
                    "on it; per_request: every request is a new flow, a connection setup on every device (like DNS "
                    "over UDP), and `connection` does not apply"),

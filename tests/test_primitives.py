@@ -417,3 +417,41 @@ def test_a_bandwidth_toxic_on_a_device_pool_passes_its_rate_and_no_more(tmp_path
     assert abs(limited["net.dropped"].mean() - (offered - 10500 / 21)) < 0.02 * offered
     assert limited["clients.ok"].mean() < 10500 / 21  # at most what passes, and late
     assert after["clients.success_ratio"].min() == 1.0 and after["net.utilisation"].max() < 0.05
+
+
+def test_a_mode_hot_fix_pools_the_connections_and_back(tmp_path):
+    """Per-request clients make a setup on the network for every request; pooled, only a
+    wave of connections spread over the minute given, then the renewals at the end of a
+    connection's life; per-request again, every connection closes."""
+    world = dict(BASE, mitigations=[], clock=dict(BASE["clock"], duration="15m"))
+    world["devices"] = [{"name": "net", "count": 10, "cpu_per_device": 1e6}]
+    world["populations"] = [dict(BASE["populations"][0], path=["net"], connection={"lifetime": "1h"})]
+    _hot_fix(world, "clients", "set_mode", {"mode": "pooled", "over": "1m"})
+    world["mitigations"].append({"name": "unpool", "deploy": False, "effects": [
+        {"target": "clients", "op": "set_mode", "args": {"mode": "per_request"}}]})
+    r = play(tmp_path, world, [{"when": {"at": "00:05"}, "do": "set_mode"}, {"when": {"at": "00:10"}, "do": "unpool"}])
+    applied = r.events[(r.events["event"] == "applied") & (r.events["op"] == "set_mode")]["tick"].iloc[0]
+    wave = r.metrics.iloc[applied + 1:applied + 61]  # the minute after the switch
+    per_request, pooled, again = at(r, "00:03"), at(r, "00:08"), at(r, "00:11")
+    assert abs(per_request["net.setups"].mean() - 1000) < 5 * math.sqrt(1000 / 60)  # a setup per request
+    # every client connects once within the minute (and the first connected renew a few, at 1/h)
+    assert 1000 <= wave["clients.conn_attempts"].sum() < 1000 + 30
+    assert abs(wave["clients.conn_attempts"].max() - 1000 / 60) < 5 * math.sqrt(1000 / 60)
+    assert 0.3 < wave["clients.error_ratio"].mean() < 0.7  # until its connection is up, a request fails at once
+    assert pooled["clients.connected"].min() == 1000 and pooled["clients.error_ratio"].max() == 0
+    assert pooled["net.setups"].mean() < 1  # only renewals: 1000 connections an hour
+    assert again["clients.connected"].max() == 0 and again["net.connections"].max() == 0
+    assert abs(again["net.setups"].mean() - 1000) < 5 * math.sqrt(1000 / 60)
+
+
+@pytest.mark.slow
+def test_the_client_by_client_reference_agrees_on_the_mode_hot_fixes(tmp_path):
+    world = dict(BASE, clock=dict(BASE["clock"], duration="10m"))
+    world["devices"] = [{"name": "net", "count": 10, "cpu_per_device": 1e6}]
+    world["populations"] = [{"name": "clients", "clients": 200, "rate": 1.0, "mode": "per_request", "path": ["net"],
+                             "target": "api", "request": {"timeout": "2s"}, "connection": {"lifetime": "2m"},
+                             "retry": {"backoff": "constant", "base": "3s", "jitter": "full", "max_attempts": 3}}]
+    world["services"] = [{"name": "api", "fault": {"share": 0.3, "kind": "error"}}]
+    ops = [("00:02", "set_mode", {"mode": "pooled", "over": "30s"}), ("00:06", "set_mode", {"mode": "per_request"})]
+    windows = {"per request": (20, 120), "wave": (121, 152), "pooled": (160, 360), "per request again": (365, 600)}
+    _both_models_agree(tmp_path, world, ops, windows, ("demand", "tries", "errors", "conn_attempts", "connected"))
