@@ -21,7 +21,7 @@ RECONNECT_ON = ("timeout", "reject")  # the request failures that can make a poo
 
 @dataclass
 class RetryPolicy:
-    """A playbook's retry policy (its defaults are the playbook format's, orchestrator/format.py)."""
+    """A playbook's retry policy (its defaults are the playbook format's, orchestrator/playbook/format.py)."""
     backoff: str  # none: retry at once; constant: base; exponential: base * multiplier**k
     base: float  # seconds
     multiplier: float
@@ -208,6 +208,3 @@ class CircuitBreaker:
         if self.open_until >= 0 and tick < self.open_until + self.window_ticks:
             return self.probe_fraction  # half-open: probes only
         return 1.0
-
-    def is_open(self, tick: int) -> bool:
-        return tick < self.open_until

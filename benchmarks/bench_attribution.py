@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator import attribution
-from orchestrator.runner import RunSpec, WorldRun
+from orchestrator.runs import attribution
+from orchestrator.runs.runner import RunSpec, WorldRun
 
 
 def main() -> None:

@@ -72,8 +72,8 @@ def world_tick_rate(ticks: int, placement: str, snapshot_every: int = 60, kill_a
     """``kill_at``: SIGKILL the populations' actor at this tick and time its replacement."""
     import signal
 
-    from orchestrator.ray_hosting import RayHost
-    from orchestrator.runner import RunSpec, prepare
+    from orchestrator.hosting.ray_hosting import RayHost
+    from orchestrator.runs.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(runbook="historical", duration=ticks))
     t0 = time.perf_counter()

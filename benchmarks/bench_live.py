@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_fabric import raw_round_trip_ms  # noqa: E402
-from orchestrator.live_client import LiveClient, RequestFailed  # noqa: E402
-from orchestrator.live_server import LiveServer  # noqa: E402
-from orchestrator.session import Session  # noqa: E402
+from orchestrator.live.client import LiveClient, RequestFailed  # noqa: E402
+from orchestrator.live.server import LiveServer  # noqa: E402
+from orchestrator.live.session import Session  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

@@ -1,4 +1,4 @@
 """Runs game days: playbook loading, world building, hosting, scoring, journal, CLI."""
-from .api import compare, run
+from orchestrator.api import compare, run
 
 __all__ = ["compare", "run"]

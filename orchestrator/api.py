@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 from reports.rundir import RunData
-from .runner import RunSpec, execute, read_vars_file
-from .timefmt import parse_duration
+from orchestrator.runs.runner import RunSpec, execute, read_vars_file
+from orchestrator.timefmt import parse_duration
 
 
 def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int = 1, sets: dict | None = None,
@@ -41,11 +41,11 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
             progress: bool = False, max_workers: int | None = None):
     """Every (runbook, seed, sweep point) as a whole world in a Ray task (``parallel``;
     on the cluster at ``address``, else a local Ray) or one by one here; returns the
-    results as a pandas DataFrame, one row per run (see ``orchestrator.comparison.COLUMNS``).
+    results as a pandas DataFrame, one row per run (see ``orchestrator.batch.comparison.COLUMNS``).
     ``seeds``: N (seeds 1..N) or a list; ``sweep``: {variable: [values]}, every
     combination is a sweep point. ``reports.compare_stats.summary(df)`` and ``pairs(df)``
     give the statistics."""
-    from .comparison import compare as run_comparison
+    from orchestrator.batch.comparison import compare as run_comparison
 
     return run_comparison(playbook, list(runbooks), seeds, sweep or {}, sets,
                           parse_duration(duration) if duration is not None else None,

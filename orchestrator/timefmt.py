@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-#: the text forms, also used by the JSON Schema (``orchestrator/json_schema.py``)
+#: the text forms, also used by the JSON Schema (``orchestrator/playbook/json_schema.py``)
 DURATION_PATTERN = r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$"
 CLOCK_PATTERN = r"^\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*$"
 _DURATION = re.compile(DURATION_PATTERN)

@@ -8,10 +8,10 @@ import time
 import ray
 from ray.cluster_utils import Cluster
 
-from orchestrator.comparison import compare
-from orchestrator.hosting import InProcessHost
-from orchestrator.ray_hosting import RayHost
-from orchestrator.runner import RunSpec, prepare
+from orchestrator.batch.comparison import compare
+from orchestrator.hosting.inprocess import InProcessHost
+from orchestrator.hosting.ray_hosting import RayHost
+from orchestrator.runs.runner import RunSpec, prepare
 
 
 #: the comparison run on the cluster; tests/test_compare.py runs it one by one and compares

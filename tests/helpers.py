@@ -7,9 +7,9 @@ import pandas as pd
 import yaml
 
 import orchestrator
-from orchestrator.hosting import InProcessHost
-from orchestrator.playbook import load_playbook
-from orchestrator.world import build_plan
+from orchestrator.hosting.inprocess import InProcessHost
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.engine.world import build_plan
 
 HERE = Path(__file__).parent
 

@@ -1,4 +1,4 @@
-"""Attribution by counterfactual (orchestrator/attribution.py): which action broke the
+"""Attribution by counterfactual (orchestrator/runs/attribution.py): which action broke the
 loop is answered by playing the run again from the moment each action took effect,
 without it. tests/playbooks/relapse.yaml.j2: pausing delivery stops the feedback (the
 worker idle); jobs let back later at a pace below capacity keep it stopped. The pause
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from orchestrator import attribution
+from orchestrator.runs import attribution
 from reports.analysis import analyse
 
 RELAPSE = str(Path(__file__).parent / "playbooks" / "relapse.yaml.j2")

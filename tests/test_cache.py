@@ -196,9 +196,9 @@ def test_a_cache_world_continues_bit_identically_after_a_snapshot(tmp_path):
     """Mid-stampede, with store requests in flight and callers waiting for them."""
     import yaml
 
-    from orchestrator.hosting import InProcessHost
-    from orchestrator.playbook import load_playbook
-    from orchestrator.world import build_plan
+    from orchestrator.hosting.inprocess import InProcessHost
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.engine.world import build_plan
 
     (tmp_path / "w.yaml.j2").write_text(yaml.safe_dump(stampede(True, FLUSH, duration="10m")))
     host = InProcessHost(build_plan(load_playbook(str(tmp_path / "w.yaml.j2")), None, 4, 600))

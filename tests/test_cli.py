@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from orchestrator.cli import main
-from orchestrator.playbook import builtin_runbooks, find_playbook, read_template
+from orchestrator.playbook.loader import builtin_runbooks, find_playbook, read_template
 
 CORPUS = Path(__file__).parent / "corpus"
 VALID = CORPUS / "valid_minimal.yaml.j2"

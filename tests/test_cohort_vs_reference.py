@@ -23,9 +23,9 @@ import pytest
 
 from agents import AGENT_CLASSES, Population
 from agents.reference import ClientByClientPopulation
-from orchestrator.hosting import InProcessHost
-from orchestrator.playbook import load_playbook
-from orchestrator.world import build_plan
+from orchestrator.hosting.inprocess import InProcessHost
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.engine.world import build_plan
 
 pytestmark = pytest.mark.slow  # twenty runs, half of them client by client
 

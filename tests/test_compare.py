@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import orchestrator
-from orchestrator.comparison import compare
+from orchestrator.batch.comparison import compare
 from reports import compare_stats as cs
 
 HERE = Path(__file__).parent
@@ -113,7 +113,7 @@ GRID = (("clients", [1000, 2000]), ("surge_setups", [50, 200]))
 
 @pytest.mark.slow
 def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
-    from orchestrator.phasemap import phase_map
+    from orchestrator.batch.phasemap import phase_map
 
     with_bug, runs = phase_map(MINI, *GRID, seeds=2, parallel=False)
     without, _ = phase_map(MINI, *GRID, seeds=2, sets={"latent_bug": False}, parallel=False)
@@ -128,7 +128,7 @@ def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
 
 @pytest.mark.slow
 def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
-    from orchestrator.phasemap import hysteresis
+    from orchestrator.batch.phasemap import hysteresis
 
     h = hysteresis(MINI, "rate", [0.8, 0.9, 1.0, 1.1], "shed_load", "factor", [0.3, 0.4, 0.5, 0.7, 0.9], "00:10",
                    seeds=2, duration=1800, parallel=False)

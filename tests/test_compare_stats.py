@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.comparison import COLUMNS
+from orchestrator.batch.comparison import COLUMNS
 from reports import compare_stats as cs
 from reports.compare_report import pair_lines, write_comparison_report
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from orchestrator.console_view import (GAP, completion_words, format_value, parse_command, render_act_result,
+from orchestrator.live.console_view import (GAP, completion_words, format_value, parse_command, render_act_result,
                                        render_catalogue, render_feed_entry, render_status, sparkline)
 
 pytestmark = [pytest.mark.slow, pytest.mark.live]  # a live session and its console in a terminal

@@ -6,10 +6,10 @@ import pytest
 
 import orchestrator
 from agents import PROTOCOL_VERSION, Message
-from orchestrator.hosting import InProcessHost
-from orchestrator.playbook import load_playbook, load_runbook
-from orchestrator.wire import WireError, decode, encode
-from orchestrator.world import build_plan
+from orchestrator.hosting.inprocess import InProcessHost
+from orchestrator.playbook.loader import load_playbook, load_runbook
+from orchestrator.hosting.wire import WireError, decode, encode
+from orchestrator.engine.world import build_plan
 
 pytestmark = pytest.mark.slow  # whole runs played twice and compared file by file
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import orchestrator
-from orchestrator.fork import fork
+from orchestrator.runs.fork import fork
 
 HERE = Path(__file__).parent
 MINI = str(HERE / "playbooks" / "mini_loop.yaml.j2")
@@ -76,7 +76,7 @@ def test_the_fork_command_says_what_changed_and_refuses_a_time_outside_the_run(o
 def test_a_live_teams_run_forks_too(tmp_path):
     """A console-operated world (a live team's run directory) with a command at 00:05;
     forked at 00:08 to a runbook: the prefix, the team's command included, is kept."""
-    from orchestrator.runner import RunSpec, WorldRun
+    from orchestrator.runs.runner import RunSpec, WorldRun
 
     run = WorldRun(RunSpec(playbook=MINI, seed=4, console=True), tmp_path / "team")
     while not run.done:

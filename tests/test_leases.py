@@ -11,7 +11,7 @@ import pytest
 import orchestrator
 from agents import Service, WorldInfo, agent_rng
 from orchestrator.errors import InvalidRunbook
-from orchestrator.playbook import load_playbook
+from orchestrator.playbook.loader import load_playbook
 
 LH = str(Path(__file__).parent / "playbooks" / "lease_herd.yaml.j2")
 

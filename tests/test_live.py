@@ -17,11 +17,11 @@ import msgpack
 import pytest
 import zmq
 
-from orchestrator import live_protocol as lp
-from orchestrator.live_client import LiveClient, RequestFailed, ServerUnreachable
-from orchestrator.live_server import LiveServer
-from orchestrator.runner import replay
-from orchestrator.session import Session
+from orchestrator.live import protocol as lp
+from orchestrator.live.client import LiveClient, RequestFailed, ServerUnreachable
+from orchestrator.live.server import LiveServer
+from orchestrator.runs.runner import replay
+from orchestrator.live.session import Session
 from reports.rundir import load_run
 from tests.helpers import serve, stop
 
@@ -226,8 +226,8 @@ def test_a_command_resent_after_a_timeout_is_executed_once(tmp_path):
 def test_a_console_killed_mid_action_reconnects_and_loses_nothing(tmp_path):
     with live(tmp_path, speed=None, duration=2400, start=True) as (session, server):
         script = ("import os, signal, sys, time\n"
-                  "from orchestrator import live_protocol as lp\n"
-                  "from orchestrator.live_client import LiveClient\n"
+                  "from orchestrator.live import protocol as lp\n"
+                  "from orchestrator.live.client import LiveClient\n"
                   "c = LiveClient(sys.argv[1], sys.argv[2])\n"
                   "c.sock.send(lp.request('k1', sys.argv[2], 'act', {'action': 'enable_protection', 'by': 'carol'}))\n"
                   "time.sleep(0.5)  # sent, not yet answered: killed mid-action\n"
@@ -331,7 +331,7 @@ def test_a_non_loopback_bind_without_keys_is_refused_before_anything_starts(tmp_
 
 
 def test_with_curve_keys_only_clients_with_the_server_key_get_answers(tmp_path):
-    from orchestrator.live_server import generate_keys, load_key
+    from orchestrator.live.server import generate_keys, load_key
 
     public, secret = generate_keys(tmp_path / "keys")
     assert oct(os.stat(secret).st_mode & 0o777) == "0o600"
@@ -360,7 +360,7 @@ def test_with_curve_keys_only_clients_with_the_server_key_get_answers(tmp_path):
 def test_the_scoreboard_page_of_a_real_session_shows_both_teams_and_follows_the_worlds(tmp_path):
     """The page served by the session's own web server, read twice by headless Chromium
     while two worlds run: both teams shown, and the simulated clock moves on."""
-    from orchestrator.scoreboard_web import start_web
+    from orchestrator.live.scoreboard_web import start_web
     from tests.test_scoreboard import chromium, dump_dom, shown
 
     browser = chromium()

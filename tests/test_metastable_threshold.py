@@ -24,10 +24,10 @@ import pytest
 
 from tests import reference_queue_des as des
 from tests.helpers import playbook_path
-from orchestrator.hosting import InProcessHost
-from orchestrator.playbook import load_playbook
-from orchestrator.wire import decode
-from orchestrator.world import build_plan
+from orchestrator.hosting.inprocess import InProcessHost
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.hosting.wire import decode
+from orchestrator.engine.world import build_plan
 
 pytestmark = pytest.mark.slow  # thousands of simulated seconds over many seeds
 

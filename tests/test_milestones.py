@@ -1,4 +1,4 @@
-"""Milestones that stay true (orchestrator/scoring.py): a milestone holds from the start
+"""Milestones that stay true (orchestrator/engine/scoring.py): a milestone holds from the start
 of the last window after which its condition held to the horizon; a confirmed condition
 that fails again for longer than its grace is a relapse, journalled, kept in the score,
 and a relapsed loop is not broken in the score, the comparison, the report and the
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from orchestrator.comparison import Point, row_of
-from orchestrator.scoring import Milestone
+from orchestrator.batch.comparison import Point, row_of
+from orchestrator.engine.scoring import Milestone
 from reports.analysis import analyse
 from reports.summary import summary_table
 
@@ -100,7 +100,7 @@ def test_the_report_and_the_summary_say_the_loop_re_formed(herd):
 
 
 def test_the_scoreboard_does_not_rank_a_relapsed_loop_as_broken(herd, paced):
-    from orchestrator.session import team_row
+    from orchestrator.live.session import team_row
 
     herd_row, paced_row = team_row("herd", herd.score, True), team_row("paced", paced.score, True)
     assert herd_row["loop"] == f"re-formed {herd.score['loop_broken']['relapses'][-1]['clock']}" and herd_row["relapses"] == 1

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 from agents import AGENT_CLASSES
 from orchestrator.cli import main
-from orchestrator.format import CONDITIONS, PLAYBOOK, RUNBOOK
-from orchestrator.format_reference import reference_markdown, undocumented, walk_fields
-from orchestrator.json_schema import playbook_schema, runbook_schema
-from orchestrator.operations import TARGET_KINDS, operations
-from orchestrator.playbook import (builtin_dir, builtin_playbooks, builtin_runbooks, find_playbook, load_playbook,
+from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
+from orchestrator.playbook.reference import reference_markdown, undocumented, walk_fields
+from orchestrator.playbook.json_schema import playbook_schema, runbook_schema
+from orchestrator.playbook.operations import TARGET_KINDS, operations
+from orchestrator.playbook.loader import (builtin_dir, builtin_playbooks, builtin_runbooks, find_playbook, load_playbook,
                                    load_runbook, read_template, render, resolve_variables)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -178,9 +178,9 @@ def _both_models_agree(tmp_path, world: dict, ops: list, windows: dict, metrics:
     """``world`` with ``ops`` (clock, operation, args) applied to its clients, played by the
     cohort model and the client-by-client reference over ``seeds`` seeds: the sums of
     ``metrics`` over each window agree within the noise."""
-    from orchestrator.hosting import InProcessHost
-    from orchestrator.playbook import load_playbook
-    from orchestrator.world import build_plan
+    from orchestrator.hosting.inprocess import InProcessHost
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.engine.world import build_plan
 
     world = dict(world, triggers=[{"name": f"t{i}", "at": at_, "effects": [{"target": "clients", "op": op, "args": args}]}
                                   for i, (at_, op, args) in enumerate(ops)])

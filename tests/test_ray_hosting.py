@@ -49,8 +49,8 @@ def test_a_sharded_world_on_ray_is_identical_to_the_sharded_world_in_process(ray
 
 
 def test_shards_of_a_population_are_placed_on_different_actors():
-    from orchestrator.ray_hosting import place
-    from orchestrator.runner import RunSpec, prepare
+    from orchestrator.hosting.ray_hosting import place
+    from orchestrator.runs.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(duration=60, shards=3))
     groups = {host: [a.name for a in agents] for host, agents in place(plan, "kind").items()}
@@ -88,9 +88,9 @@ def test_malformed_frames_sent_to_a_host_are_counted_and_change_nothing(ray_sess
     from agents import PROTOCOL_VERSION
     import zmq
 
-    from orchestrator.hosting import InProcessHost
-    from orchestrator.ray_hosting import RayHost
-    from orchestrator.runner import RunSpec, prepare
+    from orchestrator.hosting.inprocess import InProcessHost
+    from orchestrator.hosting.ray_hosting import RayHost
+    from orchestrator.runs.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=4, duration=600))
     clean = InProcessHost(plan)
@@ -121,7 +121,7 @@ def test_paced_mode_never_runs_ahead_of_the_target_pace(ray_session, tmp_path):
     """60 simulated seconds per wall second, on Ray: the pacer holds every tick back until
     its wall time, so the run can fall behind on a loaded machine but never get ahead.
     (How close it keeps to the pace is a figure of benchmarks/bench_live.py, not a test.)"""
-    from orchestrator.runner import RunSpec, execute
+    from orchestrator.runs.runner import RunSpec, execute
 
     run = execute(RunSpec(runbook="none", duration=600), tmp_path / "run", hosting="ray", speed=60.0)
     pace = run.meta["duration_s"] / run.meta["wall_seconds"]
@@ -293,9 +293,9 @@ def test_a_frozen_actor_is_noticed_by_its_missing_heartbeats_and_replaced(ray_se
     import signal
     import time
 
-    from orchestrator.hosting import InProcessHost
-    from orchestrator.ray_hosting import RayHost
-    from orchestrator.runner import RunSpec, prepare
+    from orchestrator.hosting.inprocess import InProcessHost
+    from orchestrator.hosting.ray_hosting import RayHost
+    from orchestrator.runs.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=9, duration=500))
     clean, hosted = InProcessHost(plan), RayHost(plan, placement="kind", snapshot_every=50)
@@ -324,8 +324,8 @@ def test_without_snapshots_a_lost_actor_ends_the_run_with_a_clear_error(ray_sess
     import signal
 
     from orchestrator.errors import HostingError
-    from orchestrator.ray_hosting import RayHost
-    from orchestrator.runner import RunSpec, prepare
+    from orchestrator.hosting.ray_hosting import RayHost
+    from orchestrator.runs.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(runbook="none", seed=1, duration=300))
     hosted = RayHost(plan, placement="kind", snapshot_every=0)
@@ -346,9 +346,9 @@ def test_a_world_left_unread_longer_than_the_heartbeat_limit_keeps_its_hosts(ray
     and no live host is taken for lost (replacing them all made a 10-team session crawl)."""
     import time
 
-    from orchestrator.ray_hosting import MISSED_BEATS, RayHost
-    from orchestrator.group_host import HEARTBEAT_S
-    from orchestrator.runner import RunSpec, prepare
+    from orchestrator.hosting.ray_hosting import MISSED_BEATS, RayHost
+    from orchestrator.hosting.group_host import HEARTBEAT_S
+    from orchestrator.runs.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(runbook="none", duration=60))
     host = RayHost(plan, placement="single")

@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 
 from orchestrator.errors import GamedayError
-from orchestrator.scoreboard_view import render_board
-from orchestrator.scoreboard_web import start_web
+from orchestrator.live.scoreboard_view import render_board
+from orchestrator.live.scoreboard_web import start_web
 
 
 def board(state="running", clock="07:48:56", lag_s=0.0, consoles=True):

@@ -8,7 +8,7 @@ import orchestrator
 from agents import Message
 from agents.shards import HealthReports, apply_to_shards, merge_metrics, shard_specs, split_clients
 from orchestrator.errors import InvalidPlaybook
-from orchestrator.runner import RunSpec, prepare
+from orchestrator.runs.runner import RunSpec, prepare
 
 
 def test_shards_split_the_clients_and_the_totals():

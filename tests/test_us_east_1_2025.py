@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import orchestrator
-from orchestrator.runner import replay
+from orchestrator.runs.runner import replay
 from reports.rundir import load_run
 from tests.helpers import serve, stop
 
@@ -128,7 +128,7 @@ def test_a_live_team_plays_the_2025_world_and_its_run_replays(tmp_path):
     """`gameday serve us-east-1-2025` in process over real sockets: a console repairs
     DNS when the DynamoDB alarm shows; the facilitator crashes half the droplet
     manager's hosts. The team's run directory replays identically."""
-    from orchestrator.live_client import LiveClient
+    from orchestrator.live.client import LiveClient
 
     out = tmp_path / "session"
     proc, toks = serve([PB, "--team", "ops", "--hosting", "inprocess", "--bind", "tcp://127.0.0.1:0", "--no-web",

@@ -75,10 +75,10 @@ MQ = str(Path(__file__).parent / "playbooks" / "metastable_queue.yaml.j2")
 def answers(sets: dict, seed: int = 1):
     """Every answer the clients of tests/playbooks/metastable_queue.yaml.j2 receive, as
     (seconds after it was sent, its body), and the world's metrics, one row per tick."""
-    from orchestrator.hosting import InProcessHost
-    from orchestrator.playbook import load_playbook
-    from orchestrator.wire import decode
-    from orchestrator.world import build_plan
+    from orchestrator.hosting.inprocess import InProcessHost
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.hosting.wire import decode
+    from orchestrator.engine.world import build_plan
 
     plan = build_plan(load_playbook(MQ, sets), None, seed)
     host, got, rows = InProcessHost(plan), [], []

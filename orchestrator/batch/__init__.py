@@ -1,0 +1,1 @@
+"""Many runs: comparisons of runbooks over seeds, phase maps."""

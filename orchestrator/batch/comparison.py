@@ -1,0 +1,216 @@
+"""Comparing runbooks: every (runbook, seed, sweep point) is a whole world run in
+process inside a Ray task, on this machine or across a Ray cluster; the results are a
+tidy table, one row per run, that ``reports.compare_stats`` summarises.
+
+Runs are independent and seeded, so the table does not depend on where or in which
+order they ran (a test checks parallel against one by one, and a multi-node cluster).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.errors import InvalidInput, Issue
+from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
+
+#: the results table's columns, in order (sweep variables come after ``seed``)
+COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_drained_s", "backlog_drained",
+           "impact", "first_update_s", "collateral", "actions", "outcome", "horizon_s")
+#: a run's outcome: no loop formed; it broke with nobody acting; the runbook's actions broke it;
+#: it broke and re-formed, and was not broken at the horizon; it never broke
+OUTCOMES = ("healthy", "recovered by itself", "broken by the runbook", "relapsed", "stuck")
+
+
+@dataclass
+class Point:
+    """One run of a comparison."""
+
+    runbook: str
+    seed: int
+    sweep: dict = field(default_factory=dict)
+
+    def label(self) -> str:
+        extra = "".join(f"-{k}={v}" for k, v in self.sweep.items())
+        return f"{Path(self.runbook).stem}-s{self.seed}{extra}"
+
+
+def runbook_label(ref: str) -> str:
+    """A runbook's name in the results: a built-in's name, or a file's name without .yaml."""
+    return Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
+
+
+def parse_sweeps(items: list[str]) -> dict[str, list]:
+    """``--sweep var=v1,v2`` (repeatable) -> {var: [v1, v2]}."""
+    out: dict[str, list] = {}
+    issues = []
+    for item in items:
+        name, _, values = item.partition("=")
+        vals = [coerce_value(v.strip()) for v in values.split(",") if v.strip()]
+        if not name.strip() or not vals:
+            issues.append(Issue("--sweep", item, "name=value1,value2,... (a playbook variable and its values)"))
+        elif name.strip() in out:
+            issues.append(Issue("--sweep", item, f"each variable swept once ({name.strip()} is twice)"))
+        else:
+            out[name.strip()] = vals
+    if issues:
+        raise InvalidInput("--sweep", "options", issues)
+    return out
+
+
+def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list]) -> list[Point]:
+    grid = [dict(zip(sweeps, combo)) for combo in itertools.product(*sweeps.values())] or [{}]
+    return [Point(rb, seed, point) for point in grid for rb in runbooks for seed in seeds]
+
+
+def row_of(point: Point, score: dict, horizon_s: float) -> dict:
+    """One row of the results table from a run's score."""
+    def after_trigger(m: dict | None) -> float:
+        return float(m["seconds_after_trigger"]) if m and m.get("reached") and "seconds_after_trigger" in m else math.nan
+
+    broken = score["loop_broken"]
+    if not score["loop_formed"]:
+        outcome = "healthy"
+    elif not broken["reached"]:
+        outcome = "relapsed" if broken.get("relapsed") else "stuck"
+    else:
+        outcome = "recovered by itself" if score["actions_taken"] == 0 else "broken by the runbook"
+    backlog = score.get("backlog_drained") or {}
+    row = {"runbook": runbook_label(point.runbook),
+           "seed": point.seed, **point.sweep,
+           "trigger_s": float(score["trigger"].get("seconds_after_start", math.nan)),
+           "loop_formed": bool(score["loop_formed"]), "loop_broken_s": after_trigger(broken),
+           "loop_broken": broken.get("clock", ""), "backlog_drained_s": after_trigger(backlog),
+           "backlog_drained": backlog.get("clock", ""), "impact": float(score["impact"]["weighted_total"]),
+           "first_update_s": after_trigger(score.get("first_customer_update")),
+           "collateral": int(score["collateral"]["connections_broken_by_actions"]),
+           "actions": int(score["actions_taken"]), "outcome": outcome, "horizon_s": horizon_s}
+    return row
+
+
+def portable(ref: str):
+    """A playbook or runbook as a task can use it on any node: a file's name and text
+    (the file may not exist there), or a built-in name as it is."""
+    path = Path(ref)
+    return {"name": path.name, "text": path.read_text(encoding="utf-8")} if path.is_file() else ref
+
+
+def _materialise(ref, where: Path) -> str:
+    if isinstance(ref, str):
+        return ref
+    where.mkdir(parents=True, exist_ok=True)
+    (where / ref["name"]).write_text(ref["text"], encoding="utf-8")
+    return str(where / ref["name"])
+
+
+def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: float | None,
+              keep: str | None = None) -> dict:
+    """Play one point in process and return its row; the run directory is kept in
+    ``keep`` if given, else written to a temporary directory and removed.
+    ``playbook`` and ``point["runbook"]``: names, or ``portable`` files."""
+    tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
+    try:
+        p = Point(**point)
+        label = p.runbook if isinstance(p.runbook, str) else p.runbook["name"]
+        spec = RunSpec(playbook=_materialise(playbook, tmp / "playbook"), runbook=_materialise(p.runbook, tmp / "runbook"),
+                       seed=p.seed, sets={**sets, **p.sweep}, duration=duration, tick=tick)
+        data = execute(spec, Path(keep) if keep else tmp / "run")
+        return row_of(Point(label, p.seed, p.sweep), data.score, float(data.meta["duration_s"]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> None:
+    """Load the playbook and runbook of every distinct (runbook, sweep point) before any
+    run starts: bad input stops the comparison with every problem named."""
+    seen = set()
+    for p in points:
+        key = (p.runbook, tuple(sorted(p.sweep.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed, sets={**sets, **p.sweep}, duration=duration,
+                        tick=tick))
+
+
+def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
+            duration: float | None = None, tick: float | None = None, address: str | None = None,
+            parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
+            max_workers: int | None = None) -> pd.DataFrame:
+    """Run every (runbook, seed, sweep point) and return the results table.
+    ``seeds``: a number N (seeds 1..N) or a list. ``parallel``: as Ray tasks (on the
+    cluster at ``address``, else a local Ray), or one by one in this process.
+    ``max_workers``: at most this many runs at once (default: as many as Ray has CPUs)."""
+    seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    issues = []
+    if not runbooks:
+        issues.append(Issue("--runbook", None, "at least one runbook"))
+    if not seeds or any(s < 0 for s in seeds):
+        issues.append(Issue("--seeds", seeds, "a number of seeds >= 1"))
+    labels = [runbook_label(rb) for rb in runbooks]
+    issues += [Issue("--runbook", rb, f"runbooks with different names ({label!r} is given twice)")
+               for i, (rb, label) in enumerate(zip(runbooks, labels)) if label in labels[:i]]
+    issues += [Issue("--sweep", var, "a playbook variable whose name is not a column of the results")
+               for var in (sweeps or {}) if var in COLUMNS]
+    if issues:
+        raise InvalidInput("gameday compare", "options", issues)
+    sets = dict(sets or {})
+    points = plan_points(list(runbooks), seeds, dict(sweeps or {}))
+    check_points(playbook, points, sets, duration, tick)
+    keep = [str(keep_runs / p.label()) if keep_runs else None for p in points]
+    shipped_playbook = portable(playbook)
+    shipped = {rb: portable(rb) for rb in runbooks}
+    tasks = [{"runbook": shipped[p.runbook], "seed": p.seed, "sweep": p.sweep} for p in points]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(points), unit="run", desc="comparing", disable=None, leave=False)
+    rows: list[dict | None] = [None] * len(points)
+    try:
+        if not parallel:
+            for i, task in enumerate(tasks):
+                rows[i] = run_point(shipped_playbook, task, sets, duration, tick, keep[i])
+                if bar is not None:
+                    bar.update(1)
+        else:
+            _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, rows, bar, address, max_workers)
+    finally:
+        if bar is not None:
+            bar.close()
+    return table(rows, list(dict(sweeps or {})))
+
+
+def _run_on_ray(playbook, tasks, sets, duration, tick, keep, rows, bar, address, max_workers) -> None:
+    from orchestrator.hosting.ray_hosting import ensure_ray
+
+    ray = ensure_ray(address)
+    task = ray.remote(num_cpus=1, max_retries=1)(run_point)
+    limit = max_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    pending: dict = {}
+    todo = list(enumerate(tasks))
+    while todo or pending:
+        while todo and len(pending) < limit:
+            i, t = todo.pop(0)
+            pending[task.remote(playbook, t, sets, duration, tick, keep[i])] = i
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            rows[pending.pop(ref)] = ray.get(ref)
+            if bar is not None:
+                bar.update(1)
+
+
+def table(rows: list[dict], sweep_vars: list[str]) -> pd.DataFrame:
+    """The tidy results table, sorted by sweep point, runbook and seed."""
+    df = pd.DataFrame(rows)
+    cols = ["runbook", "seed", *sweep_vars, *[c for c in COLUMNS if c not in ("runbook", "seed")]]
+    df = df[cols]
+    order = {rb: i for i, rb in enumerate(dict.fromkeys(df["runbook"]))}
+    df = df.sort_values([*sweep_vars, "runbook", "seed"], key=lambda s: s.map(order) if s.name == "runbook" else s,
+                        kind="stable").reset_index(drop=True)
+    return df

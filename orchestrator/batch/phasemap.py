@@ -1,0 +1,73 @@
+"""Mapping metastability: sweep two playbook variables (say baseline load and trigger
+size) with nobody acting, and classify each cell by what its runs did: stayed healthy
+(the loop never formed), recovered by itself, or stuck (still looping at the horizon).
+
+Hysteresis: the load at which a healthy system tips into the loop is higher than the
+load to which a stuck system must be brought back before it recovers. ``hysteresis``
+measures both on any playbook that has a load variable and an action that scales it.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from orchestrator.batch.comparison import compare, runbook_label
+
+PHASES = ("healthy", "recovered by itself", "stuck")
+#: a run's phase from its outcome: one whose loop broke and re-formed is stuck at the horizon
+PHASE_OF = {"healthy": "healthy", "recovered by itself": "recovered by itself", "relapsed": "stuck", "stuck": "stuck"}
+
+
+def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, runbook: str = "none",
+              sets: dict | None = None, duration: float | None = None, tick: float | None = None,
+              address: str | None = None, parallel: bool = True, progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells, runs): per (x, y) cell the count of runs in each phase and the phase of
+    the majority ("mixed" on a tie); and the comparison's results table."""
+    runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
+                   parallel=parallel, progress=progress)
+    return classify(runs, x[0], y[0]), runs
+
+
+def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    rows = []
+    for (xv, yv), g in runs.groupby([x, y], sort=False):
+        counts = {p: int((g["outcome"].map(PHASE_OF) == p).sum()) for p in PHASES}
+        best = max(counts.values())
+        winners = [p for p, n in counts.items() if n == best]
+        rows.append({x: xv, y: yv, **counts, "phase": winners[0] if len(winners) == 1 else "mixed"})
+    return pd.DataFrame(rows)
+
+
+def _majority_stuck(runs: pd.DataFrame) -> bool:
+    return (runs["outcome"].map(PHASE_OF) == "stuck").sum() * 2 > len(runs)
+
+
+def hysteresis(playbook: str, load_var: str, loads: list[float], shed_action: str, shed_param: str,
+               factors: list[float], shed_at: str, seeds=3, sets: dict | None = None, duration: float | None = None,
+               parallel: bool = True, address: str | None = None) -> dict:
+    """Tipping: ``load_var`` over ``loads``, nobody acting: the lowest load whose runs
+    mostly end stuck. Recovery: at the highest load (stuck), ``shed_action`` with
+    ``{shed_param: factor}`` at ``shed_at`` brings the load down to factor x that load:
+    the highest such load from which the runs mostly recover. ``shed_action`` must
+    scale ``load_var`` by its factor. Returns both and the tables."""
+    tip_runs = compare(playbook, ["none"], seeds, {load_var: list(loads)}, sets, duration, parallel=parallel,
+                       address=address)
+    stuck_at = [load for load in loads if _majority_stuck(tip_runs[tip_runs[load_var] == load])]
+    top = max(loads)
+    with tempfile.TemporaryDirectory(prefix="gameday-hysteresis-") as tmp:
+        books = []
+        for f in factors:
+            path = Path(tmp) / f"shed-to-{f}.yaml"
+            path.write_text(yaml.safe_dump({"name": f"shed-to-{f}", "description": f"{shed_action} to {f} at {shed_at}",
+                                            "rules": [{"when": {"at": shed_at},
+                                                       "do": {"action": shed_action, "params": {shed_param: f}}}]}))
+            books.append(str(path))
+        rec_runs = compare(playbook, books, seeds, {}, {**(sets or {}), load_var: top}, duration, parallel=parallel,
+                           address=address)
+    recovered = [f * top for f, book in zip(factors, books)
+                 if not _majority_stuck(rec_runs[rec_runs["runbook"] == runbook_label(book)])]
+    return {"tip_load": min(stuck_at) if stuck_at else None, "recover_load": max(recovered) if recovered else None,
+            "tipping": tip_runs, "recovery": rec_runs}

@@ -1,0 +1,115 @@
+"""The run directory (README.md, "The run directory"; docs/architecture.md, step 4 of a tick).
+
+Written so that a run killed at any moment leaves a readable directory: the rendered
+inputs and ``meta.json`` are written (atomically) before the first tick; ``events.jsonl``
+and ``metrics.csv`` are appended and flushed every tick; ``score.json`` and the final
+``meta.json`` status come last. A reader loses at most the tick being written.
+
+Files:
+  meta.json      seed, versions, playbook and runbook names, variables, status
+  playbook.yaml  the rendered playbook;  runbook.yaml  the runbook as given
+  columns.json   every metrics column: agent, metric, unit, meaning
+  metrics.csv    one row per tick: tick, time_s, clock, then one column per agent.metric
+  events.jsonl   one JSON object per line: tick, clock, agent, event, details
+  score.json     the score (see orchestrator/engine/scoring.py)
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+
+from agents import AGENT_CLASSES
+from orchestrator.errors import RunDirectoryError
+from orchestrator.timefmt import format_clock
+from orchestrator.engine.world import WorldPlan
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for pkg in ("gameday", "numpy", "pandas", "msgpack", "jinja2", "pyyaml", "click"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "%.10g" % v if v == v else ""
+    return str(v)
+
+
+def check_out_dir(out: Path) -> None:
+    """A run directory must be new or empty: a run never writes over another."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirectoryError(f"run directory {out} exists and is not empty; choose another --out")
+
+
+class RunWriter:
+    def __init__(self, out: Path, plan: WorldPlan, meta: dict, playbook_text: str, runbook_text: str):
+        self.dir = Path(out)
+        check_out_dir(self.dir)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunDirectoryError(f"cannot create run directory {self.dir}: {e.strerror}") from None
+        self.plan = plan
+        self.info = plan.info
+        self.meta = dict(meta) | {"status": "running", "versions": versions(), "tick_s": plan.info.dt,
+                                  "start_clock": format_clock(plan.info.start_s), "ticks_planned": plan.ticks,
+                                  "ticks_done": 0}
+        (self.dir / "playbook.yaml").write_text(playbook_text, encoding="utf-8")
+        (self.dir / "runbook.yaml").write_text(runbook_text, encoding="utf-8")
+        self.columns = plan.columns()
+        kinds = {a.name: a.kind for a in plan.agents}
+        kinds |= {pop: kinds[shards[0]] for pop, shards in plan.shards.items()}  # merged from its shards
+        write_json_atomic(self.dir / "columns.json", {
+            "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
+            "clock": "simulated clock time (HH:MM[:SS])",
+            **{f"{a}.{m}": {"agent": a, "kind": kinds[a], "metric": m, "unit": AGENT_CLASSES[kinds[a]].METRICS[m][0],
+                            "meaning": AGENT_CLASSES[kinds[a]].METRICS[m][1]} for a, m in self.columns}})
+        write_json_atomic(self.dir / "meta.json", self.meta)
+        self.events = open(self.dir / "events.jsonl", "w", encoding="utf-8")
+        self.metrics = open(self.dir / "metrics.csv", "w", encoding="utf-8")
+        self.metrics.write(",".join(["tick", "time_s", "clock"] + [f"{a}.{m}" for a, m in self.columns]) + "\n")
+        self.metrics.flush()
+
+    def write_tick(self, tick: int, metrics: dict[str, dict[str, float]], events: list[dict]) -> None:
+        t = tick * self.info.dt
+        clock = format_clock(self.info.start_s + t)
+        for e in events:
+            e = dict(e)
+            tk = e.pop("tick")
+            self.events.write(json.dumps({"tick": tk, "clock": format_clock(self.info.start_s + tk * self.info.dt), **e},
+                                         sort_keys=False, default=str) + "\n")
+        row = [str(tick), _fmt(t), clock] + [_fmt(metrics[a][m]) for a, m in self.columns]
+        self.metrics.write(",".join(row) + "\n")
+        self.events.flush()
+        self.metrics.flush()
+        self.meta["ticks_done"] = tick + 1
+
+    def event(self, tick: int, event: dict) -> None:
+        self.events.write(json.dumps({"tick": tick, "clock": format_clock(self.info.start_s + tick * self.info.dt), **event}) + "\n")
+        self.events.flush()
+
+    def close(self, status: str, score: dict | None) -> None:
+        self.events.close()
+        self.metrics.close()
+        # An interrupt (Ctrl-C) can land between a tick's row and its count: the rows are the truth.
+        with open(self.dir / "metrics.csv", "rb") as f:
+            self.meta["ticks_done"] = max(0, sum(1 for _ in f) - 1)
+        if score is not None:
+            write_json_atomic(self.dir / "score.json", score)
+        self.meta["status"] = status
+        write_json_atomic(self.dir / "meta.json", self.meta)

@@ -1,0 +1,269 @@
+"""Scoring from ground truth, tick by tick (docs/architecture.md, step 4 of a tick).
+
+Milestones are found online so that they can be journalled as they happen. A milestone
+is confirmed once its condition, after having been false at some point since the
+trigger, stays true for ``hold`` seconds; it then holds from the first tick of that
+window. If a confirmed condition fails again for longer than a grace (the same hold
+period), the milestone **relapses**: a ``relapse`` event is journalled and the milestone
+is no longer reached until it is confirmed again. The score keeps the first time it was
+confirmed, every relapse, and the final time (the start of the last window after which
+it held to the horizon): a milestone that relapsed and never came back is not reached.
+
+The loop counts as broken when the feedback has stopped, whatever stopped it: every
+quantity that sustains the loop is back within bounds over a sliding minute (connection
+setups that succeed on the loop's devices, retry amplification of the loop's
+populations, the share of the loop services' work that completes within its callers'
+timeouts). A service that is idle because its traffic was cut does no wasted work: its
+feedback has stopped too. Whether it serves again is a separate milestone
+(``scoring.recovered``).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from agents.shards import source_of
+
+from orchestrator.playbook.format import milestone_keys
+from orchestrator.timefmt import format_clock
+
+#: operations that turn traffic away while they hold, and the metric that counts it
+TURNS_AWAY = {"throttle": "throttled", "scale_rate": "held_back", "readmit": "held_back"}
+
+WINDOW_S = 60.0  # ratios are computed over a sliding minute, since per-tick counts are noisy
+
+
+class Rolling:
+    def __init__(self, ticks: int):
+        self.q: deque = deque()
+        self.ticks = ticks
+        self.num = 0.0
+        self.den = 0.0
+
+    def add(self, num: float, den: float) -> None:
+        self.q.append((num, den))
+        self.num += num
+        self.den += den
+        if len(self.q) > self.ticks:
+            a, b = self.q.popleft()
+            self.num -= a
+            self.den -= b
+
+    def ratio(self, empty: float) -> float:
+        return self.num / self.den if self.den > 0 else empty
+
+
+class Milestone:
+    """Condition must have been false after the trigger, then true for ``hold`` ticks;
+    once confirmed, false for more than ``grace`` ticks is a relapse."""
+
+    def __init__(self, name: str, hold_ticks: int, grace_ticks: int | None = None):
+        self.name = name
+        self.hold = hold_ticks
+        self.grace = hold_ticks if grace_ticks is None else grace_ticks
+        self.broken_seen = False
+        self.since: int | None = None  # first tick of the current run of true (not yet confirmed)
+        self.at: int | None = None  # while confirmed: the tick it holds from
+        self.first_at: int | None = None
+        self.failing_since: int | None = None  # while confirmed: the condition is false since then
+        self.relapses: list[int] = []
+
+    def update(self, tick: int, ok: bool, armed: bool) -> tuple[str, int] | None:
+        """("milestone", tick it holds from) the moment it is confirmed, ("relapse", tick
+        the condition failed) the moment a confirmed one relapses, else None."""
+        if not armed:
+            return None
+        if self.at is not None:
+            if ok:
+                self.failing_since = None
+                return None
+            if self.failing_since is None:
+                self.failing_since = tick
+            if tick - self.failing_since < self.grace:
+                return None
+            failed, self.failing_since = self.failing_since, None
+            self.relapses.append(failed)
+            self.at, self.broken_seen, self.since = None, True, None
+            return "relapse", failed
+        if not ok:
+            self.broken_seen = True
+            self.since = None
+            return None
+        if not self.broken_seen:
+            return None
+        if self.since is None:
+            self.since = tick
+        if tick - self.since >= self.hold:
+            self.at = self.since
+            if self.first_at is None:
+                self.first_at = self.at
+            return "milestone", self.at
+        return None
+
+    @property
+    def relapsed(self) -> bool:
+        """Reached once, and not holding now."""
+        return self.first_at is not None and self.at is None
+
+
+#: what a run measures beside its milestones (par can name these too)
+class Scorer:
+    def __init__(self, data: dict, dt: float, start_s: float):
+        self.dt, self.start_s = dt, start_s
+        sc = data["scoring"]
+        self.sc = sc
+        w = max(1, round(WINDOW_S / dt))
+        self.loop_devices = sc["loop"]["devices"]
+        self.loop_pops = sc["loop"]["populations"]
+        self.setup = Rolling(w)
+        self.amp = Rolling(w)
+        self.loop_services = sc["loop"]["services"]
+        self.useful = Rolling(w)
+        self.admitted = Rolling(w)
+        self.healthy_devices = sc["healthy"]["devices"] or self.loop_devices
+        self.dev_util = {d: Rolling(w) for d in self.healthy_devices}
+        self.dev_ok = {d: Rolling(w) for d in self.healthy_devices}
+        self.pop_ok = {p: Rolling(w) for p in sc["recovered"]["populations"]}
+        self.svc_ok = {s: Rolling(w) for s in sc["recovered"]["services"]}
+        self.svc_useful = {s: Rolling(w) for s in sc["recovered"]["services"]}
+        hold = lambda s: max(0, round(s / dt))  # noqa: E731
+        holds = {"loop_broken": sc["loop"]["hold"], "devices_healthy": sc["healthy"]["hold"],
+                 "backlog_drained": sc["backlog"]["hold"]}
+        self.milestones = {k: Milestone(k, hold(holds.get(k, sc["recovered"]["hold"]))) for k in milestone_keys(data)}
+        self.arrival = {p["name"]: p["rate"] * p["clients"] for p in data["populations"]}
+        self.impact_w = sc["impact"]
+        self.impact = {p: 0.0 for p in self.impact_w}
+        self.trigger_tick: int | None = None
+        self.first_update: int | None = None
+        self.actions = 0
+        self.collateral = 0
+        self.turned_away = 0.0
+        self.turning: dict[str, str] = {}  # part -> what (action, trigger, fault) last set what turns its traffic away
+        self.turned_away_by: dict[str, float] = {}
+        self.peak_backlog = {p: 0 for p in sc["backlog"]["populations"]}
+        self.par = data.get("par") or {}
+        self.last_tick = -1
+
+    def update(self, tick: int, metrics: dict[str, dict[str, float]], events: list[dict]) -> list[dict]:
+        """Feed one tick; returns the milestone events confirmed at this tick."""
+        self.last_tick = tick
+        for e in events:
+            if e["event"] == "trigger" and self.trigger_tick is None:
+                self.trigger_tick = tick
+            elif e["event"] == "status_posted" and self.first_update is None and self.trigger_tick is not None:
+                self.first_update = tick
+            elif e["event"] == "action_requested":
+                self.actions += 1
+            elif e["event"] == "applied" and e.get("op") in TURNS_AWAY:
+                self.turning[source_of(e["agent"])] = e.get("by") or e["agent"]
+        setups = sum(metrics[d]["setups"] for d in self.loop_devices)
+        ok = sum(metrics[d]["setups"] * metrics[d]["setup_success_ratio"] for d in self.loop_devices)
+        self.setup.add(ok, setups)
+        attempts = sum(metrics[p]["tries"] for p in self.loop_pops)
+        demand = sum(metrics[p]["demand"] for p in self.loop_pops)
+        self.amp.add(attempts, demand)
+        self.useful.add(sum(min(metrics[s]["work_useful"], metrics[s]["work_done"]) for s in self.loop_services),
+                        sum(metrics[s]["work_done"] for s in self.loop_services))
+        self.admitted.add(sum(metrics[s]["work_admitted"] + metrics[s]["queue_backlog"] for s in self.loop_services), 1)
+        for d in self.healthy_devices:
+            self.dev_util[d].add(metrics[d]["utilisation"], 1)
+            self.dev_ok[d].add(metrics[d]["request_success_ratio"] * metrics[d]["setup_success_ratio"], 1)
+        for p, r in self.pop_ok.items():
+            r.add(metrics[p]["ok"], metrics[p]["ok"] + metrics[p]["failed"])
+        for s, r in self.svc_ok.items():
+            r.add(metrics[s]["success_ratio"], 1)
+            self.svc_useful[s].add(metrics[s]["work_useful"], 1)
+        for p in self.impact:
+            self.impact[p] += metrics[p]["error_ratio"] * self.dt / 60.0
+        self.collateral += int(sum(m.get("broken_connections", 0) for m in metrics.values()))
+        # traffic turned away: refused by a service's throttle, or held back by a population's scaled-down
+        # rate, counted against what set it
+        for part, m in metrics.items():
+            away = m.get("throttled", 0) + m.get("held_back", 0)
+            if away:
+                self.turned_away += away
+                who = self.turning.get(part, part)
+                self.turned_away_by[who] = self.turned_away_by.get(who, 0.0) + away
+        for p in self.peak_backlog:
+            self.peak_backlog[p] = max(self.peak_backlog[p], int(metrics[p]["backlog"]))
+
+        armed = self.trigger_tick is not None
+        loop = self.sc["loop"]
+        conds = {
+            "loop_broken": self.setup.ratio(1.0) >= loop["setup_success_min"] and self.amp.ratio(1.0) <= loop["amplification_max"]
+            and (not self.loop_services or self.useful.ratio(self._idle_share()) >= loop["useful_work_min"]),
+            "devices_healthy": all(self.dev_util[d].ratio(0.0) <= self.sc["healthy"]["utilisation_max"]
+                                   and self.dev_ok[d].ratio(1.0) >= self.sc["healthy"]["success_min"] for d in self.healthy_devices),
+        }
+        if "backlog_drained" in self.milestones:
+            thr = self.sc["backlog"]["threshold"]
+            conds["backlog_drained"] = (all(metrics[p]["backlog"] <= thr * self.arrival[p] for p in self.sc["backlog"]["populations"])
+                                        and all(metrics[s]["queue_wait_s"] <= thr for s in self.sc["backlog"]["services"]))
+        for p, r in self.pop_ok.items():
+            conds[f"recovered:{p}"] = r.ratio(1.0) >= self.sc["recovered"]["success_min"]
+        for s, r in self.svc_ok.items():  # serving again: an idle service has not recovered
+            conds[f"recovered:{s}"] = r.ratio(0.0) >= self.sc["recovered"]["success_min"] and self.svc_useful[s].num > 0
+        out = []
+        for name, ms in self.milestones.items():
+            change = ms.update(tick, conds[name], armed)
+            if change is not None:
+                event, at = change
+                out.append({"tick": tick, "agent": "scorer", "event": event, "milestone": name,
+                            "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
+        return out
+
+    def _idle_share(self) -> float:
+        """The useful share to count for loop services that did no work over the window:
+        1 (no wasted work, the feedback has stopped) if they took nothing on and nothing
+        waits in their queues, as when traffic is cut or refused by a throttle; 0 (no
+        progress) if work reached them that they could not do."""
+        return 1.0 if self.admitted.num <= 0 else 0.0
+
+    def _when(self, tick: int | None, par_key: str | None = None) -> dict:
+        out: dict = {"reached": tick is not None}
+        if tick is not None:
+            clock = self.start_s + tick * self.dt
+            out["clock"] = format_clock(clock)
+            out["seconds_after_start"] = tick * self.dt
+            if self.trigger_tick is not None:
+                out["seconds_after_trigger"] = (tick - self.trigger_tick) * self.dt
+        if par_key and par_key in self.par:
+            out["par_clock"] = format_clock(self.par[par_key])
+            if tick is not None:
+                out["vs_par_s"] = self.start_s + tick * self.dt - self.par[par_key]
+        return out
+
+    def _milestone(self, key: str) -> dict:
+        """A milestone's final time (``reached``: it holds at the horizon), with its first
+        time, its relapses and whether it relapsed for good."""
+        m = self.milestones[key]
+        out = self._when(m.at, key)
+        brief = lambda t: {k: v for k, v in self._when(t).items() if k != "reached"}  # noqa: E731
+        out["final"] = brief(m.at) if m.at is not None else None
+        out["first_at"] = brief(m.first_at) if m.first_at is not None else None
+        out["relapses"] = [brief(t) for t in m.relapses]
+        out["relapsed"] = m.relapsed
+        return out
+
+    def score(self) -> dict:
+        ms = self.milestones
+        loop_formed = ms["loop_broken"].broken_seen
+        result = {
+            "trigger": self._when(self.trigger_tick, "trigger"),
+            "loop_formed": loop_formed,
+            "loop_broken": self._milestone("loop_broken"),
+            "first_customer_update": self._when(self.first_update, "first_customer_update"),
+            "recovered": {k.split(":", 1)[1]: self._milestone(k) for k in ms if k.startswith("recovered:")},
+            "impact": {"error_minutes": {p: round(v, 3) for p, v in self.impact.items()},
+                       "weighted_total": round(sum(v * self.impact_w[p] for p, v in self.impact.items()), 3)},
+            "collateral": {"connections_broken_by_actions": self.collateral,
+                           "requests_turned_away": int(round(self.turned_away)),
+                           "requests_turned_away_by": {k: int(round(v)) for k, v in sorted(self.turned_away_by.items())}},
+            "actions_taken": self.actions,
+            "simulated_until": format_clock(self.start_s + (self.last_tick + 1) * self.dt),
+        }
+        if "devices_healthy" in ms:
+            result["devices_healthy"] = self._milestone("devices_healthy")
+        if "backlog_drained" in ms:
+            result["backlog_drained"] = self._milestone("backlog_drained")
+            result["backlog_peak"] = self.peak_backlog
+        return result

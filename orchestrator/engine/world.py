@@ -1,0 +1,123 @@
+"""From a validated playbook and runbook to a world's build plan: which agents exist,
+with which section of the playbook, and how they are wired (health subscriptions,
+telemetry, who the operators are). Hosting-independent."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from agents import AGENT_CLASSES, WorldInfo
+from agents.shards import merge_metrics, metrics_needed, shard_specs, source_of
+from orchestrator.playbook.loader import Playbook
+
+OPERATOR = "operator"
+
+
+@dataclass
+class AgentPlan:
+    kind: str  # key of agents.AGENT_CLASSES
+    name: str
+    spec: dict
+
+
+@dataclass
+class WorldPlan:
+    info: WorldInfo
+    ticks: int
+    agents: list[AgentPlan] = field(default_factory=list)
+    shards: dict[str, list[str]] = field(default_factory=dict)  # sharded population -> its shards' agents
+
+    def columns(self) -> list[tuple[str, str]]:
+        """(agent, metric) in the order the metrics table uses: a sharded population's
+        merged metrics come first, where the population would be, then each shard's."""
+        out = []
+        for a in self.agents:
+            pop = source_of(a.name)
+            if pop != a.name and a.name == self.shards[pop][0]:
+                out += [(pop, m) for m in AGENT_CLASSES[a.kind].METRICS]
+            out += [(a.name, m) for m in AGENT_CLASSES[a.kind].METRICS]
+        return out
+
+    def merge_shards(self, metrics: dict[str, dict[str, float]]) -> tuple[dict, dict]:
+        """(the world's metrics with each sharded population merged from its shards and
+        the shards left out, the same with the shards too)."""
+        if not self.shards:
+            return metrics, metrics
+        merged = {pop: merge_metrics([metrics[s] for s in shards]) for pop, shards in self.shards.items()}
+        world, full = {}, {}
+        for name, m in metrics.items():
+            pop = source_of(name)
+            if pop != name:
+                if name == self.shards[pop][0]:
+                    world[pop] = full[pop] = merged[pop]
+                full[name] = m
+            else:
+                world[name] = full[name] = m
+        return world, full
+
+
+def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | None = None,
+               tick: float | None = None, shards: int | None = None, console: bool = False) -> WorldPlan:
+    """``shards``: split every population into this many shards (at most one per client),
+    instead of the playbook's ``shards`` setting. ``console``: the operator is a human
+    team acting through a console, not the runbook."""
+    data = copy.deepcopy(pb.data)
+    split: dict[str, list[dict]] = {}
+    for p in data["populations"]:
+        count = min(int(p["clients"]), int(shards if shards is not None else p["shards"]))
+        split[p["name"]] = shard_specs(p, count) if count > 1 else [p]
+    members = {pop: [s["name"] for s in parts] for pop, parts in split.items()}
+    dt = float(tick or data["clock"]["tick"])
+    total = float(duration or data["clock"]["duration"])
+    info = WorldInfo(dt=dt, start_s=float(data["clock"]["start"]), seed=int(seed))
+    mon = data["monitoring"]
+    telemetry: dict[str, list[str]] = {}
+    for metric in mon["observe"]:
+        agent, m = metric.split(".", 1)
+        telemetry.setdefault(agent, []).append(m)
+    subscribers: dict[str, list[str]] = {}
+    for item in data["populations"] + data["services"]:
+        deps = list(item.get("depends_on") or [])
+        rec = item.get("recycling") or {}
+        deps += [rec[k] for k in ("breaks_when", "needs") if rec.get(k)]
+        deps += [d for d in ((item.get("leases") or {}).get("store"), (item.get("health_checks") or {}).get("network")) if d]
+        for d in dict.fromkeys(deps):
+            subscribers.setdefault(d, []).extend(members.get(item["name"], [item["name"]]))
+    every = max(1, round(mon["telemetry_every"] / dt))
+    # Pooled populations start connected: their connections already occupy the devices' tables.
+    initial: dict[str, dict[str, int]] = {}
+    for parts in split.values():
+        for p in parts:
+            if p["mode"] == "pooled":
+                for d in p["path"]:
+                    initial.setdefault(d, {})[p["name"]] = int(p["clients"])
+    # Who sends to a sharded population sends to every shard: (shard, its share of the clients).
+    sharded = {pop: [(s["name"], s["clients"] / sum(x["clients"] for x in parts)) for s in parts]
+               for pop, parts in split.items() if len(parts) > 1}
+
+    def wired(item: dict, logical: str | None = None) -> dict:
+        spec = dict(item)
+        reports = telemetry.get(logical or item["name"], [])
+        spec["_wiring"] = {"health_subscribers": subscribers.get(logical or item["name"], []), "monitor": "monitoring",
+                           "telemetry": metrics_needed(reports) if logical else reports, "telemetry_every": every}
+        return spec
+
+    plan = WorldPlan(info=info, ticks=int(round(total / dt)), shards={p: members[p] for p in sharded})
+    plan.agents.append(AgentPlan("automation", "triggers", {"triggers": data["triggers"], "faults": data["faults"],
+                                                               "_wiring": {"shards": sharded}}))
+    for d in data["devices"]:
+        spec = wired(d)
+        spec["_wiring"]["initial_connections"] = initial.get(d["name"], {})
+        plan.agents.append(AgentPlan("device", d["name"], spec))
+    plan.agents += [AgentPlan("service", s["name"], wired(s)) for s in data["services"]]
+    plan.agents += [AgentPlan("population", s["name"], wired(s, p["name"] if len(split[p["name"]]) > 1 else None))
+                    for p in data["populations"] for s in split[p["name"]]]
+    plan.agents.append(AgentPlan("monitoring", "monitoring", mon | {"_wiring": {"operators": [OPERATOR], "shards": sharded}}))
+    plan.agents.append(AgentPlan("deployment", "deployment", data["deployment"] | {"catalogue": data["mitigations"],
+                                                                                    "_wiring": {"shards": sharded}}))
+    plan.agents.append(AgentPlan("status", "status", data["status"]))
+    rules = (runbook or {}).get("rules") or []
+    kind = "operator:console" if console else "operator:runbook" if rules else "operator:none"
+    plan.agents.append(AgentPlan(kind, OPERATOR,
+                                 {"rules": rules, "_wiring": {"deployment": "deployment"}}))
+    return plan

@@ -1,0 +1,1 @@
+"""Where agents run and how their messages travel: in process, or on Ray actors over ZeroMQ."""

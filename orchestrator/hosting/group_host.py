@@ -1,0 +1,260 @@
+"""A host for some agents of one world: steps them when the orchestrator says so and
+exchanges their tick messages with the other hosts directly, over ZeroMQ.
+
+Plain Python, so it can be tested without Ray; ``ray_hosting`` wraps it in a Ray actor.
+Tick messages sent at tick t are delivered for tick t+1. Before stepping tick t a host
+waits until it holds, from every other host, as many messages of tick t-1 as the
+orchestrator says that host sent it; inboxes are then sorted by (sender, sequence), as
+in process, so the results do not depend on the hosting.
+
+Surviving the loss of a host. Every ``snapshot_every`` ticks a host sends the
+orchestrator a snapshot of its agents. Each host also keeps the frames it sent to each
+peer since that peer's last snapshot (the orchestrator says which tick that is with
+every tick). A replacement host starts from the snapshot, its peers send it their kept
+frames again, and it replays the ticks since then; because agents are deterministic it
+sends the very messages the lost host sent, which the receivers recognise by (sender,
+sequence) and ignore. While waiting, a host sends the orchestrator a heartbeat.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import pickle
+import time
+from collections import deque
+
+import zmq
+
+from agents import PROTOCOL_VERSION, Agent, Message, WorldInfo
+from orchestrator.hosting.fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
+from orchestrator.hosting.inprocess import build_agent, step_agents
+from orchestrator.hosting.wire import WireError, decode
+
+HEARTBEAT_S = 0.5
+
+
+def sign(key: bytes, blob: bytes) -> bytes:
+    """Snapshots are pickled; the signature lets only the orchestrator's own hosts make them."""
+    return hmac.new(key, blob, hashlib.sha256).digest()
+
+
+class Stopped(Exception):
+    """The orchestrator said stop."""
+
+
+class GroupHost:
+    def __init__(self, host_id: str, info: dict, agents: list[tuple[str, str, dict]], owner: dict[str, str],
+                 snapshot_every: int = 0, key: bytes = b"", snapshot: bytes | None = None):
+        """``snapshot``: start from this state (a replacement host) instead of tick 0."""
+        self.host_id = host_id
+        self.info = WorldInfo(**info)
+        self.order = [name for _, name, _ in agents]
+        self.agents: dict[str, Agent] = {name: build_agent(kind, name, spec, self.info) for kind, name, spec in agents}
+        self.owner = owner  # agent name -> host id
+        self.snapshot_every = snapshot_every
+        self.key = key
+        self.sockets = Sockets()
+        self.router, self.address = self.sockets.bind_router(node_address())
+        self.peers: dict[str, zmq.Socket] = {}
+        self.control: zmq.Socket | None = None
+        self.poller = zmq.Poller()
+        # tick sent -> source host -> (sender agent, sequence) -> message; the key drops repeats
+        self.received: dict[int, dict[str, dict[tuple[str, int], Message]]] = {}
+        self.local: dict[int, list[Message]] = {}  # messages between agents of this host, by tick sent
+        self.kept: dict[str, deque[tuple[int, bytes]]] = {}  # peer -> (tick, frame) sent to it since its snapshot
+        self.next_tick = 0
+        self.rejected = 0
+        self.repeats = 0  # messages received twice (after a replacement host replayed)
+        self.last_told = 0.0
+        if snapshot is not None:
+            self._restore(snapshot)
+
+    # -- set-up (finish these before run) ------------------------------------------------
+    def where(self) -> dict:
+        """The process and Ray node this host runs in (for diagnostics and placement checks)."""
+        node = None
+        try:
+            import ray
+
+            if ray.is_initialized():
+                node = ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 - outside Ray there is no node
+            pass
+        return {"pid": os.getpid(), "node": node, "endpoint": self.address}
+
+    def connect(self, peers: dict[str, str], control: str) -> None:
+        for host, endpoint in sorted(peers.items()):
+            if host != self.host_id:
+                self.peers[host] = self.sockets.connect_dealer(endpoint, self.host_id.encode())
+        self.control = self.sockets.connect_dealer(control, self.host_id.encode())
+        self.poller.register(self.control, zmq.POLLIN)
+        self.poller.register(self.router, zmq.POLLIN)
+        self._tell(["hello", self.host_id, PROTOCOL_VERSION, self.next_tick])
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, replay: dict | None = None) -> int:
+        """Serve the orchestrator until it says stop; returns the ticks stepped.
+        ``replay`` (a replacement host): {"through": last tick to replay, "counts":
+        {tick sent: {peer: messages it sent here}}, "injected": {tick: frames from outside}}."""
+        stepped = 0
+        try:
+            if replay is not None:
+                stepped += self._replay(int(replay["through"]), replay["counts"], replay["injected"])
+            while True:
+                rec = self._wait(lambda: False)
+                if rec is not None and rec[0] == "tick" and int(rec[1]) >= self.next_tick:  # (not a repeat)
+                    t, expected, keep_from, injected = int(rec[1]), rec[2], rec[3], rec[4]
+                    metrics, events, sent, outbound = self._step(t, expected, keep_from, injected)
+                    self._tell(["done", t, metrics, events, sent, self.rejected, outbound])
+                    stepped += 1
+        except Stopped:
+            self._tell(["bye", self.host_id])
+            return stepped
+        finally:
+            self.sockets.close()
+
+    def _wait(self, satisfied) -> list | None:
+        """Receive peers' frames until ``satisfied()`` or a control record that is not
+        handled here (returned); heartbeats go out meanwhile."""
+        while not satisfied():
+            ready = dict(self.poller.poll(int(HEARTBEAT_S * 1000)))
+            if self.router in ready:
+                self._drain_router()
+            if self.control in ready:
+                rec = unpack(recv(self.control)[0])
+                if rec[0] == "stop":
+                    raise Stopped()
+                if rec[0] == "rewire":
+                    self._rewire(str(rec[1]), str(rec[2]), int(rec[3]))
+                else:
+                    return rec
+            self._beat_if_due()
+        return None
+
+    def _beat_if_due(self) -> None:
+        if time.monotonic() - self.last_told > HEARTBEAT_S:
+            self._tell(["beat", self.host_id])
+
+    def _tell(self, record: list) -> None:
+        send(self.control, [pack(record)])
+        self.last_told = time.monotonic()
+
+    def _drain_router(self) -> None:
+        while True:
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as e:
+                raise FabricError(f"receive failed: {e}") from None
+            self._accept(frames)
+
+    def _accept(self, frames: list[bytes]) -> None:
+        """A frame from a peer: kept if it is a valid message from an agent that peer hosts."""
+        if len(frames) != 2:
+            self.rejected += 1
+            return
+        sender = frames[0].decode("utf-8", "replace")
+        try:
+            msg = decode(frames[1])
+        except WireError:
+            self.rejected += 1
+            return
+        if self.owner.get(msg.src) != sender or self.owner.get(msg.dst) != self.host_id:
+            self.rejected += 1
+            return
+        if msg.tick < self.next_tick - 1:  # already delivered: a replayed repeat
+            self.repeats += 1
+            return
+        held = self.received.setdefault(msg.tick, {}).setdefault(sender, {})
+        if (msg.src, msg.seq) in held:
+            self.repeats += 1
+        held[(msg.src, msg.seq)] = msg
+
+    def _step(self, t: int, expected: dict, keep_from: dict | None, injected: list) -> tuple[dict, list, dict, list]:
+        """Step tick t. ``injected``: frames from outside the world for agents here, to be
+        consumed this tick."""
+        if keep_from is not None:
+            for peer, frames in self.kept.items():
+                first = int(keep_from.get(peer, 0)) - 1
+                while frames and frames[0][0] < first:
+                    frames.popleft()
+
+        # Wait for every message of tick t-1 the other hosts sent here.
+        def arrived() -> bool:
+            got = self.received.get(t - 1, {})
+            return all(len(got.get(h, ())) >= int(n) for h, n in expected.items())
+
+        rec = self._wait(arrived)
+        if rec is not None:
+            raise FabricError(f"host {self.host_id}: unexpected control record {rec[0]!r} during tick {t}")
+        inbound = [m for held in self.received.pop(t - 1, {}).values() for m in held.values()] + self.local.pop(t - 1, [])
+        for frame in injected:
+            try:
+                msg = decode(frame)
+            except WireError:
+                self.rejected += 1
+                continue
+            if self.owner.get(msg.dst) == self.host_id:
+                inbound.append(msg)
+            else:
+                self.rejected += 1
+        self.next_tick = t + 1
+        boxes: dict[str, list[Message]] = {}
+        for m in inbound:
+            boxes.setdefault(m.dst, []).append(m)
+        sent: dict[str, int] = {}
+
+        def route(msg: Message, frame: bytes) -> bool:
+            host = self.owner.get(msg.dst)
+            if host == self.host_id:
+                self.local.setdefault(t, []).append(decode(frame))  # same bytes as any other hop
+            elif host is not None:
+                send(self.peers[host], [frame])
+                sent[host] = sent.get(host, 0) + 1
+                if self.snapshot_every:
+                    self.kept.setdefault(host, deque()).append((t, frame))
+            return host is not None
+
+        metrics, events, outbound = step_agents(self.agents, self.order, boxes, t, route)
+        if self.snapshot_every and (t + 1) % self.snapshot_every == 0:
+            blob = self._snapshot(t + 1)
+            self._tell(["snapshot", self.host_id, t + 1, blob, sign(self.key, blob)])  # before "done", on one socket
+        return metrics, events, sent, outbound
+
+    # -- replacement ------------------------------------------------------------------------
+    def _snapshot(self, tick: int) -> bytes:
+        state = {"tick": tick, "agents": {n: a.snapshot() for n, a in self.agents.items()},
+                 "local": self.local, "kept": self.kept}
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _restore(self, blob: bytes) -> None:
+        state = pickle.loads(blob)  # signed by a host of this run; checked by the orchestrator
+        for name, agent_state in state["agents"].items():
+            self.agents[name].restore(agent_state)
+        self.local, self.kept = state["local"], state["kept"]
+        self.next_tick = int(state["tick"])
+
+    def _replay(self, through: int, counts: dict, injected: dict) -> int:
+        """Step again every tick from the snapshot up to ``through``; the messages go out
+        again (receivers drop repeats), the metrics, events and messages to outside the
+        world were taken already."""
+        start = self.next_tick
+        for peer, frames in self.kept.items():  # a peer replaying too may need them; repeats are dropped
+            for _, frame in frames:
+                send(self.peers[peer], [frame])
+        for t in range(start, through + 1):
+            self._step(t, counts.get(t - 1, {}), None, injected.get(t, []))
+            self._beat_if_due()
+        self._tell(["replayed", self.host_id, through])
+        return through + 1 - start
+
+    def _rewire(self, host: str, endpoint: str, since: int) -> None:
+        """``host`` was replaced: send to its new address, and send it again what it
+        needs to replay from its snapshot at tick ``since``."""
+        self.sockets.drop(self.peers[host])  # (the orchestrator never sends a host its own rewire)
+        self.peers[host] = self.sockets.connect_dealer(endpoint, self.host_id.encode())
+        for tick, frame in self.kept.get(host, []):
+            if tick >= since - 1:
+                send(self.peers[host], [frame])

@@ -1,0 +1,375 @@
+"""Multi-process hosting: the agents of a world on Ray actors, their tick messages on ZeroMQ.
+
+The orchestrator places agents on hosts (``placement``), starts one Ray actor per host,
+tells each host where the others are, and then runs the tick barrier itself over a
+ZeroMQ control socket: tick t starts when every host has finished t-1. Ray carries only
+set-up and tear-down calls; nothing per tick goes through Ray. ``RayHost`` has the same
+``step()`` as ``InProcessHost``, and gives the same results.
+
+A host whose process dies (Ray reports its actor dead) or that misses ``MISSED_BEATS``
+heartbeats is replaced: a new actor starts from the host's last snapshot, its peers send
+it again what they sent since, it replays to the current tick, and the world goes on with
+the same results; the restart is an ``orchestrator`` event in the journal. Hosts lost
+together are replaced together (one replacement nests in the other and they replay in
+lockstep). See ``group_host`` for the host's side.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import os
+import time
+import uuid
+
+import zmq
+
+from agents import PROTOCOL_VERSION
+from agents.shards import shard_name, source_of
+from orchestrator.errors import HostingError
+from orchestrator.hosting.fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
+from orchestrator.hosting.group_host import HEARTBEAT_S, sign
+from orchestrator.hosting.inprocess import TickResult, leaving
+from orchestrator.hosting.wire import WireError, decode
+from orchestrator.engine.world import WorldPlan
+
+PLACEMENTS = ("kind", "agent", "single")
+NAMESPACE = "gameday"
+ACTOR_PREFIX = "gameday:"  # actors are named gameday:<run>:<host>, so that leftovers can be found
+START_TIMEOUT_S = 120.0
+TICK_TIMEOUT_S = 60.0
+SNAPSHOT_EVERY = 60  # ticks; a replacement host replays at most this many
+MISSED_BEATS = 10  # a host silent for this many heartbeats is taken for lost
+
+
+def place(plan: WorldPlan, placement: str) -> dict[str, list]:
+    """Host id -> the agents it hosts: one host per kind of agent (and per shard index:
+    the second shards of every sharded population share a host, and so on), per agent,
+    or one for all."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
+    groups: dict[str, list] = {}
+    for a in plan.agents:
+        host = {"kind": a.kind.split(":")[0], "agent": a.name, "single": "world"}[placement]
+        index = a.name[len(source_of(a.name)) + 1:]
+        if placement == "kind" and index not in ("", "0"):
+            host = shard_name(host, int(index))
+        groups.setdefault(host, []).append(a)
+    return groups
+
+
+def ensure_ray(address: str | None = None):
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=True,
+                 configure_logging=True)
+    return ray
+
+
+class RayHost:
+    def __init__(self, plan: WorldPlan, placement: str = "kind", address: str | None = None, spread: bool = False,
+                 snapshot_every: int = SNAPSHOT_EVERY):
+        """``spread``: ask Ray to put the hosts on as many nodes as it can. ``snapshot_every``:
+        ticks between snapshots of each host, from which a lost host is replaced (0: never;
+        then a lost host ends the run)."""
+        self.plan = plan
+        self.groups = place(plan, placement)
+        self.owner = {a.name: host for host, agents in self.groups.items() for a in agents}
+        self.index = {a.name: i for i, a in enumerate(plan.agents)}
+        self.tick = 0
+        self.rejected_frames = 0  # malformed frames: the hosts' and the control socket's
+        self.control_rejected = 0
+        self.rejected_by: dict[str, int] = {h: 0 for h in self.groups}  # as last reported by each host
+        self.rejected_before_restarts = 0
+        self.expected: dict[str, dict[str, int]] = {h: {} for h in self.groups}
+        self.sockets = Sockets()
+        self.actors: dict = {}
+        self.loops: dict = {}  # host -> the reference of its run() call
+        self.endpoints: dict[str, str] = {}  # host -> its ROUTER, where the other hosts send
+        self.where: dict[str, dict] = {}  # host -> its process id, Ray node and endpoint
+        self.spread = spread
+        self.snapshot_every = snapshot_every
+        self.key = os.urandom(32)  # signs the hosts' snapshots
+        self.snapshots: dict[str, tuple[int, bytes]] = {}  # host -> (tick, state) it can restart from
+        self.fresh: dict[str, tuple[int, bytes]] = {}  # a snapshot whose tick's "done" has not come yet
+        self.sent_log: dict[int, dict[str, dict[str, int]]] = {}  # tick -> destination host -> source -> count
+        self.injected: dict[int, dict[str, list[bytes]]] = {}  # tick consumed -> host -> frames from outside
+        self.last_done: dict[str, int] = {h: -1 for h in self.groups}
+        self.last_heard: dict[str, float] = {}
+        self.generation: dict[str, int] = {h: 0 for h in self.groups}
+        self.pending: list[tuple[str, list]] = []  # records read while waiting for another one
+        self.journal: list[dict] = []  # the orchestrator's own events, for the next tick's result
+        self.restarts = 0
+        self.replacing = 0  # replacements under way (one nests in another when hosts die together)
+        self.stepping = False
+        self.deadline = 0.0
+        self.checked = 0.0
+        self.run_id = uuid.uuid4().hex[:8]
+        self.ray = ensure_ray(address)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- start-up ---------------------------------------------------------------------------
+    def _launch(self, host: str, snapshot: bytes | None = None):
+        from orchestrator.hosting.group_host import GroupHost
+
+        actor_cls = self.ray.remote(num_cpus=0, max_restarts=0)(GroupHost)
+        generation = self.generation[host]
+        name = f"{ACTOR_PREFIX}{self.run_id}:{host}" + (f":{generation}" if generation else "")
+        options = {"scheduling_strategy": "SPREAD"} if self.spread else {}
+        agents = [(a.kind, a.name, a.spec) for a in self.groups[host]]
+        return actor_cls.options(name=name, namespace=NAMESPACE, **options).remote(
+            host, dataclasses.asdict(self.plan.info), agents, self.owner, self.snapshot_every, self.key, snapshot)
+
+    def _start(self) -> None:
+        ray = self.ray
+        self.control, self.control_endpoint = self.sockets.bind_router(node_address())
+        for host in self.groups:
+            self.actors[host] = self._launch(host)
+        self.where = dict(zip(self.actors, ray.get([a.where.remote() for a in self.actors.values()],
+                                                   timeout=START_TIMEOUT_S)))
+        self.endpoints = {host: w["endpoint"] for host, w in self.where.items()}
+        ray.get([a.connect.remote(self.endpoints, self.control_endpoint) for a in self.actors.values()],
+                timeout=START_TIMEOUT_S)
+        self.deadline = time.monotonic() + START_TIMEOUT_S
+        def fail(lost: str, reason: str):
+            raise HostingError(f"host {lost} was lost while starting ({reason})")
+
+        for host in self.groups:
+            self._await(host, "hello", fail)
+        # Set-up calls are done: now each actor's run() may block its method queue.
+        self.loops = {host: a.run.remote() for host, a in self.actors.items()}
+
+    # -- reading the control socket -------------------------------------------------------------
+    def _read(self, on_lost) -> tuple[str, list]:
+        """The next record from a host. Heartbeats and snapshots are taken in passing; a
+        lost host is handed to ``on_lost(host, reason)``."""
+        while True:
+            if self.pending:
+                return self.pending.pop(0)
+            now = time.monotonic()
+            # Judge silence only with nothing left unread: the orchestrator may not have read
+            # this socket for a while (a session building other worlds, or paused).
+            if now - self.checked > HEARTBEAT_S and not self.control.poll(0):
+                self.checked = now
+                for host, generation, reason in self._lost_hosts():
+                    if self.generation[host] == generation:  # not replaced meanwhile by a nested call
+                        on_lost(host, reason)
+                continue
+            if now > self.deadline:
+                raise HostingError("hosts did not answer in time")
+            if not self.control.poll(int(HEARTBEAT_S * 1000)):
+                continue
+            frames = recv(self.control)
+            host = frames[0].decode("utf-8", "replace")
+            try:
+                rec = unpack(frames[-1])
+            except Exception:  # noqa: BLE001 - msgpack raises several types for garbage
+                rec = None
+            if rec is None or len(frames) != 2 or host not in self.groups:
+                self.control_rejected += 1
+                continue
+            self.last_heard[host] = time.monotonic()
+            if rec[0] == "beat":
+                continue
+            if rec[0] == "snapshot":
+                self._take_snapshot(host, rec)
+                continue
+            if rec[0] == "hello" and rec[2] != PROTOCOL_VERSION:
+                raise HostingError(f"host {host} speaks protocol version {rec[2]!r}, expected {PROTOCOL_VERSION}")
+            return host, rec
+
+    def _await(self, host: str, kind: str, on_lost) -> list:
+        """Wait for one record from ``host``, keeping the others for later."""
+        held = []
+        try:
+            while True:
+                got = self._read(on_lost)
+                if got[0] == host and got[1][0] == kind:
+                    return got[1]
+                held.append(got)
+        finally:
+            self.pending[:0] = held
+
+    def _take_snapshot(self, host: str, rec: list) -> None:
+        blob, signature = rec[3], rec[4]
+        if not (isinstance(blob, bytes) and isinstance(signature, bytes)
+                and hmac.compare_digest(sign(self.key, blob), signature)):
+            self.control_rejected += 1
+            return
+        self.fresh[host] = (int(rec[2]), blob)
+
+    def _lost_hosts(self) -> list[tuple[str, int, str]]:
+        """(host, generation, why) of every host whose process died or that went silent."""
+        lost = []
+        if self.loops:
+            refs = {ref: host for host, ref in self.loops.items()}
+            done, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in done:
+                try:
+                    self.ray.get(ref)  # raises the host's own error if it failed: that ends the run
+                except self.ray.exceptions.RayActorError as e:
+                    lost.append((refs[ref], self.generation[refs[ref]], f"its process died: {type(e).__name__}"))
+                    continue
+                raise HostingError(f"host {refs[ref]} stopped before it was told to")
+        now = time.monotonic()
+        for host in self.loops:
+            silent = now - self.last_heard.get(host, now)
+            if silent > HEARTBEAT_S * MISSED_BEATS and host not in {h for h, _, _ in lost}:
+                lost.append((host, self.generation[host], f"no heartbeat for {silent:.1f} s"))
+        return lost
+
+    # -- the tick barrier ---------------------------------------------------------------------
+    def _keep_from(self) -> dict[str, int]:
+        """Host -> the tick of its last snapshot: its peers keep what they sent it since."""
+        return {host: self.snapshots.get(host, (0, b""))[0] for host in self.groups}
+
+    def _send_tick(self, host: str, t: int, keep_from: dict) -> None:
+        record = ["tick", t, self.expected[host], keep_from, self.injected.get(t, {}).get(host, [])]
+        try:
+            send(self.control, [host.encode(), pack(record)])
+        except FabricError:
+            pass  # the host is gone: the liveness check finds it, and its replacement gets this tick
+
+    def inject(self, frame: bytes) -> None:
+        """Deliver an encoded message from outside the world (e.g. a console) in the next
+        tick stepped (``self.tick``); kept until no replacement host can need it again."""
+        try:
+            host = self.owner.get(decode(frame).dst)
+        except WireError:
+            host = None
+        if host is None:
+            self.control_rejected += 1
+            return
+        self.injected.setdefault(self.tick, {}).setdefault(host, []).append(frame)
+
+    def step(self) -> TickResult:
+        self.begin()
+        return self.finish()
+
+    def begin(self) -> None:
+        """Send tick t to every host; ``finish`` collects it. Between the two a session
+        can start the same tick on its other worlds."""
+        self.stepping = True
+        keep_from = self._keep_from()
+        for host in self.groups:
+            self._send_tick(host, self.tick, keep_from)
+
+    def finish(self) -> TickResult:
+        t = self.tick
+        metrics: dict[str, dict[str, float]] = {}
+        events: list[dict] = []
+        outbound: list[bytes] = []
+        expected: dict[str, dict[str, int]] = {h: {} for h in self.groups}
+        waiting = set(self.groups)
+        self.deadline = time.monotonic() + TICK_TIMEOUT_S
+        while waiting:
+            host, rec = self._read(self._replace)
+            if rec[0] != "done" or rec[1] != t or host not in waiting:
+                self.control_rejected += 1
+                continue
+            waiting.discard(host)
+            metrics.update(rec[2])
+            events.extend(rec[3])
+            for dst, n in rec[4].items():
+                expected[dst][host] = n
+            self.rejected_by[host] = rec[5]
+            outbound.extend(rec[6])
+            self.last_done[host] = t
+            if self.fresh.get(host, (None,))[0] == t + 1:
+                self.snapshots[host] = self.fresh.pop(host)
+        self.stepping = False
+        self.expected = expected
+        if self.snapshot_every:
+            self.sent_log[t] = expected
+            oldest = min(self._keep_from().values()) - 1
+            for log in (self.sent_log, self.injected):  # what no replacement can need any more
+                for old in [k for k in log if k < oldest]:
+                    del log[old]
+        else:
+            self.injected.pop(t, None)
+        self.rejected_frames = sum(self.rejected_by.values()) + self.rejected_before_restarts + self.control_rejected
+        self.tick += 1
+        ordered = {name: metrics[name] for name in sorted(metrics, key=self.index.__getitem__)}
+        events.sort(key=lambda e: self.index.get(e["agent"], len(self.index)))  # stable: each agent's own order
+        events.extend(self.journal)
+        self.journal = []
+        return TickResult(t, ordered, events, leaving(outbound))
+
+    # -- replacing a lost host ------------------------------------------------------------------
+    def _replace(self, host: str, reason: str) -> None:
+        """Start a new actor for ``host`` from its last snapshot, have its peers send it
+        again what it needs, let it replay to where the world is, and carry on."""
+        if not self.snapshot_every:
+            raise HostingError(f"host {host} was lost ({reason}); with snapshots off it cannot be replaced")
+        if self.replacing > 2 * len(self.groups):
+            raise HostingError(f"hosts are lost faster than they can be replaced (last: {host}, {reason})")
+        self.replacing += 1
+        try:
+            self._start_replacement(host, reason)
+        finally:
+            self.replacing -= 1
+
+    def _start_replacement(self, host: str, reason: str) -> None:
+        began = time.perf_counter()
+        self.loops.pop(host, None)
+        self.last_heard.pop(host, None)
+        try:
+            self.ray.kill(self.actors.pop(host))
+        except Exception:  # noqa: BLE001 - it is gone already
+            pass
+        self.rejected_before_restarts += self.rejected_by[host]
+        self.rejected_by[host] = 0
+        self.fresh.pop(host, None)
+        since, blob = self.snapshots.get(host, (0, None))
+        self.generation[host] += 1
+        actor = self.actors[host] = self._launch(host, blob)
+        self.deadline = time.monotonic() + START_TIMEOUT_S
+        self.where[host] = self.ray.get(actor.where.remote(), timeout=START_TIMEOUT_S)
+        self.endpoints[host] = self.where[host]["endpoint"]
+        self.ray.get(actor.connect.remote(self.endpoints, self.control_endpoint), timeout=START_TIMEOUT_S)
+        # Another host lost meanwhile is replaced by a nested call: the replacements replay in lockstep.
+        self._await(host, "hello", self._replace)
+        for peer in self.groups:
+            if peer != host:
+                try:
+                    send(self.control, [peer.encode(), pack(["rewire", host, self.endpoints[host], since])])
+                except FabricError:
+                    pass  # lost too: its replacement connects to the new address from the start
+        through = self.last_done[host]
+        counts = {t: self.sent_log[t].get(host, {}) for t in range(since - 1, through) if t in self.sent_log}
+        injected = {t: self.injected[t][host] for t in range(since, through + 1) if host in self.injected.get(t, {})}
+        self.loops[host] = actor.run.remote({"through": through, "counts": counts, "injected": injected})
+        self._await(host, "replayed", self._replace)
+        if self.stepping and through < self.tick:
+            self._send_tick(host, self.tick, self._keep_from())
+        self.restarts += 1
+        self.deadline = time.monotonic() + TICK_TIMEOUT_S
+        self.journal.append({"tick": self.tick, "agent": "orchestrator", "event": "host_restarted", "host": host,
+                             "reason": reason, "agents": [a.name for a in self.groups[host]],
+                             "snapshot_tick": since, "replayed_ticks": through + 1 - since,
+                             "seconds": round(time.perf_counter() - began, 3)})
+
+    def close(self) -> None:
+        """Ask every host to stop, wait a little, then kill what is left."""
+        if self.loops:
+            for host in self.loops:
+                try:
+                    send(self.control, [host.encode(), pack(["stop"])])
+                except (FabricError, zmq.ZMQError):
+                    pass
+            try:
+                self.ray.wait(list(self.loops.values()), num_returns=len(self.loops), timeout=5.0)
+            except Exception:  # noqa: BLE001 - tearing down regardless
+                pass
+        for actor in self.actors.values():
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors, self.loops = {}, {}
+        if self.sockets.all:
+            self.sockets.close()

@@ -1,0 +1,312 @@
+"""``gameday serve``: a live session served over ZeroMQ to consoles, the facilitator and
+the scoreboard.
+
+One ROUTER socket; each client is a DEALER sending ``live_protocol`` requests. The
+server is one loop: it answers requests until the next tick is due, then steps every
+team's world. A token grants one team's world, or the facilitator's controls, or the
+scoreboard alone. A request id answered before gets the same reply again without being
+executed twice (clients resend after a timeout). Malformed requests get an error reply
+and are counted; each token has a rate limit. The server binds loopback unless ZeroMQ
+CURVE keys are given (``gameday keys``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import zmq
+
+from orchestrator.live import protocol as lp
+from orchestrator.errors import GamedayError
+from orchestrator.live.session import ENDED, Session
+
+log = logging.getLogger("gameday.serve")  # a bug in a request: said on stderr, the game day goes on
+
+RATE_PER_S = 20.0  # requests per second per token, sustained (a console polls twice a second)
+BURST = 60
+REPLIES_KEPT = 2000  # per token: how many answered request ids are remembered
+CONSOLE_GONE_S = 5.0  # a console not heard from for this long is shown as disconnected
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+class InsecureBind(GamedayError):
+    """A non-loopback bind without encryption."""
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    m = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[^:/]+):(\d+)", bind)
+    if not m:
+        raise InsecureBind(f"--bind {bind!r}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7700; port 0 picks a free one)")
+    return m.group(1), int(m.group(2))
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def check_bind(bind: str, curve_secret: str | None) -> None:
+    host, _ = parse_bind(bind)
+    if not is_loopback(host) and not curve_secret:
+        raise InsecureBind(f"--bind {bind}: {host} is not a loopback address, and without encryption anyone on the "
+                           "network could read the session and its tokens. Generate keys with `gameday keys DIR` and "
+                           "pass --curve-secret DIR/server.key_secret (consoles then need --server-key DIR/server.key), "
+                           "or bind tcp://127.0.0.1:PORT.")
+
+
+def generate_keys(directory: Path) -> tuple[Path, Path]:
+    """A CURVE key pair for the server: (public key file to give consoles, secret key file)."""
+    import zmq.auth
+
+    directory.mkdir(parents=True, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(str(directory), "server")
+    os.chmod(secret, 0o600)
+    return Path(public), Path(secret)
+
+
+def load_key(path: str, secret: bool) -> tuple[bytes, bytes | None]:
+    import zmq.auth
+
+    try:
+        public, sec = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as e:
+        raise GamedayError(f"cannot read the CURVE key file {path}: {e}") from None
+    if secret and sec is None:
+        raise GamedayError(f"{path} holds no secret key; pass the server.key_secret file written by `gameday keys`")
+    return public, sec
+
+
+class TokenBucket:
+    def __init__(self, rate: float, burst: int):
+        self.rate, self.burst = rate, burst
+        self.level = float(burst)
+        self.at = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.level = min(self.burst, self.level + (now - self.at) * self.rate)
+        self.at = now
+        if self.level >= 1:
+            self.level -= 1
+            return True
+        return False
+
+
+class LiveServer:
+    def __init__(self, session: Session, bind: str = "tcp://127.0.0.1:7700", curve_secret: str | None = None,
+                 rate: float = RATE_PER_S, burst: int = BURST):
+        check_bind(bind, curve_secret)
+        self.session = session
+        self.tokens: dict[str, tuple[str, str | None]] = {secrets.token_urlsafe(12): ("facilitator", None),
+                                                            secrets.token_urlsafe(12): ("viewer", None)}
+        for team in session.teams:
+            self.tokens[secrets.token_urlsafe(12)] = ("team", team)
+        self.rate, self.burst = rate, burst
+        self.buckets: dict[str, TokenBucket] = {}
+        self.answered: dict[str, OrderedDict] = {}
+        self.consoles: dict[bytes, dict] = {}  # connection identity -> team, who, last heard
+        self.counters = {"requests": 0, "malformed": 0, "unauthorized": 0, "forbidden": 0, "rate_limited": 0,
+                         "repeats": 0, "internal_errors": 0}
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a console that reconnects keeps its place
+        self.sock.setsockopt(zmq.MAXMSGSIZE, lp.MAX_FRAME * 2)  # bigger frames drop the connection unread
+        self.server_key: str | None = None
+        if curve_secret:
+            public, secret = load_key(curve_secret, secret=True)
+            self.sock.curve_secretkey = secret
+            self.sock.curve_publickey = public
+            self.sock.curve_server = True
+            self.server_key = public.decode()
+        host, port = parse_bind(bind)
+        try:
+            if port == 0:
+                port = self.sock.bind_to_random_port(f"tcp://{host}")
+            else:
+                self.sock.bind(bind)
+        except zmq.ZMQError as e:
+            self.close()
+            raise GamedayError(f"cannot bind {bind}: {e}") from None
+        self.address = f"tcp://{host}:{port}"
+        self.board_json = "{}"
+        self.board_at = 0.0
+
+    def token_of(self, role: str, team: str | None = None) -> str:
+        return next(t for t, who in self.tokens.items() if who == (role, team))
+
+    def write_tokens(self) -> Path:
+        """tokens.json in the session directory, readable by its owner only."""
+        path = self.session.dir / "tokens.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"server": self.address, "server_key": self.server_key,
+                       "facilitator": self.token_of("facilitator"), "viewer": self.token_of("viewer"),
+                       "teams": {team: self.token_of("team", team) for team in self.session.teams}}, f, indent=2)
+        return path
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(self, linger_s: float = 30.0, should_stop=lambda: False, on_end=None) -> None:
+        """Serve until the session has ended and ``linger_s`` more seconds have passed
+        (consoles show the final state meanwhile), or ``should_stop()``."""
+        ended_at = None
+        while not should_stop():
+            due = self.session.due()
+            now = time.monotonic()
+            wait = 0.1 if due is None else max(0.0, min(0.1, due - now))
+            self.serve_requests(wait)
+            if self.session.state == ENDED:
+                if ended_at is None:
+                    ended_at = time.monotonic()
+                    if on_end is not None:
+                        on_end()
+                    self.publish(force=True)
+                if time.monotonic() - ended_at >= linger_s:
+                    break
+                continue
+            due = self.session.due()
+            if due is not None and time.monotonic() >= due:
+                self.session.step()
+            self.publish()
+
+    def publish(self, force: bool = False) -> None:
+        """The scoreboard as JSON for the web page, at most twice a second."""
+        now = time.monotonic()
+        if force or now - self.board_at >= 0.5:
+            board = self.session.scoreboard()
+            board["consoles"] = self.connected()
+            self.board_json = json.dumps(board)
+            self.board_at = now
+
+    def serve_requests(self, wait_s: float) -> None:
+        """Answer what arrives within ``wait_s``; at most a batch, so ticks are not starved."""
+        if not self.sock.poll(int(wait_s * 1000)):
+            return
+        for _ in range(200):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.handle(frames)
+
+    def handle(self, frames: list[bytes]) -> None:
+        self.counters["requests"] += 1
+        ident = frames[0]
+        if len(frames) != 2:
+            self.counters["malformed"] += 1
+            self._send(ident, lp.reply("", error=lp.ProtocolError("malformed", f"{len(frames) - 1} frames; expected 1")))
+            return
+        try:
+            req = lp.parse_request(frames[1])
+        except lp.ProtocolError as e:
+            self.counters["malformed"] += 1
+            self._send(ident, lp.reply("", error=e))
+            return
+        who = self.tokens.get(req["token"])
+        if who is None:
+            self.counters["unauthorized"] += 1
+            self._send(ident, lp.reply(req["id"], error=lp.ProtocolError("unauthorized", "this token grants nothing here")))
+            return
+        token = req["token"]
+        kept = self.answered.setdefault(token, OrderedDict())
+        if req["id"] in kept:  # resent after a timeout: same answer, not done twice
+            self.counters["repeats"] += 1
+            self._send(ident, kept[req["id"]])
+            return
+        bucket = self.buckets.setdefault(token, TokenBucket(self.rate, self.burst))
+        if not bucket.take():
+            self.counters["rate_limited"] += 1
+            self._send(ident, lp.reply(req["id"], error=lp.ProtocolError(
+                "rate_limited", f"more than {self.rate:g} requests per second with this token; slow down")))
+            return
+        try:
+            result = self.execute(ident, who, req)
+            out = lp.reply(req["id"], result)
+        except lp.ProtocolError as e:
+            if e.code == "forbidden":
+                self.counters["forbidden"] += 1
+            out = lp.reply(req["id"], error=e)
+        except Exception as e:  # noqa: BLE001 - a bug must not take the game day down with it
+            self.counters["internal_errors"] += 1
+            log.error("gameday serve: internal error on %s: %s: %s", req["op"], type(e).__name__, e)
+            out = lp.reply(req["id"], error=lp.ProtocolError("internal", f"the server failed on {req['op']}: {e}"))
+        if req["op"] not in ("state", "scoreboard", "ping", "status"):  # reads are cheap to redo; keep the cache small
+            kept[req["id"]] = out
+            while len(kept) > REPLIES_KEPT:
+                kept.popitem(last=False)
+        self._send(ident, out)
+
+    def _send(self, ident: bytes, payload: bytes) -> None:
+        try:
+            self.sock.send_multipart([ident, payload], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the client is gone; it resends when it is back
+
+    def execute(self, ident: bytes, who: tuple[str, str | None], req: dict):
+        role, team = who
+        op, args, s = req["op"], req["args"], self.session
+        if role not in lp.ROLES[op]:
+            raise lp.ProtocolError("forbidden", f"a {role} token cannot use {op}")
+        if role == "team" and args.get("team") not in (None, team):
+            raise lp.ProtocolError("forbidden", f"this token grants team {team}'s world, not {args['team']}'s")
+        if role == "team":
+            self.consoles[ident] = {"team": team, "by": args.get("by") or self.consoles.get(ident, {}).get("by", ""),
+                                    "seen": time.monotonic()}
+            if op == "hello" and args.get("role"):
+                self.consoles[ident]["by"] = args["role"]
+        if op == "ping":
+            return {"pong": True, "session": s.summary()}
+        if op == "hello":
+            out = {"role": role, "team": team, "session": s.summary()}
+            if role == "team":
+                out["catalogue"] = s.teams[team].view.catalogue
+            if role == "facilitator":
+                out["faults"] = [{"name": f["name"], "description": f["description"], "params": f["params"]}
+                                 for f in s.faults.values()]
+            return out
+        if op == "state":
+            target = team or args.get("team")
+            if target not in s.teams:
+                raise lp.ProtocolError("bad_request", f"team: got {target!r}; expected one of {', '.join(s.teams)}")
+            return s.team_state(target, int(args.get("since", 0)))
+        if op == "act":
+            return s.act(team, args["action"], args.get("params"), args.get("by") or self.consoles[ident]["by"] or "console",
+                         f"{team}:{req['id']}")
+        if op == "scoreboard":
+            board = s.scoreboard()
+            board["consoles"] = self.connected()
+            return board
+        if op == "status":
+            return {"session": s.summary(), "consoles": self.connected(), "counters": dict(self.counters)}
+        if op == "start":
+            return s.start()
+        if op == "pause":
+            return s.pause()
+        if op == "resume":
+            return s.resume()
+        if op == "speed":
+            return s.set_speed(args["speed"])
+        if op == "inject":
+            return s.inject(args["fault"], args.get("params"), args.get("teams"))
+        if op == "message":
+            return s.message(args["text"], args.get("teams"))
+        if op == "end":
+            return s.end()
+        raise lp.ProtocolError("malformed", f"op {op!r}")  # (parse_request refuses unknown ops first)
+
+    def connected(self) -> dict[str, int]:
+        """Team -> consoles heard from in the last few seconds."""
+        now = time.monotonic()
+        out = {team: 0 for team in self.session.teams}
+        for c in self.consoles.values():
+            if now - c["seen"] <= CONSOLE_GONE_S:
+                out[c["team"]] += 1
+        return out
+
+    def close(self) -> None:
+        self.ctx.destroy(linger=0)

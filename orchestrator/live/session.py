@@ -1,0 +1,420 @@
+"""A live game day: one world per team, the same playbook and seed for all, one session
+clock (start, pause, resume, speed), a facilitator's controls, and what each team sees.
+
+No sockets here: ``live_server`` serves a ``Session`` to consoles over ZeroMQ. A team
+sees only what leaves its world through its console operator (the observed view with
+its gaps, alarms, its own actions' progress, log results) plus what the session tells
+it; ground truth stays in the run directory.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import InvalidInput, Issue
+from orchestrator.engine.journal import write_json_atomic
+from orchestrator.playbook.loader import agent_names, normalised_params, param_problems
+from orchestrator.live.protocol import ProtocolError
+from orchestrator.runs.runner import RunSpec, WorldRun
+from orchestrator.timefmt import format_clock
+from orchestrator.engine.world import OPERATOR
+
+TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+HISTORY = 60  # observed samples kept per metric for sparklines
+MAX_SPEED = 10_000.0
+MAX_LAG_S = 2.0  # further behind than this, the clock gives up catching up (no burst of ticks on the consoles)
+WAITING, RUNNING, PAUSED, ENDED = "waiting", "running", "paused", "ended"
+
+
+def check_teams(teams: list[str]) -> None:
+    issues = [Issue(f"--team {t}", t, "a name of 1-32 letters, digits, - or _") for t in teams if not TEAM_NAME.match(t)]
+    if not teams:
+        issues.append(Issue("--team", None, "at least one team"))
+    dupes = sorted({t for t in teams if teams.count(t) > 1})
+    issues += [Issue(f"--team {t}", t, "a name given once") for t in dupes]
+    if issues:
+        raise InvalidInput("gameday serve", "options", issues)
+
+
+class LiveClock:
+    """When each tick is due in wall time: ``speed`` simulated seconds per wall second,
+    rebased at every start, resume and speed change so that a change applies at once."""
+
+    def __init__(self, dt: float, speed: float | None):
+        self.dt, self.speed = dt, speed  # speed None: as fast as the worlds go
+        self.base_wall = 0.0
+        self.base_tick = 0
+
+    def rebase(self, tick: int, now: float) -> None:
+        self.base_wall, self.base_tick = now, tick
+
+    def due(self, tick: int) -> float:
+        if self.speed is None:
+            return self.base_wall
+        return self.base_wall + (tick - self.base_tick) * self.dt / self.speed
+
+
+class TeamView:
+    """What a team's consoles show, built from the messages its world sends out and the
+    team's own events. Every change also goes into a numbered feed, so that a console
+    that reconnects asks for what it missed and loses nothing."""
+
+    def __init__(self, team: str, run: WorldRun):
+        data = run.pb.data
+        self.team = team
+        self.dt, self.start_s = run.plan.info.dt, run.plan.info.start_s
+        self.stale_after = float(data["monitoring"]["stale_after"])
+        self.observe = list(data["monitoring"]["observe"])
+        self.catalogue = [{"name": m["name"], "description": m["description"], "params": m["params"],
+                           "lead_time_s": m["lead_time"], "steps": m["steps"] if m["deploy"] else 0,
+                           "deploy": m["deploy"], "risk": m["risk"]} for m in data["mitigations"]]
+        self.view: dict[str, list] = {}  # metric -> [value, age_s] as last published
+        self.view_tick: int | None = None
+        self.history: dict[str, deque] = {m: deque(maxlen=HISTORY) for m in self.observe}
+        self.alarms: list[str] = []
+        self.actions: dict[str, dict] = {}  # action id -> what the team knows of it
+        self.commands: dict[str, str] = {}  # console command id -> action id
+        self.logs: list[dict] = []
+        self.feed: list[dict] = []
+        self.messages: list[dict] = []
+
+    def clock(self, tick: int) -> str:
+        return format_clock(self.start_s + tick * self.dt)
+
+    def _feed(self, tick: int, kind: str, text: str) -> None:
+        self.feed.append({"n": len(self.feed), "tick": tick, "clock": self.clock(tick), "kind": kind, "text": text})
+
+    def update(self, tick: int, outbound: list, events: list[dict]) -> None:
+        for e in events:
+            if e["agent"] == OPERATOR and e["event"] == "action_requested":
+                a = {"id": e["id"], "action": e["action"], "params": e["params"], "command": e.get("command"),
+                     "by": e.get("reason", "").removeprefix("console ").strip(), "state": "requested",
+                     "asked": self.clock(tick), "steps": None, "steps_done": 0, "failed_steps": 0,
+                     "ready": None, "effective": None}
+                self.actions[e["id"]] = a
+                if e.get("command"):
+                    self.commands[e["command"]] = e["id"]
+                self._feed(tick, "action", f"{e['action']} requested by {a['by'] or 'the team'}")
+            elif e["event"] == "status_posted" and e.get("by") == OPERATOR:
+                self._feed(tick, "status", f"customer update posted: {e.get('message', '')}")
+        for msg in outbound:
+            b = msg.body
+            if msg.kind == "observed":
+                self._observed(tick, b)
+            elif msg.kind == "action_status" and b["id"] in self.actions:
+                a = self.actions[b["id"]]
+                before = (a["state"], a["steps_done"], a["failed_steps"])
+                a.update(state=b["state"], steps=b.get("steps"), steps_done=b.get("steps_done", 0),
+                         failed_steps=b.get("failed_steps", 0))
+                if "ready_tick" in b:
+                    a["ready"] = self.clock(int(b["ready_tick"]))
+                if b["state"] == "effective":
+                    a["effective"] = self.clock(tick)
+                    self._feed(tick, "action", f"{a['action']} is in effect")
+                elif b["state"] == "started":
+                    self._feed(tick, "action", f"{a['action']} started; ready {a['ready']}, {a['steps']} deployment steps")
+                elif a["failed_steps"] > before[2]:
+                    self._feed(tick, "action", f"{a['action']}: a deployment step failed "
+                                               f"({a['failed_steps']} so far); retrying")
+            elif msg.kind == "log_result":
+                values = {m: {"value": v[0], "age_s": v[1]} for m, v in sorted(b["values"].items())}
+                self.logs.append({"asked": self.clock(int(b.get("asked", tick))), "arrived": self.clock(tick),
+                                  "values": values})
+                self._feed(tick, "logs", f"log query answered ({len(values)} metrics)")
+
+    def _observed(self, tick: int, body: dict) -> None:
+        self.view, self.view_tick = body["view"], tick
+        for m in self.observe:
+            seen = self.view.get(m)
+            fresh = seen is not None and seen[1] <= self.stale_after
+            self.history[m].append(seen[0] if fresh else None)
+        alarms = list(body["alarms"])
+        for a in sorted(set(alarms) - set(self.alarms)):
+            self._feed(tick, "alert", f"ALERT {a}")
+        for a in sorted(set(self.alarms) - set(alarms)):
+            self._feed(tick, "alert", f"cleared {a}")
+        self.alarms = alarms
+
+    def note(self, tick: int, kind: str, text: str) -> None:
+        if kind == "message":
+            self.messages.append({"clock": self.clock(tick), "text": text})
+        self._feed(tick, kind, text)
+
+    def metrics(self, tick: int) -> list[dict]:
+        out = []
+        for m in self.observe:
+            seen = self.view.get(m)
+            age = None if seen is None else seen[1] + (tick - (self.view_tick or 0)) * self.dt
+            out.append({"metric": m, "value": None if seen is None else seen[0], "age_s": age,
+                        "stale": age is None or age > self.stale_after, "history": list(self.history[m])})
+        return out
+
+    def state(self, tick: int, since: int) -> dict:
+        return {"team": self.team, "metrics": self.metrics(tick), "alarms": self.alarms,
+                "actions": list(self.actions.values()), "logs": self.logs[-5:], "messages": self.messages[-5:],
+                "feed": self.feed[since:], "feed_next": len(self.feed)}
+
+
+@dataclass
+class Team:
+    name: str
+    run: WorldRun
+    view: TeamView
+
+
+class Session:
+    """The teams' worlds and the session clock; every control is journalled in the
+    session's journal and in each team's run directory."""
+
+    def __init__(self, out: Path, teams: list[str], playbook: str = "us-east-1-2021", seed: int = 1,
+                 sets: dict | None = None, duration: float | None = None, tick: float | None = None,
+                 speed: float | None = 60.0, hosting: str = "ray", placement: str = "single",
+                 address: str | None = None, snapshot_every: int | None = None):
+        check_teams(teams)
+        if speed is not None and not (0 < speed <= MAX_SPEED):
+            raise InvalidInput("gameday serve", "options", [Issue("--speed", speed, f"a number > 0 and <= {MAX_SPEED:g}, or max")])
+        self.dir = Path(out)
+        self.playbook, self.seed = playbook, seed
+        self.teams: dict[str, Team] = {}
+        self.state = WAITING
+        self.journal_path = self.dir / "journal.jsonl"
+        try:
+            for name in teams:
+                spec = RunSpec(playbook=playbook, runbook="none", seed=seed, sets=sets, duration=duration, tick=tick,
+                               console=True)
+                run = WorldRun(spec, self.dir / "teams" / name, hosting, placement, address, snapshot_every, speed,
+                               meta={"team": name, "session": str(self.dir)})
+                self.teams[name] = Team(name, run, TeamView(name, run))
+        except BaseException:
+            for t in self.teams.values():
+                t.run.close("failed")
+            raise
+        first = next(iter(self.teams.values())).run
+        self.pb = first.pb
+        self.dt, self.start_s, self.ticks = first.plan.info.dt, first.plan.info.start_s, first.plan.ticks
+        self.faults = {f["name"]: f for f in self.pb.data["faults"]}
+        self.mitigations = {m["name"]: m for m in self.pb.data["mitigations"]}
+        self.kinds = agent_names(self.pb.data)
+        self.clock = LiveClock(self.dt, speed)
+        self.tick = 0  # the next tick every world steps
+        self.lag_s = 0.0  # how far the last tick ran behind its due time
+        self.behind = 0  # times the clock gave up catching up (the speed asked for was too high)
+        self.pace_marks: deque = deque(maxlen=10)  # (wall, tick) every half second: the pace really kept
+        self.info = {"playbook": self.pb.name, "seed": seed, "teams": list(self.teams), "speed": speed or "max",
+                     "tick_s": self.dt, "start_clock": format_clock(self.start_s),
+                     "end_clock": format_clock(self.start_s + self.ticks * self.dt), "hosting": hosting,
+                     "placement": placement if hosting == "ray" else None}
+        self._journal("created", **self.info)
+        self.write_info("waiting")
+
+    def write_info(self, status: str, **more) -> None:
+        """session.json: what the session is and where to reach it (the server adds that)."""
+        self.info.update(more)
+        write_json_atomic(self.dir / "session.json", self.info | {"status": status, "ticks_done": self.tick})
+
+    # -- time ---------------------------------------------------------------------------------
+    def clock_text(self) -> str:
+        return format_clock(self.start_s + self.tick * self.dt)
+
+    def pace(self) -> float | None:
+        """Simulated seconds per wall second over the last few seconds of running."""
+        if len(self.pace_marks) < 3:
+            return None
+        (w0, t0), (w1, t1) = self.pace_marks[0], self.pace_marks[-1]
+        return (t1 - t0) * self.dt / (w1 - w0)
+
+    def due(self) -> float | None:
+        """Wall time (monotonic) at which the next tick is due; None while not running."""
+        return self.clock.due(self.tick) if self.state == RUNNING else None
+
+    def step(self) -> None:
+        """Step every team's world one tick, all at once (each on its own hosts)."""
+        now = time.monotonic()
+        self.lag_s = max(0.0, now - self.clock.due(self.tick)) if self.clock.speed else 0.0
+        if self.lag_s > MAX_LAG_S:  # the worlds cannot keep this speed: go on from here at the pace they manage
+            self.clock.rebase(self.tick, now)
+            self.behind += 1
+        for t in self.teams.values():
+            t.run.begin()
+        for t in self.teams.values():
+            res = t.run.finish()
+            t.view.update(res.tick, res.outbound, res.events)
+        self.tick += 1
+        if not self.pace_marks or now - self.pace_marks[-1][0] >= 0.5:
+            self.pace_marks.append((now, self.tick))
+        if self.tick >= self.ticks:
+            self.end(reason="the scenario's duration is over")
+
+    # -- the facilitator's controls -------------------------------------------------------------
+    def _journal(self, control: str, **data) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        rec = {"wall": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tick": getattr(self, "tick", 0), "control": control, **data}
+        with open(self.journal_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, default=str) + "\n")
+
+    def _note_all(self, event: str, shown: str, teams=None, **data) -> None:
+        """Journal ``event`` in each team's run and show ``shown`` on its consoles."""
+        for t in self._teams(teams):
+            t.run.note(event, **data)
+            t.view.note(self.tick, "session" if event != "facilitator_message" else "message", shown)
+
+    def _teams(self, names) -> list[Team]:
+        if not names:
+            return list(self.teams.values())
+        unknown = [n for n in names if n not in self.teams]
+        if unknown:
+            raise ProtocolError("bad_request", f"teams: got {unknown[0]!r}; expected one of {', '.join(self.teams)}")
+        return [self.teams[n] for n in names]
+
+    def _require(self, *states: str) -> None:
+        if self.state not in states:
+            raise ProtocolError("bad_state", f"the session is {self.state}; this needs it {' or '.join(states)}")
+
+    def _rebase(self) -> None:
+        """The next tick is due now; the pace is measured afresh from here."""
+        self.clock.rebase(self.tick, time.monotonic())
+        self.pace_marks.clear()
+
+    def _move(self, needs: str, to: str, control: str, event: str, shown: str) -> dict:
+        """Start, pause or resume: check the state, change it, journal it everywhere."""
+        self._require(needs)
+        self.state = to
+        if to == RUNNING:
+            self._rebase()
+        self._journal(control)
+        self._note_all(event, shown)
+        return self.summary()
+
+    def start(self) -> dict:
+        return self._move(WAITING, RUNNING, "start", "session_started", "the game day has started")
+
+    def pause(self) -> dict:
+        return self._move(RUNNING, PAUSED, "pause", "session_paused", "paused by the facilitator")
+
+    def resume(self) -> dict:
+        return self._move(PAUSED, RUNNING, "resume", "session_resumed", "resumed")
+
+    def set_speed(self, speed: float) -> dict:
+        self._require(WAITING, RUNNING, PAUSED)
+        if not (isinstance(speed, (int, float)) and math.isfinite(speed) and 0 < speed <= MAX_SPEED):
+            raise ProtocolError("bad_request", f"speed: got {speed!r}; expected a number > 0 and <= {MAX_SPEED:g}")
+        self.clock.speed = float(speed)
+        self._rebase()
+        self._journal("speed", speed=speed)
+        self._note_all("speed_changed", f"speed is now {speed:g}x", speed=speed)
+        return self.summary()
+
+    def inject(self, fault: str, params: dict | None = None, teams=None) -> dict:
+        self._require(WAITING, RUNNING, PAUSED)
+        f = self.faults.get(fault)
+        if f is None:
+            raise ProtocolError("bad_request", f"fault: got {fault!r}; expected one of the playbook's faults "
+                                               f"({', '.join(self.faults) or 'it has none'})")
+        params = _check_params(f"fault {fault}", f, params or {}, self.kinds)
+        chosen = self._teams(teams)
+        for t in chosen:
+            t.run.inject("apply", "triggers", {"op": "inject", "args": {"fault": fault, "params": params}, "by": "facilitator"},
+                         by="facilitator")
+        self._journal("inject", fault=fault, params=params, teams=[t.name for t in chosen])
+        return {"fault": fault, "params": params, "teams": [t.name for t in chosen], "tick": self.tick}
+
+    def message(self, text: str, teams=None) -> dict:
+        chosen = self._teams(teams)
+        self._journal("message", text=text, teams=[t.name for t in chosen])
+        self._note_all("facilitator_message", text, [t.name for t in chosen], text=text)
+        return {"teams": [t.name for t in chosen], "tick": self.tick}
+
+    def end(self, reason: str = "ended by the facilitator") -> dict:
+        if self.state != ENDED:
+            self.state = ENDED
+            self._journal("end", reason=reason)
+            self._note_all("session_ended", f"the game day is over: {reason}", reason=reason)
+        return self.summary()
+
+    # -- the teams' commands --------------------------------------------------------------------
+    def act(self, team: str, action: str, params: dict | None, by: str, command_id: str) -> dict:
+        """A team asks for a mitigation; it reaches the team's operator in the next tick."""
+        self._require(WAITING, RUNNING, PAUSED)
+        m = self.mitigations.get(action)
+        if m is None:
+            raise ProtocolError("bad_request", f"action: got {action!r}; expected one of {', '.join(self.mitigations)}")
+        params = _check_params(f"action {action}", m, params or {}, self.kinds)
+        t = self.teams[team]
+        tick = t.run.inject("console_command", OPERATOR, {"id": command_id, "action": action, "params": params, "by": by},
+                            by=by)
+        return {"command": command_id, "action": action, "params": params, "tick": tick, "clock": t.view.clock(tick)}
+
+    # -- what is shown ----------------------------------------------------------------------------
+    def summary(self) -> dict:
+        return {"state": self.state, "clock": self.clock_text(), "tick": self.tick, "speed": self.clock.speed or "max",
+                "end_clock": self.info["end_clock"], "lag_s": round(self.lag_s, 3), "fell_behind": self.behind,
+                "pace": None if self.pace() is None else round(self.pace(), 1),
+                "playbook": self.pb.name,
+                "seed": self.seed, "teams": list(self.teams)}
+
+    def team_state(self, team: str, since: int = 0) -> dict:
+        t = self.teams[team]
+        return {"session": self.summary(), "catalogue": t.view.catalogue, **t.view.state(self.tick, since)}
+
+    def scoreboard(self) -> dict:
+        rows = [team_row(t.name, t.run.scorer.score(), t.run.scorer.last_tick >= 0) for t in self.teams.values()]
+        rows.sort(key=lambda r: r.pop("_key"))
+        for i, r in enumerate(rows, 1):
+            r["rank"] = i
+        return {"session": self.summary(), "teams": rows}
+
+    # -- the end ------------------------------------------------------------------------------------
+    def close(self) -> dict:
+        """Close every world (its run directory complete), write the final ranking."""
+        if self.state != ENDED:
+            self.end(reason="the server stopped")
+        board = self.scoreboard()
+        for t in self.teams.values():
+            t.run.close("complete" if t.run.done else "ended")
+        write_json_atomic(self.dir / "ranking.json", board)
+        self.write_info("ended", simulated_until=self.clock_text())
+        return board
+
+
+def team_row(team: str, sc: dict, started: bool) -> dict:
+    """A team's row of the scoreboard from its score so far, with the key it is ranked by
+    (``_key``): a loop that never formed first, then broken loops by time, then the rest.
+    A loop that re-formed is not broken, whenever it first broke."""
+    loop, backlog = sc["loop_broken"], sc.get("backlog_drained") or {"reached": False}
+    if sc["trigger"]["reached"] and not sc["loop_formed"] and started:
+        loop_text, loop_rank = "never formed", 0
+    elif loop["reached"]:
+        loop_text, loop_rank = f"broken {loop['clock']}", 1
+        if loop["relapses"]:
+            loop_text += f" (after re-forming {loop['relapses'][-1]['clock']})"
+    elif loop["relapsed"]:
+        loop_text, loop_rank = f"re-formed {loop['relapses'][-1]['clock']}", 2
+    else:
+        loop_text, loop_rank = "not yet", 2
+    return {
+        "team": team, "loop": loop_text, "loop_broken": loop.get("clock"), "relapses": len(loop["relapses"]),
+        "backlog": f"drained {backlog['clock']}" if backlog["reached"] else "not yet",
+        "backlog_drained": backlog.get("clock"),
+        "impact": sc["impact"]["weighted_total"],
+        "first_update": sc["first_customer_update"].get("clock"),
+        "actions": sc["actions_taken"],
+        "_key": (loop_rank, loop.get("seconds_after_start", math.inf),
+                 backlog.get("seconds_after_start", math.inf), sc["impact"]["weighted_total"]),
+    }
+
+
+def _check_params(what: str, owner: dict, given: dict, kinds: dict) -> dict:
+    """A mitigation's or fault's parameters as a team or facilitator gives them, checked as a
+    runbook's are (playbook.param_problems): only those it declares, each fitting the
+    argument it fills; the defaults for the rest."""
+    for k, v, wanted in param_problems(owner, given, kinds):
+        raise ProtocolError("bad_request", f"{what}: parameter {k}: got {v!r}; expected {wanted}")
+    too_long = [k for k, v in given.items() if isinstance(v, str) and len(v) > 500]
+    if too_long:
+        raise ProtocolError("bad_request", f"{what}: parameter {too_long[0]}: expected text of at most 500 characters")
+    return dict(owner["params"]) | normalised_params(owner, given, kinds)

@@ -1,0 +1,662 @@
+"""Loading a playbook or runbook: render -> parse -> validate, each with its own errors.
+
+A playbook file is Jinja2-templated YAML. It may start with a plain YAML header
+document declaring its variables (``variables: {name: {default, description}}``),
+followed by a line ``---`` and the templated body. Rendering runs in Jinja's sandbox
+with ``StrictUndefined``, so an undefined variable is an error, never an empty string.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import jinja2.sandbox
+import yaml
+
+from agents import AGENT_CLASSES
+from agents.shards import SHARD_SEP
+from orchestrator.errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound
+from orchestrator.playbook.operations import operations
+from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
+from orchestrator.playbook.format import MEASURES, milestone_keys
+from orchestrator.playbook.schema import _MISSING, Field, check, non_negative
+from orchestrator.timefmt import format_clock
+
+MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
+MAX_TICKS = 2_000_000  # a run longer than this is almost certainly a typo in --tick
+
+#: kinds of agent that send telemetry to monitoring
+TELEMETRY_KINDS = ("device", "service", "population")
+
+KIND_OF_SECTION = {"devices": "device", "services": "service", "populations": "population"}
+
+
+@dataclass
+class Playbook:
+    name: str
+    source: str
+    text: str  # the rendered YAML
+    data: dict  # validated and normalised
+    variables: dict = field(default_factory=dict)  # name -> value used
+
+
+@dataclass
+class Template:
+    name: str
+    source: str
+    header: dict  # variables declared: name -> {default, description}
+    body: str
+    body_line: int = 1  # line of the file the body starts on, so errors name the file's lines
+
+
+# -- finding ------------------------------------------------------------------------------
+
+def builtin_dir() -> Path:
+    return Path(str(importlib.resources.files("playbooks")))
+
+
+def builtin_playbooks() -> list[str]:
+    return sorted(p.name[: -len(".yaml.j2")] for p in builtin_dir().glob("*.yaml.j2"))
+
+
+def builtin_runbooks(playbook: str) -> list[str]:
+    return sorted(runbook_files(playbook, builtin_dir() / f"{playbook}.yaml.j2"))
+
+
+def runbook_files(playbook: str, source: str | Path) -> dict[str, Path]:
+    """The runbooks a playbook ships, by name: ``runbooks/PLAYBOOK/NAME.yaml`` beside its file
+    (the layout of the built-ins), then ``runbooks/NAME.yaml`` beside it, then the built-in
+    runbooks of a playbook of that name (a copied built-in keeps its runbooks)."""
+    here = Path(source).parent / "runbooks"
+    out: dict[str, Path] = {}
+    for d in (here / playbook, here, builtin_dir() / "runbooks" / playbook):
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                out.setdefault(p.stem, p)
+    return out
+
+
+def find_playbook(ref: str) -> Path:
+    p = Path(ref)
+    if p.is_file():
+        return p
+    cand = builtin_dir() / f"{ref}.yaml.j2"
+    if cand.is_file():
+        return cand
+    raise NotFound(f"no playbook {ref!r}: not a file, and the built-in playbooks are: {', '.join(builtin_playbooks())}")
+
+
+def find_runbook(ref: str, playbook: str, source: str | Path | None = None) -> Path:
+    p = Path(ref)
+    if p.is_file():
+        return p
+    shipped = runbook_files(playbook, source or builtin_dir() / f"{playbook}.yaml.j2")
+    if ref in shipped:
+        return shipped[ref]
+    known = ", ".join(sorted(set(shipped) | {"none"}))
+    where = Path(source).parent / "runbooks" / playbook if source else builtin_dir() / "runbooks" / playbook
+    raise NotFound(f"no runbook {ref!r}: not a file, and the runbooks of {playbook} are: {known} "
+                   f"(a playbook's own runbooks go in {where}/)")
+
+
+# -- render -------------------------------------------------------------------------------
+
+def read_text(path: Path, error_cls) -> str:
+    """A playbook or runbook file's text; one that cannot be read is the user's mistake, not a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error_cls(str(path), "read", [Issue(f"byte {e.start}", e.object[e.start:e.end], "UTF-8 text")]) from None
+    except OSError as e:
+        raise error_cls(str(path), "read", [Issue("file", str(path), f"a readable file ({e.strerror})")]) from None
+
+
+def read_template(path: Path) -> Template:
+    text = read_text(path, InvalidPlaybook)
+    name = path.name.split(".")[0]
+    header, body, body_line = {}, text, 1
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip() == "---":
+            head = "".join(lines[:i])
+            if head.strip() and "variables" in head:
+                try:
+                    doc = yaml.safe_load(head) or {}
+                except yaml.YAMLError as e:
+                    raise InvalidPlaybook(str(path), "parse of the variables header", [_yaml_issue(e)])
+                header = doc.get("variables") or {}
+                if not isinstance(header, dict):
+                    raise InvalidPlaybook(str(path), "variables header", [Issue("variables", header, "a mapping of name -> {default, description}")])
+                body, body_line = "".join(lines[i + 1:]), i + 2
+            break
+    return Template(name=name, source=str(path), header=header, body=body, body_line=body_line)
+
+
+def _yaml_loc(e: yaml.YAMLError, first_line: int = 1) -> str:
+    mark = getattr(e, "problem_mark", None)
+    return f"line {mark.line + first_line}, column {mark.column + 1}" if mark else "yaml"
+
+
+def _yaml_issue(e: yaml.YAMLError, first_line: int = 1) -> Issue:
+    # PyYAML notices a problem where it stops; its context (an unclosed "[" ...) is often the real mistake
+    expected = "valid YAML"
+    ctx, mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if ctx and mark:
+        expected += f" ({ctx} at line {mark.line + first_line}, column {mark.column + 1})"
+    if getattr(e, "problem", "") == "mapping values are not allowed here":
+        expected += " (a ': ' inside an unquoted value starts a mapping: quote the value)"
+    return Issue(_yaml_loc(e, first_line), getattr(e, "problem", "") or str(e).splitlines()[0], expected)
+
+
+def _template_line(e: Exception, tpl: Template) -> str:
+    """The file line a rendering error happened on (Jinja puts template frames in the traceback)."""
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"line {line + tpl.body_line - 1}" if line else "template"
+
+
+def coerce_value(text: str):
+    """A --set value as YAML reads it: numbers, booleans and lists come out typed."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict | None = None) -> dict:
+    """``where``: name -> the location to report for that override (default ``--set NAME``)."""
+    issues = []
+    values = {}
+    for name, decl in tpl.header.items():
+        if not isinstance(decl, dict) or "default" not in decl:
+            issues.append(Issue(f"variables.{name}", decl, "a mapping with 'default' and 'description'"))
+            continue
+        values[name] = decl["default"]
+    for name, value in overrides.items():
+        loc = (where or {}).get(name) or f"--set {name}"
+        if name not in tpl.header:
+            known = ", ".join(sorted(tpl.header)) or "none"
+            issues.append(Issue(loc, value, f"one of the playbook's variables ({known})"))
+            continue
+        default = values.get(name)
+        if default is not None and not _same_type(default, value):
+            issues.append(Issue(loc, value, f"a value of the same type as the default {default!r}"))
+            continue
+        values[name] = value
+    if issues:
+        raise InvalidPlaybook(source, "variables", issues)
+    return values
+
+
+def _same_type(default, value) -> bool:
+    num = (int, float)
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, num):
+        return isinstance(value, num)
+    return isinstance(value, type(default))
+
+
+def render(tpl: Template, values: dict) -> str:
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                                        autoescape=False)
+    try:
+        return env.from_string(tpl.body).render(**values)
+    except jinja2.exceptions.SecurityError as e:
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "no access to unsafe attributes")])
+    except jinja2.exceptions.UndefinedError as e:
+        known = ", ".join(sorted(values)) or "none"
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), f"only defined variables ({known})")])
+    except jinja2.exceptions.TemplateSyntaxError as e:
+        raise InvalidPlaybook(tpl.source, "render", [Issue(f"line {e.lineno + tpl.body_line - 1}", e.message, "valid Jinja2 syntax")])
+    except jinja2.exceptions.TemplateError as e:
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "a template that renders")])
+    except Exception as e:  # the template's own arithmetic and calls ({{ n // 0 }}) are the user's mistake too
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), f"{type(e).__name__}: {e}", "a template that renders")])
+
+
+def parse_yaml(text: str, source: str, error_cls=InvalidPlaybook, first_line: int = 1, allow_empty: bool = False,
+               stage: str = "parse", expected: str = "a YAML mapping"):
+    """``first_line``: the file line ``text`` starts on (a playbook's body follows its header)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise error_cls(source, stage, [_yaml_issue(e, first_line)])
+    if doc is None and allow_empty:
+        return None
+    if not isinstance(doc, dict):
+        raise error_cls(source, stage, [Issue("document", doc, expected)])
+    return doc
+
+
+# -- validate -------------------------------------------------------------------------------
+
+def validate_playbook(doc: dict, source: str) -> dict:
+    issues: list[Issue] = []
+    data = check(doc, PLAYBOOK, "", issues)
+    if not issues:
+        _cross_check(data, issues)
+    elif isinstance(data, dict):
+        # cross-references are checked beside the field errors, so one pass reports everything;
+        # a part the field checks found malformed can stop them early, and its error is already there
+        found = {i.location for i in issues}
+        cross: list[Issue] = []
+        try:
+            _cross_check(data, cross)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            pass
+        issues.extend(i for i in cross if i.location not in found)
+    if issues:
+        raise InvalidPlaybook(source, "validate", issues)
+    return data
+
+
+def agent_names(data: dict) -> dict[str, str]:
+    """Every agent a playbook builds: name -> kind."""
+    out = {}
+    for section, kind in KIND_OF_SECTION.items():
+        for item in data.get(section) or []:
+            out[item["name"]] = kind
+    out.update({"monitoring": "monitoring", "deployment": "deployment", "status": "status", "triggers": "automation"})
+    return out
+
+
+def _cross_check(data: dict, issues: list[Issue]) -> None:
+    kinds: dict[str, str] = {}
+    for section, kind in KIND_OF_SECTION.items():
+        for i, item in enumerate(data[section]):
+            if item["name"] in kinds or item["name"] in ("monitoring", "deployment", "status", "triggers", "operator"):
+                issues.append(Issue(f"{section}[{i}].name", item["name"], "a name used by no other part of the world"))
+            if SHARD_SEP in item["name"]:
+                issues.append(Issue(f"{section}[{i}].name", item["name"], f"a name without {SHARD_SEP!r} (it names shards)"))
+            kinds[item["name"]] = kind
+    devices = {d["name"] for d in data["devices"]}
+    services = {s["name"] for s in data["services"]}
+    health_sources = services | {p["name"] for p in data["populations"]}
+    all_kinds = agent_names(data)
+
+    def check_path(path, loc):
+        for j, hop in enumerate(path):
+            if hop not in devices:
+                issues.append(Issue(f"{loc}[{j}]", hop, f"a device pool ({', '.join(sorted(devices)) or 'none defined'})"))
+
+    for i, p in enumerate(data["populations"]):
+        loc = f"populations[{i}]"
+        check_path(p["path"], f"{loc}.path")
+        if p.get("target") and p["target"] not in services:
+            issues.append(Issue(f"{loc}.target", p["target"], f"a service ({', '.join(sorted(services)) or 'none defined'})"))
+        for j, d in enumerate(p["depends_on"]):
+            if d not in health_sources or d == p["name"]:
+                issues.append(Issue(f"{loc}.depends_on[{j}]", d, "another population or a service"))
+        if p["work"] == "durable" and p.get("max_rate") is None:
+            issues.append(Issue(f"{loc}.max_rate", None, "a dispatch rate (requests/s) for durable work"))
+        if p["health"] == "clients_without_backlog" and p["work"] != "durable":
+            issues.append(Issue(f"{loc}.health", p["health"], "attempts (only durable work has a backlog)"))
+    for i, s in enumerate(data["services"]):
+        for j, d in enumerate(s["depends_on"]):
+            if d not in health_sources or d == s["name"]:
+                issues.append(Issue(f"services[{i}].depends_on[{j}]", d, "a population or another service"))
+        rec = s.get("recycling")
+        if rec:
+            for key in ("breaks_when", "needs"):
+                if rec.get(key) and rec[key] not in health_sources:
+                    issues.append(Issue(f"services[{i}].recycling.{key}", rec[key], "a population or a service"))
+        for loc, other in ((f"services[{i}].then", s.get("then")),
+                           (f"services[{i}].leases.store", (s.get("leases") or {}).get("store")),
+                           (f"services[{i}].health_checks.network", (s.get("health_checks") or {}).get("network")),
+                           (f"services[{i}].cache.store", (s.get("cache") or {}).get("store"))):
+            if other is not None and (other not in services or other == s["name"]):
+                issues.append(Issue(loc, other, "another service"))
+        if s.get("cache") and s.get("then"):
+            issues.append(Issue(f"services[{i}].then", s["then"], "no then on a cache (its misses go to cache.store)"))
+        if s.get("cache") and s["cache"].get("size") is not None and s["cache"]["size"] > s["cache"]["keys"]:
+            issues.append(Issue(f"services[{i}].cache.size", s["cache"]["size"],
+                                f"at most cache.keys ({s['cache']['keys']}): a cache cannot hold more keys than there are"))
+        hc = s.get("health_checks")
+        if hc and hc["network"] in services and not next(x for x in data["services"] if x["name"] == hc["network"]).get("queue"):
+            issues.append(Issue(f"services[{i}].health_checks.network", hc["network"],
+                                "a service with a queue (its queue wait is the propagation delay)"))
+        lease = s.get("leases")
+        if lease and (lease["ttl"] < lease["renew_every"] or abs(lease["ttl"] / lease["renew_every"]
+                                                                 - round(lease["ttl"] / lease["renew_every"])) > 1e-9):
+            issues.append(Issue(f"services[{i}].leases.ttl", lease["ttl"],
+                                f"a whole number of renewal periods ({lease['renew_every']:g} s), at least one"))
+    # A request goes on to ``then`` or a cache's store: a chain must not lead back.
+    chain = {s["name"]: s.get("then") or (s.get("cache") or {}).get("store") for s in data["services"]}
+    for i, s in enumerate(data["services"]):
+        seen, at = {s["name"]}, chain.get(s["name"])
+        while at in chain and at not in seen:
+            seen.add(at)
+            at = chain[at]
+        if at == s["name"]:
+            loc = f"services[{i}].then" if s.get("then") else f"services[{i}].cache.store"
+            issues.append(Issue(loc, chain[s["name"]], "a chain of services that does not lead back to this one"))
+    for section in ("monitoring", "deployment", "status"):
+        check_path(data[section]["path"], f"{section}.path")
+    if data["deployment"].get("target") and data["deployment"]["target"] not in services:
+        issues.append(Issue("deployment.target", data["deployment"]["target"],
+                            f"a service ({_closest_first(data['deployment']['target'], services)})"))
+    if data["status"].get("failover"):
+        check_path(data["status"]["failover"]["path"], "status.failover.path")
+        check_path(data["status"]["failover"]["standby_path"], "status.failover.standby_path")
+    known_metrics = observable_metrics(data)
+    for j, m in enumerate(data["monitoring"]["observe"]):
+        if m not in known_metrics:
+            issues.append(Issue(f"monitoring.observe[{j}]", m, "agent.metric naming a part of this world and one of its metrics"))
+    for j, a in enumerate(data["monitoring"]["alarms"]):
+        if a["metric"] not in data["monitoring"]["observe"]:
+            issues.append(Issue(f"monitoring.alarms[{j}].metric", a["metric"], "a metric listed in monitoring.observe"))
+        if sum(k in a and a[k] not in (None, False) for k in ("above", "below", "no_data")) != 1:
+            issues.append(Issue(f"monitoring.alarms[{j}]", a["name"], "exactly one of above, below, no_data"))
+    tick = data["clock"]["tick"]
+    if tick > MAX_TICK_S:
+        issues.append(Issue("clock.tick", tick, f"a tick of at most {MAX_TICK_S:g} seconds"))
+    elif data["clock"]["duration"] / tick > MAX_TICKS:
+        issues.append(Issue("clock.duration", data["clock"]["duration"], f"at most {MAX_TICKS:,} ticks per run"))
+    parts = {"device": devices, "service": services, "trigger": {t["name"] for t in data["triggers"]} | {"*"},
+             "fault": {f["name"] for f in data["faults"]}}
+    for i, t in enumerate(data["triggers"]):
+        if t["at"] < data["clock"]["start"]:
+            issues.append(Issue(f"triggers[{i}].at", format_clock(t["at"]),
+                                f"a time at or after clock.start ({format_clock(data['clock']['start'])}; "
+                                f"a time the next day is 24:00 or later)"))
+        for j, e in enumerate(t["effects"]):
+            _check_effect(e, f"triggers[{i}].effects[{j}]", all_kinds, parts, issues)
+    for section in ("mitigations", "faults"):
+        seen = set()
+        for i, m in enumerate(data[section]):
+            if m["name"] in seen:
+                issues.append(Issue(f"{section}[{i}].name", m["name"], f"a name used by no other of the {section}"))
+            seen.add(m["name"])
+            for j, e in enumerate(m["effects"]):
+                _check_effect(e, f"{section}[{i}].effects[{j}]", all_kinds, parts, issues, m["params"])
+    _check_work_switches(data, issues)
+    sc = data["scoring"]
+    for key, pool, what in (("loop.devices", devices, "a device pool"), ("healthy.devices", devices, "a device pool"),
+                            ("loop.populations", {p["name"] for p in data["populations"]}, "a population"),
+                            ("loop.services", services, "a service"),
+                            ("backlog.services", {s["name"] for s in data["services"] if s.get("queue")}, "a service with a queue"),
+                            ("backlog.populations", {p["name"] for p in data["populations"] if p["work"] == "durable"}, "a durable population"),
+                            ("recovered.populations", {p["name"] for p in data["populations"]}, "a population"),
+                            ("recovered.services", services, "a service")):
+        a, b = key.split(".")
+        for j, n in enumerate(sc[a][b]):
+            if n not in pool:
+                issues.append(Issue(f"scoring.{key}[{j}]", n, what))
+    par_keys = [*MEASURES, *milestone_keys(data)]
+    actions = [m["name"] for m in data["mitigations"]]
+    for key in data["par"]:
+        if key not in par_keys and key not in actions:
+            issues.append(Issue(f"par.{key}", key, f"a measure of this playbook's runs ({', '.join(par_keys)}) or one "
+                                                   f"of its mitigations ({_closest_first(key, actions)})"))
+    for n in sc["impact"]:
+        if n not in {p["name"] for p in data["populations"]}:
+            issues.append(Issue(f"scoring.impact.{n}", n, "a population"))
+
+
+def _check_work_switches(data: dict, issues: list[Issue]) -> None:
+    """A set_work effect must leave its population a world it can run: durable work needs a
+    dispatch rate, and a health read from the backlog needs durable work."""
+    pops = {p["name"]: p for p in data["populations"]}
+    for section in ("triggers", "mitigations", "faults"):
+        for i, m in enumerate(data[section]):
+            for j, e in enumerate(m["effects"]):
+                p, args = pops.get(e["target"]), e.get("args") or {}
+                if p is None or e["op"] != "set_work":
+                    continue
+                loc = f"{section}[{i}].effects[{j}].args"
+                if args.get("work") == "durable" and args.get("max_rate") is None and p.get("max_rate") is None:
+                    issues.append(Issue(loc, args, f"max_rate (population {p['name']} has none, and durable work "
+                                                   "needs a dispatch rate)"))
+                if args.get("work") == "perishable" and p["health"] == "clients_without_backlog":
+                    issues.append(Issue(f"{loc}.work", "perishable", f"durable (population {p['name']}'s health is "
+                                                                     "its clients without a backlog)"))
+
+
+def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issue], params: dict | None = None) -> None:
+    """One effect: its target, operation and arguments. ``parts``: the names an argument can
+    refer to, by kind; ``params``: the mitigation's or fault's params (None: a trigger's
+    effect, which has none to refer to)."""
+    kind = kinds.get(e["target"])
+    if kind is None:
+        issues.append(Issue(f"{loc}.target", e["target"], f"a part of the world ({_closest_first(e['target'], kinds)})"))
+        return
+    ops = operations(kind)
+    if e["op"] not in ops:
+        issues.append(Issue(f"{loc}.op", e["op"], f"an operation of a {kind} ({_closest_first(e['op'], ops)})"))
+        return
+    takes = ops[e["op"]].args
+    args = e.get("args") or {}
+    for k, arg in takes.items():
+        if arg.required and k not in args:
+            issues.append(Issue(f"{loc}.args", args, f"argument {k} (which {e['op']} requires)"))
+    for k, v in args.items():
+        if k not in takes:
+            issues.append(Issue(f"{loc}.args.{k}", k, f"an argument of {e['op']} ({_closest_first(k, takes)})"))
+            continue
+        if isinstance(v, str) and v.startswith("$"):
+            if params is None:
+                issues.append(Issue(f"{loc}.args.{k}", v, "a value (a trigger has no params or requester to refer to)"))
+                continue
+            if v == "$requester":
+                continue
+            if v[1:] not in params:
+                issues.append(Issue(f"{loc}.args.{k}", v, "$requester or $name of one of the mitigation's params"))
+                continue
+            name, at = v[1:], f"{loc}.args.{k} ({v}'s default)"
+            v = params[name]
+            params[name] = takes[k].normalised(v)  # a duration param's default in seconds, as its argument takes it
+        else:
+            at = f"{loc}.args.{k}"
+            args[k] = takes[k].normalised(v)
+        wanted = takes[k].problem(v) or _unknown_name(takes[k], v, parts)
+        if wanted:
+            issues.append(Issue(at, v, f"{wanted} (argument {k} of {e['op']})"))
+
+
+def _unknown_name(arg, value, parts: dict) -> str | None:
+    """What was expected, if an argument that names parts of the world names one that does not exist."""
+    kind = arg.about.names if arg.about else ""
+    if not kind or value is None:
+        return None
+    known = parts[kind]
+    for name in value if isinstance(value, list) else [value]:
+        if name not in known:
+            what = f"a list naming {kind}s" if isinstance(value, list) else f"the name of a {kind}"
+            return f"{what} of the playbook ({_closest_first(name, known - {'*'})})"
+    return None
+
+
+def param_uses(mitigation: dict, kinds: dict) -> dict[str, list]:
+    """Where each of a mitigation's (or fault's) params goes: name -> (operation, ``Argument``) it fills."""
+    out: dict[str, list] = {}
+    for e in mitigation["effects"]:
+        kind = kinds.get(e["target"])
+        takes = operations(kind).get(e["op"]) if kind else None
+        for k, v in (e.get("args") or {}).items():
+            if takes and k in takes.args and isinstance(v, str) and v.startswith("$") and v[1:] in mitigation["params"]:
+                out.setdefault(v[1:], []).append((e["op"], takes.args[k]))
+    return out
+
+
+def normalised_params(mitigation: dict, given: dict, kinds: dict) -> dict:
+    """``given`` params as the arguments they fill take them (durations in seconds)."""
+    uses = param_uses(mitigation, kinds)
+    return {k: (uses[k][0][1].normalised(v) if uses.get(k) else v) for k, v in given.items()}
+
+
+def param_problems(mitigation: dict, given: dict, kinds: dict) -> list[tuple[str, object, str]]:
+    """(param, value, what was expected) for each value given for a mitigation's or fault's
+    params (a runbook's ``do.params``, a team's or facilitator's command) that it does not
+    declare, or that does not fit the argument it fills (or, filling none, its default's type)."""
+    declared, uses, out = mitigation["params"], param_uses(mitigation, kinds), []
+    for k, v in given.items():
+        if k not in declared:
+            out.append((k, v, f"a parameter of {mitigation['name']} ({_closest_first(k, declared)})"))
+            continue
+        for op, arg in uses.get(k, []):
+            wanted = arg.problem(v)
+            if wanted:
+                out.append((k, v, f"{wanted} (it is argument {arg.name} of {op})"))
+                break
+        else:
+            if k not in uses and not _same_type(declared[k], v):
+                out.append((k, v, f"a value of the same type as the default {declared[k]!r}"))
+    return out
+
+
+def observable_metrics(data: dict) -> set[str]:
+    out = set()
+    for name, kind in agent_names(data).items():
+        if kind not in TELEMETRY_KINDS:
+            continue
+        for m in AGENT_CLASSES[kind].METRICS:
+            out.add(f"{name}.{m}")
+    return out
+
+
+# -- the whole pipeline --------------------------------------------------------------------
+
+def load_playbook(ref: str, overrides: dict | None = None) -> Playbook:
+    path = find_playbook(ref)
+    tpl = read_template(path)
+    values = resolve_variables(tpl, dict(overrides or {}), str(path))
+    text = render(tpl, values)
+    doc = parse_yaml(text, str(path), first_line=tpl.body_line)
+    data = validate_playbook(doc, str(path))
+    return Playbook(name=data["name"], source=str(path), text=text, data=data, variables=values)
+
+
+def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
+    """Returns (yaml text, validated runbook). ``none`` is the built-in empty runbook."""
+    try:
+        path = find_runbook(ref, playbook.name, playbook.source)
+    except NotFound:
+        if ref != "none":
+            raise
+        # every playbook has the empty runbook, whether or not it ships a none.yaml
+        return EMPTY_RUNBOOK, {"name": "none", "description": "Nobody acts.", "rules": []}
+    text = read_text(path, InvalidRunbook)
+    doc = parse_yaml(text, str(path), InvalidRunbook)
+    issues: list[Issue] = []
+    rb = check(doc, RUNBOOK, "", issues)
+    if isinstance(rb, dict) and isinstance(rb.get("rules"), list):
+        _check_rules(rb["rules"], playbook, issues)  # with the field errors, so one pass reports everything
+    if issues:
+        raise InvalidRunbook(str(path), "validate", issues)
+    return text, rb
+
+
+def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
+    """A runbook's references to the playbook: actions, their params, metrics, alarms, times."""
+    catalogue = {m["name"]: m for m in playbook.data["mitigations"]}
+    kinds = agent_names(playbook.data)
+    triggers = playbook.data["triggers"]
+    refs = {"metric": set(playbook.data["monitoring"]["observe"]), "alarm": {a["name"] for a in playbook.data["monitoring"]["alarms"]},
+            "action": set(catalogue), "first_trigger": min((t["at"] for t in triggers), default=None)}
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            continue  # field validation reported it
+        loc = f"rules[{i}]"
+        if isinstance(rule.get("when"), dict):
+            rule["when"] = _check_condition(rule["when"], f"{loc}.when", refs, issues)
+        if "do" not in rule:
+            continue
+        do = rule["do"]
+        if isinstance(do, str):
+            do = {"action": do, "params": {}}
+        if not isinstance(do, dict) or "action" not in do:
+            issues.append(Issue(f"{loc}.do", rule["do"], "an action name or {action: NAME, params: {...}}"))
+            continue
+        extra = set(do) - {"action", "params"}
+        if extra:
+            issues.append(Issue(f"{loc}.do.{sorted(extra)[0]}", do[sorted(extra)[0]], "only action and params"))
+        if do["action"] not in catalogue:
+            issues.append(Issue(f"{loc}.do.action", do["action"], f"a mitigation of {playbook.name} ({_closest_first(do['action'], catalogue)})"))
+        elif not isinstance(do.get("params") or {}, dict):
+            issues.append(Issue(f"{loc}.do.params", do["params"], "a mapping"))
+        else:
+            for k, v, wanted in param_problems(catalogue[do["action"]], do.get("params") or {}, kinds):
+                issues.append(Issue(f"{loc}.do.params.{k}", v, wanted))
+        params = dict(do.get("params") or {}) if isinstance(do.get("params") or {}, dict) else {}
+        if do["action"] in catalogue:
+            params = normalised_params(catalogue[do["action"]], params, kinds)
+        rule["do"] = {"action": do["action"], "params": params}
+
+
+def _closest_first(value, known) -> str:
+    """The known names, those most like ``value`` first (a misspelling finds its fix at the front)."""
+    known = sorted(known)
+    if not known:
+        return "none"
+    return ", ".join(difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0))
+
+
+def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):
+    """One runbook condition against ``format.CONDITIONS``, its defaults filled in. ``refs``:
+    what the playbook offers to refer to (metric, alarm, action) and its first trigger's time."""
+    if not isinstance(c, dict):
+        issues.append(Issue(loc, c, "a condition mapping"))
+        return c
+    keys = [k for k in CONDITIONS if k in c]
+    if len(keys) != 1:
+        issues.append(Issue(loc, c, f"exactly one of {', '.join(CONDITIONS)}"))
+        return c
+    k = keys[0]
+    cond = CONDITIONS[k]
+    for extra in sorted(set(c) - {k} - set(cond.keys), key=str):
+        allowed = ", ".join([k, *cond.keys])
+        issues.append(Issue(f"{loc}.{extra}", c[extra], f"one of the keys of a '{k}' condition ({allowed})"))
+    if cond.one_of and sum(x in c for x in cond.one_of) != 1:
+        issues.append(Issue(loc, c, f"exactly one of {', '.join(cond.one_of)}"))
+    out = {k: c[k]}
+    for key, spec in cond.keys.items():
+        if key in c:
+            out[key] = check(c[key], spec, f"{loc}.{key}", issues)
+        elif spec.default is not _MISSING:
+            out[key] = spec.default
+    value, here = c[k], f"{loc}.{k}"
+    if cond.holds == "conditions":
+        if not isinstance(value, list) or not value:
+            issues.append(Issue(here, value, "a non-empty list of conditions"))
+        else:
+            out[k] = [_check_condition(x, f"{here}[{j}]", refs, issues) for j, x in enumerate(value)]
+    elif cond.holds == "condition":
+        out[k] = _check_condition(value, here, refs, issues)
+    elif cond.holds == "when":
+        out[k] = _check_when(value, here, refs["first_trigger"], issues)
+    else:
+        known = refs[cond.holds]
+        if value not in known:
+            what = {"metric": "a metric the playbook's monitoring observes", "alarm": "an alarm of the playbook",
+                    "action": "a mitigation of the playbook"}[cond.holds]
+            issues.append(Issue(here, value, f"{what} ({_closest_first(value, known)})"))
+    return out
+
+
+def _check_when(value, loc: str, first_trigger: float | None, issues: list[Issue]):
+    """A clock time (\"07:30\") or +DURATION after the playbook's first trigger, as a clock time."""
+    if isinstance(value, str) and value.strip().startswith("+"):
+        after = check(value.strip()[1:], non_negative("duration"), loc, issues)
+        if after is None:
+            return None
+        if first_trigger is None:
+            issues.append(Issue(loc, value, "a clock time (the playbook has no trigger to count from)"))
+            return None
+        return first_trigger + after
+    return check(value, Field("clock"), loc, issues)
+
+
+def describe(tpl: Template) -> dict:
+    """What ``gameday playbooks show`` prints: description, variables, mitigations, faults."""
+    values = resolve_variables(tpl, {}, tpl.source)
+    data = validate_playbook(parse_yaml(render(tpl, values), tpl.source, first_line=tpl.body_line), tpl.source)
+    return {"name": data["name"], "title": data["title"], "description": data["description"],
+            "variables": tpl.header, "mitigations": data["mitigations"], "faults": data["faults"], "par": {k: format_clock(v) for k, v in data["par"].items()},
+            "runbooks": sorted(set(runbook_files(data["name"], tpl.source)) | {"none"})}

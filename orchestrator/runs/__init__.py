@@ -1,0 +1,1 @@
+"""Playing a run: the tick loop over a host, counterfactual attribution, forks."""

@@ -1,0 +1,178 @@
+"""Which action broke the loop, by counterfactual (README.md, "How a run is scored").
+
+The question an after-action review asks is "what would have happened without it?".
+For each action that took effect before the loop broke (latest first, at most
+``MAX_ACTIONS``), the world is played again from its exact state at the end of the
+tick in which the action took effect, with that action's effects withheld (the
+``apply`` messages it had just sent are dropped before anyone receives them),
+everything else as recorded: the runbook (which may ask for the same action again
+later, as it would have), a team's commands, a facilitator's faults. Each
+counterfactual is played until its loop is confirmed broken (a relapse after that is
+not looked for), or for at most ``LOOKAHEAD_S`` past the time the run's own loop broke
+(and its hold), or to the run's horizon: an action without which the loop was still
+unbroken an hour after it broke in the run was needed, and knowing how much longer it
+would have taken is not worth hours of play.
+
+The action without which the loop breaks latest (or not at all) broke it; an action
+without which the loop breaks no later than ``slack`` (the loop's hold period, at
+least 5 minutes: worlds are random and their draws diverge) did not matter. When no
+action mattered, the finding says so rather than naming one.
+
+The world's states at those ticks come from snapshots taken during the run (in-process
+hosting), or from playing the recording again in process to them (any hosting gives
+the same results). The result is written to ``attribution.json`` in the run
+directory, so reports keep reading only the run directory.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+from agents import OUTSIDE, Message
+from reports.rundir import read_events
+
+from orchestrator.hosting.inprocess import InProcessHost
+from orchestrator.engine.journal import write_json_atomic
+from orchestrator.runs.runner import prepare, recording
+from orchestrator.engine.scoring import Scorer
+from orchestrator.timefmt import format_clock, parse_clock
+from orchestrator.hosting.wire import decode, encode
+
+MAX_ACTIONS = 3  # counterfactuals per run: each costs up to LOOKAHEAD_S past the action's own time to the loop
+LOOKAHEAD_S = 3600.0
+MIN_SLACK_S = 300.0
+FILE = "attribution.json"
+
+
+class Replay:
+    """A recorded world played in process without a run directory, tick by tick, with
+    its score, whose effects of some actions can be withheld."""
+
+    def __init__(self, run_dir: Path):
+        self.meta, self.injections, spec = recording(run_dir)
+        spec.duration = float(self.meta["ticks_done"]) * float(self.meta["tick_s"])
+        self.pb, _, _, self.plan = prepare(spec)
+        self.host = InProcessHost(self.plan)
+        self.scorer = Scorer(self.pb.data, self.plan.info.dt, self.plan.info.start_s)
+        self.seq = 0
+
+    def step(self) -> list[dict]:
+        """One tick; returns the scorer's milestone and relapse events."""
+        t = self.host.tick
+        for e in self.injections.get(t, []):
+            if e["event"] == "injected":
+                self.seq += 1
+                self.host.inject(encode(Message(kind=e["kind"], src=OUTSIDE, dst=e["dst"], body=e["body"], seq=self.seq,
+                                                tick=t)))
+        res = self.host.step()
+        world, _ = self.plan.merge_shards(res.metrics)
+        return self.scorer.update(res.tick, world, res.events)
+
+    def state(self) -> dict:
+        return {"host": self.host.snapshot(), "scorer": copy.deepcopy(self.scorer), "seq": self.seq}
+
+    def restore(self, state: dict) -> None:
+        self.host.restore(state["host"])
+        self.scorer = copy.deepcopy(state["scorer"])
+        self.seq = state["seq"]
+
+    def withhold(self, action: str) -> None:
+        """Drop the effects ``action`` sent in the tick just played, before they arrive."""
+        for dst, frames in self.host.pending.items():
+            self.host.pending[dst] = [f for f in frames if not _applies(f, action)]
+
+
+def _applies(frame: bytes, action: str) -> bool:
+    msg = decode(frame)
+    return msg.kind == "apply" and msg.body.get("by") == action
+
+
+def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> list[dict]:
+    """Actions that took effect before the tick the loop holds broken from, latest first."""
+    effective = [e for e in events if e.get("event") == "action_effective" and int(e["tick"]) < loop_tick]
+    return sorted(effective, key=lambda e: -int(e["tick"]))[:limit]
+
+
+def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: int = MAX_ACTIONS) -> dict:
+    """Play the counterfactuals of a finished run and return what ``attribution.json``
+    holds. ``snapshots``: tick -> ``Replay.state()`` at the end of that tick, taken
+    during the run; the ticks missing are reached by playing the recording again."""
+    run_dir = Path(run_dir)
+    score = json.loads((run_dir / "score.json").read_text(encoding="utf-8"))
+    meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+    dt = float(meta["tick_s"])
+    horizon = int(meta["ticks_done"])
+    out: dict = {"method": "counterfactual", "max_actions": limit, "horizon": format_clock_of(meta, horizon),
+                 "counterfactuals": [], "breaker": None, "needed": []}
+    lb = score["loop_broken"]
+    if not score.get("loop_formed"):
+        out["text"] = "No feedback loop formed: there is nothing to attribute."
+        return out
+    if not lb.get("reached"):
+        out["text"] = "The loop was not broken at the end of the run: there is nothing to attribute."
+        return out
+    loop_tick = round(lb["seconds_after_start"] / dt)
+    out["loop_broken"] = lb["clock"]
+    picks = candidates(read_events(run_dir).to_dict("records"), loop_tick, limit)
+    if not picks:
+        out["text"] = f"No action took effect before the loop broke at {lb['clock']}: it broke by itself."
+        return out
+    replay = Replay(run_dir)
+    hold_s = float(replay.pb.data["scoring"]["loop"]["hold"])
+    slack_s = max(MIN_SLACK_S, hold_s)
+    out["slack_s"] = slack_s
+    until = min(horizon, loop_tick + round((hold_s + LOOKAHEAD_S) / dt) + 1)
+    states = dict(snapshots or {})
+    wanted = sorted({int(e["tick"]) for e in picks} - set(states))
+    for t in wanted:  # play the recording again (in order) to the ticks no snapshot covers
+        while replay.host.tick <= t:
+            replay.step()
+        states[t] = replay.state()
+    for e in picks:
+        t = int(e["tick"])
+        replay.restore(states[t])
+        replay.withhold(e["action"])
+        broke_at = None
+        while replay.host.tick < until:
+            changes = replay.step()
+            confirmed = [c for c in changes if c["event"] == "milestone" and c["milestone"] == "loop_broken"]
+            if confirmed:
+                broke_at = int(confirmed[0]["at_tick"])
+                break
+        later_s = math.inf if broke_at is None else (broke_at - loop_tick) * dt
+        out["counterfactuals"].append({
+            "action": e["action"], "took_effect": format_clock_of(meta, t), "tick": t,
+            "loop_broken_without": None if broke_at is None else format_clock_of(meta, broke_at),
+            "played_until": format_clock_of(meta, replay.host.tick),
+            "later_by_s": None if math.isinf(later_s) else later_s, "mattered": later_s > slack_s})
+    needed = [c for c in out["counterfactuals"] if c["mattered"]]
+    out["needed"] = [c["action"] for c in needed]
+    if needed:
+        # the latest-acting among those whose absence delays the loop the most
+        worst = max(needed, key=lambda c: (math.inf if c["later_by_s"] is None else c["later_by_s"], c["tick"]))
+        out["breaker"] = worst["action"]
+        out["text"] = f"{worst['action']} broke the loop: {describe(worst)}."
+    else:
+        out["text"] = (f"No single action broke the loop: without any one of the {len(picks)} latest before "
+                       f"{lb['clock']}, it broke within {slack_s / 60:.0f} minutes of the same time.")
+    return out
+
+
+def describe(c: dict) -> str:
+    """``without X (in effect from 11:02) the loop was still unbroken at 19:00``."""
+    head = f"without {c['action']} (in effect from {c['took_effect']})"
+    if c["loop_broken_without"] is None:
+        return f"{head} the loop was still unbroken at {c['played_until']}"
+    return f"{head} the loop broke only at {c['loop_broken_without']}, {c['later_by_s'] / 60:.0f} minutes later"
+
+
+def format_clock_of(meta: dict, tick: int) -> str:
+    return format_clock(parse_clock(meta["start_clock"]) + tick * float(meta["tick_s"]))
+
+
+def write(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: int = MAX_ACTIONS) -> dict:
+    result = attribute(run_dir, snapshots, limit)
+    write_json_atomic(Path(run_dir) / FILE, result)
+    return result

@@ -1,0 +1,120 @@
+"""Forking a recorded run at a decision point: play it again exactly up to tick T (its
+own operator, its recorded commands), then hand the world to another runbook and play
+on to the scenario's end. Up to T the fork is the recording, tick for tick; after T it
+differs only where the new runbook acts differently.
+
+The new runbook's operator takes over what the old one had seen (the observed view,
+alarms, log answers, the actions asked and in effect). Its rules whose action was
+already asked before T count as fired, so that an action is not asked twice; with the
+very same rules, the whole rule state carries over.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.hosting.inprocess import build_agent
+from orchestrator.engine.journal import write_json_atomic
+from orchestrator.playbook.loader import load_playbook, load_runbook
+from orchestrator.runs.runner import WorldRun, feed, recording
+from orchestrator.timefmt import format_clock, parse_clock
+from orchestrator.errors import InvalidInput, Issue
+from orchestrator.engine.world import OPERATOR
+
+#: what the operator has seen and done, handed to the runbook that takes over
+CARRIED = ("view", "view_tick", "alarms", "logs", "requested", "effective", "n_requested", "_seq")
+RULE_STATE = ("fired", "last_fired", "true_since")
+MEASURES = (("loop_broken", "loop broken"), ("backlog_drained", "backlog drained"),
+            ("devices_healthy", "devices healthy"), ("first_customer_update", "first customer update"))
+
+
+def at_tick(meta: dict, at: str) -> int:
+    """``--at`` as a tick of the run: a clock time (HH:MM[:SS]) of its simulated day."""
+    dt, start = float(meta["tick_s"]), parse_clock(meta["start_clock"])
+    try:
+        t = round((parse_clock(at) - start) / dt)
+    except ValueError:
+        raise InvalidInput("gameday fork", "options", [Issue("--at", at, "a clock time such as 09:30")]) from None
+    ticks = int(meta["ticks_done"])
+    if not 0 < t < ticks:
+        raise InvalidInput("gameday fork", "options", [Issue(
+            "--at", at, f"a time after {meta['start_clock']} and before the run's end at "
+                        f"{format_clock(start + ticks * dt)}")])
+    return t
+
+
+def take_over(run: WorldRun, rules: list[dict]) -> None:
+    """Replace the world's operator by one that follows ``rules``, with what the old one knew."""
+    host = run.host
+    old = host.agents[OPERATOR]
+    spec = {"rules": rules, "_wiring": {"deployment": old.dispatcher}}
+    new = build_agent("operator:runbook", OPERATOR, spec, run.plan.info)
+    for name in CARRIED:
+        setattr(new, name, getattr(old, name))
+    if getattr(old, "rules", None) == rules:
+        for name in RULE_STATE:
+            setattr(new, name, dict(getattr(old, name)))
+    else:
+        for i, rule in enumerate(rules):
+            asked = old.requested.get(rule["do"]["action"])
+            if asked is not None:
+                new.fired[i], new.last_fired[i] = 1, asked
+    host.agents[OPERATOR] = new
+
+
+def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
+    """Write the fork into ``out``; returns the comparison with the original."""
+    run_dir = Path(run_dir)
+    meta, injections, spec = recording(run_dir)
+    spec.duration = float(meta["duration_s"])  # play on to the scenario's end
+    t_fork = at_tick(meta, at)
+    pb = load_playbook(str(run_dir / "playbook.yaml"))
+    rb_text, rb = load_runbook(runbook, pb)
+    run = WorldRun(spec, out, meta={"forked_from": str(run_dir), "forked_at": at, "forked_at_tick": t_fork,
+                                    "runbook": rb["name"], "runbook_before_fork": meta.get("runbook")})
+    (Path(out) / "runbook-before-fork.yaml").write_text((run_dir / "runbook.yaml").read_text(encoding="utf-8"))
+    (Path(out) / "runbook.yaml").write_text(rb_text, encoding="utf-8")
+    status = "interrupted"
+    try:
+        while not run.done:
+            if run.tick < t_fork:
+                feed(run, injections.get(run.tick, []))  # the recording's commands, before the fork only
+            elif run.tick == t_fork:
+                take_over(run, rb.get("rules") or [])
+                run.note("forked", runbook=rb["name"], before=meta.get("runbook"))
+            run.step()
+        status = "complete"
+    finally:
+        run.close(status)
+    original = json.loads((run_dir / "score.json").read_text(encoding="utf-8"))
+    forked = json.loads((Path(out) / "score.json").read_text(encoding="utf-8"))
+    result = {"original": str(run_dir), "fork": str(out), "at": at, "runbook": rb["name"],
+              "runbook_before": meta.get("runbook"), "differences": differences(original, forked)}
+    write_json_atomic(Path(out) / "fork.json", result)
+    return result
+
+
+def differences(original: dict, forked: dict) -> list[dict]:
+    """Each measure before and after the fork, with a sentence."""
+    out = []
+    for key, label in MEASURES:
+        a, b = original.get(key) or {}, forked.get(key) or {}
+        if not a and not b:
+            continue
+        rec = {"measure": label, "original": a.get("clock"), "fork": b.get("clock")}
+        if a.get("reached") and b.get("reached"):
+            delta = (b["seconds_after_start"] - a["seconds_after_start"]) / 60
+            rec["minutes"] = round(delta, 1)
+            word = "sooner" if delta < 0 else "later"
+            rec["text"] = (f"{label} {abs(delta):.0f} minutes {word} ({a['clock']} -> {b['clock']})" if abs(delta) >= 0.5
+                           else f"{label} at the same time ({a['clock']})")
+        elif b.get("reached"):
+            rec["text"] = f"{label} at {b['clock']}, where the original never got there"
+        elif a.get("reached"):
+            rec["text"] = f"{label} never, where the original got there at {a['clock']}"
+        else:
+            rec["text"] = f"{label} in neither"
+        out.append(rec)
+    ia, ib = original["impact"]["weighted_total"], forked["impact"]["weighted_total"]
+    out.append({"measure": "impact", "original": ia, "fork": ib, "text": f"impact {ib:.1f} error-minutes against {ia:.1f}"})
+    return out

@@ -1,0 +1,295 @@
+"""Running a world: load -> build -> host -> step, journalling every tick."""
+from __future__ import annotations
+
+import copy
+import json
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents import OUTSIDE, Message
+
+from reports.rundir import RunData, load_run
+from orchestrator.engine.clock import PacedClock, SimulatedClock
+from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError
+from orchestrator.hosting.inprocess import InProcessHost, TickResult
+from orchestrator.engine.journal import RunWriter, check_out_dir
+from orchestrator.playbook.loader import MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook, parse_yaml, read_text, runbook_files
+from orchestrator.engine.scoring import Scorer
+from orchestrator.hosting.wire import encode
+from orchestrator.engine.world import build_plan
+
+
+@dataclass
+class RunSpec:
+    playbook: str = "us-east-1-2021"
+    runbook: str | None = None  # None: the playbook's "historical" runbook if it has one, else "none"
+    seed: int = 1
+    sets: dict | None = None
+    duration: float | None = None
+    tick: float | None = None
+    shards: int | None = None  # split every population into this many shards (None: as the playbook says)
+    console: bool = False  # a human team operates this world through a console (the runbook is not used)
+
+
+def read_vars_file(path: str) -> dict:
+    text = read_text(Path(path), InvalidPlaybook)
+    doc = parse_yaml(text, path, InvalidPlaybook, allow_empty=True, stage="vars file",
+                     expected="a mapping of variable -> value")
+    return doc or {}
+
+
+def parse_sets(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise InvalidPlaybook("--set", "variables", [Issue("--set", pair, "name=value")])
+        k, v = pair.split("=", 1)
+        out[k.strip()] = coerce_value(v)
+    return out
+
+
+def prepare(spec: RunSpec):
+    """Everything that can fail on bad input happens here, before any file is written."""
+    pb: Playbook = load_playbook(spec.playbook, spec.sets or {})
+    runbook = spec.runbook or ("historical" if "historical" in runbook_files(pb.name, pb.source) else "none")
+    rb_text, rb = load_runbook(runbook, pb)
+    issues = []
+    if spec.tick is not None and not 0 < spec.tick <= MAX_TICK_S:
+        issues.append(Issue("--tick", spec.tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
+    if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool) or spec.shards < 1):
+        issues.append(Issue("--shards", spec.shards, "an integer >= 1"))
+    if spec.duration is not None and spec.duration <= 0:
+        issues.append(Issue("--duration", spec.duration, "a duration > 0"))
+    if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or spec.seed < 0:
+        issues.append(Issue("seed", spec.seed, "an integer >= 0"))
+    if not issues:
+        ticks = (spec.duration or pb.data["clock"]["duration"]) / (spec.tick or pb.data["clock"]["tick"])
+        if ticks > MAX_TICKS:
+            issues.append(Issue("--duration / --tick", round(ticks), f"at most {MAX_TICKS:,} ticks per run"))
+    if issues:
+        raise InvalidPlaybook("options", "options", issues)
+    plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick, spec.shards, spec.console)
+    return pb, rb_text, rb, plan
+
+
+HOSTINGS = ("inprocess", "ray")
+
+
+def make_host(plan, hosting: str, placement: str = "kind", address: str | None = None, snapshot_every: int | None = None):
+    """In process (batch runs, tests), or on Ray actors exchanging ZeroMQ messages."""
+    if hosting == "inprocess":
+        return InProcessHost(plan)
+    if hosting == "ray":
+        from orchestrator.hosting.ray_hosting import SNAPSHOT_EVERY, RayHost  # Ray is imported only when it is used
+
+        every = SNAPSHOT_EVERY if snapshot_every is None else snapshot_every
+        return RayHost(plan, placement=placement, address=address, snapshot_every=every)
+    raise ValueError(f"hosting {hosting!r}: expected one of {', '.join(HOSTINGS)}")
+
+
+class WorldRun:
+    """One world being played: its host, its run directory and its scorer. ``execute``
+    plays one to the end; a live session plays one per team, a tick at a time, and
+    injects the team's commands. Everything that enters the world from outside is
+    journalled as an ``injected`` event with the tick that consumed it, so that
+    ``replay`` can play the run again exactly."""
+
+    def __init__(self, spec: RunSpec, out: Path, hosting: str = "inprocess", placement: str = "kind",
+                 address: str | None = None, snapshot_every: int | None = None, speed: float | None = None,
+                 meta: dict | None = None, keep_action_states: bool = False):
+        """``keep_action_states``: keep the world's state at the end of every tick in which
+        an action took effect (in-process hosting only), for the counterfactuals."""
+        pb, rb_text, rb, self.plan = prepare(spec)
+        self.hosting = hosting
+        self.pb = pb
+        info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": "console" if spec.console else rb["name"],
+                "seed": spec.seed, "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, "hosting": hosting,
+                "placement": placement if hosting == "ray" else None, "speed": speed or "max",
+                "operator": "console" if spec.console else "runbook", "shards_option": spec.shards,
+                "shards": {pop: len(parts) for pop, parts in self.plan.shards.items()},
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | (meta or {})
+        check_out_dir(out)  # before starting any actor
+        self.host = make_host(self.plan, hosting, placement, address, snapshot_every)
+        try:
+            self.writer = RunWriter(out, self.plan, info, pb.text, rb_text)
+        except BaseException:
+            _close(self.host)
+            raise
+        self.dir = Path(out)
+        self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
+        self.injections = 0
+        self.journal: list[dict] = []  # events of the next tick that come from outside the world
+        self.keep_action_states = keep_action_states and hosting == "inprocess"
+        self.action_states: dict[int, dict] = {}
+        self.wall0 = time.perf_counter()
+        self.closed = False
+
+    @property
+    def tick(self) -> int:
+        """The next tick to step."""
+        return self.host.tick
+
+    @property
+    def done(self) -> bool:
+        return self.host.tick >= self.plan.ticks
+
+    def inject(self, kind: str, dst: str, body: dict, **journal) -> int:
+        """Send ``body`` into the world from outside, for the next tick; returns that tick.
+        ``journal``: more to record with it (who sent it)."""
+        self.injections += 1
+        t = self.host.tick
+        self.host.inject(encode(Message(kind=kind, src=OUTSIDE, dst=dst, body=body, seq=self.injections, tick=t)))
+        self.journal.append({"tick": t, "agent": OUTSIDE, "event": "injected", "kind": kind, "dst": dst, "body": body,
+                             **journal})
+        return t
+
+    def note(self, event: str, **data) -> None:
+        """A session's own event (a pause, a message to the team) in this run's journal;
+        it changes nothing in the world."""
+        self.journal.append({"tick": self.host.tick, "agent": "session", "event": event, **data})
+
+    def begin(self) -> None:
+        self.host.begin()
+
+    def finish(self) -> TickResult:
+        """Collect the tick begun, score it and journal it."""
+        res = self.host.finish()
+        world, full = self.plan.merge_shards(res.metrics)
+        events = res.events + self.journal
+        self.journal = []
+        milestones = self.scorer.update(res.tick, world, events)
+        self.writer.write_tick(res.tick, full, events + milestones)
+        res.events = events + milestones
+        if self.keep_action_states and any(e["event"] == "action_effective" for e in res.events):
+            # the state orchestrator/runs/attribution.py's Replay restores
+            self.action_states[res.tick] = {"host": self.host.snapshot(), "scorer": copy.deepcopy(self.scorer),
+                                            "seq": self.injections}
+        return res
+
+    def step(self) -> TickResult:
+        self.begin()
+        return self.finish()
+
+    def close(self, status: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for e in self.journal:  # session notes after the last tick still belong in the journal
+                self.writer.event(e.pop("tick"), e)
+            self.journal = []
+            self.writer.meta["wall_seconds"] = round(time.perf_counter() - self.wall0, 3)
+            self.writer.meta["rejected_frames"] = self.host.rejected_frames
+            if self.hosting == "ray":
+                self.writer.meta["snapshot_every"] = self.host.snapshot_every
+                self.writer.meta["host_restarts"] = self.host.restarts
+            self.writer.close(status, self.scorer.score())
+        finally:
+            _close(self.host)
+
+
+def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: str = "inprocess",
+            placement: str = "kind", address: str | None = None, speed: float | None = None,
+            snapshot_every: int | None = None, injections: dict[int, list[dict]] | None = None,
+            attribution: bool = False) -> RunData:
+    """``speed``: simulated seconds per wall second (None: as fast as possible).
+    ``snapshot_every``: ticks between the Ray hosts' snapshots (None: the default; 0: off).
+    ``injections``: tick -> recorded ``injected`` events (and session notes) to send into
+    the world again before that tick (a replay). ``attribution``: once the run is
+    complete, play the counterfactuals of the actions before the loop broke and write
+    ``attribution.json`` (orchestrator/runs/attribution.py)."""
+    run = WorldRun(spec, out, hosting, placement, address, snapshot_every, speed, keep_action_states=attribution)
+    if speed is not None:
+        clock = PacedClock(run.plan.info.dt, speed)
+    clock = clock or SimulatedClock()
+    status = "interrupted"
+    bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
+    try:
+        while not run.done:
+            feed(run, (injections or {}).get(run.tick, []))
+            clock.wait_for(run.tick)
+            run.step()
+            if bar is not None:
+                bar.update(1)
+        feed(run, (injections or {}).get(run.tick, []))  # a session's notes after the last tick
+        status = "complete"
+    except HostingError as e:
+        status = "failed"
+        raise HostingError(f"{e}; the run directory {out} holds the ticks done before") from None
+    except Exception as e:  # a bug: validation has checked everything a playbook can say
+        status = "failed"
+        (Path(out) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        raise InternalError(f"the simulation failed at tick {run.tick} ({type(e).__name__}: {e}). This is a bug in "
+                            f"gameday, not in your input; the run directory {out} holds the ticks done before, and "
+                            f"{Path(out) / 'error.txt'} the details to report") from None
+    finally:
+        if bar is not None:
+            bar.close()
+        run.close(status)
+    if attribution and status == "complete":
+        from orchestrator.runs import attribution as counterfactual  # it plays worlds itself: imported when used
+
+        counterfactual.write(out, run.action_states)
+    return load_run(out)
+
+
+def feed(run: WorldRun, recorded: list[dict]) -> None:
+    """Send recorded inputs into ``run`` again: what was injected, and a session's notes."""
+    for e in recorded:
+        rest = {k: v for k, v in e.items() if k not in ("tick", "clock", "agent", "event", "kind", "dst", "body")}
+        if e["event"] == "injected":
+            run.inject(e["kind"], e["dst"], e["body"], **rest)
+        else:
+            run.note(e["event"], **rest)
+
+
+def recording(run_dir: Path, duration_s: float | None = None) -> tuple[dict, dict[int, list[dict]], RunSpec]:
+    """What it takes to play a recorded run again: (meta, tick -> recorded inputs, the
+    spec). ``duration_s``: play this long instead of the ticks the run did."""
+    run_dir = Path(run_dir)
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RunDirectoryError(f"{run_dir} is not a readable run directory: {e}") from None
+    injections: dict[int, list[dict]] = {}
+    with open(run_dir / "events.jsonl", encoding="utf-8") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                break  # a killed run's last line may be cut short
+            if e.get("event") == "injected" or e.get("agent") == "session":
+                injections.setdefault(int(e["tick"]), []).append(e)
+    ticks = int(meta.get("ticks_done", 0))
+    if ticks == 0:
+        raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to play again")
+    spec = RunSpec(playbook=str(run_dir / "playbook.yaml"), runbook=str(run_dir / "runbook.yaml"), seed=int(meta["seed"]),
+                   duration=duration_s or ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]),
+                   shards=meta.get("shards_option"), console=meta.get("operator") == "console")
+    return meta, injections, spec
+
+
+def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str = "kind",
+           address: str | None = None) -> RunData:
+    """Play a recorded run again from its directory: the rendered playbook and runbook,
+    the seed, and everything that entered the world from outside (a team's commands, a
+    facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
+    are copied at their ticks. The result is identical, ticks and events."""
+    _, injections, spec = recording(run_dir)
+    return execute(spec, out, hosting=hosting, placement=placement, address=address, injections=injections)
+
+
+def _close(host) -> None:
+    close = getattr(host, "close", None)
+    if close is not None:
+        close()
+
+
+def _progress(ticks: int, dt: float):
+    from tqdm import tqdm
+
+    # delay: only runs longer than a couple of seconds show a bar; disable=None: not on a pipe
+    return tqdm(total=ticks, unit="tick", delay=2.0, disable=None, leave=False, desc="simulating",
+                bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} ticks [{elapsed}<{remaining}]")

@@ -1,0 +1,83 @@
+"""The order of imports, read from every module's syntax tree (imports inside functions
+included): agents import nothing of orchestrator or reports; reports import nothing of
+orchestrator; within orchestrator, no sub-package imports one above it."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: orchestrator's layers, lowest first: a module may import its own layer and those below
+LAYERS = [
+    {"errors", "timefmt"},  # shared by everything
+    {"playbook"},  # the format, loading, validation
+    {"engine"},  # the world's plan, scoring, clock, journal
+    {"hosting"},  # in process, or Ray actors over ZeroMQ
+    {"runs"},  # the tick loop over a host, attribution, forks
+    {"batch"},  # comparisons over many runs
+    {"live"},  # live game days
+    {"cli"},  # the command line
+    {"api", "__init__"},  # the facade
+]
+
+
+def modules(package: str):
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        yield path, parts
+
+
+def imported(path: Path, parts: tuple[str, ...]) -> set[str]:
+    """Dotted names of what a module imports, relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = list(parts[:-1]) if parts[-1] != "__init__" else list(parts[:-1])
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                names = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
+                out |= set(names)
+            else:
+                out.add(node.module)
+    return out
+
+
+def layer_of(parts: tuple[str, ...]) -> int:
+    name = parts[1] if len(parts) > 1 else parts[0]
+    return next(i for i, layer in enumerate(LAYERS) if name in layer)
+
+
+def test_agents_and_reports_import_nothing_above_them():
+    bad = []
+    for package, forbidden in (("agents", ("orchestrator", "reports")), ("reports", ("orchestrator",))):
+        for path, parts in modules(package):
+            bad += [(str(path.relative_to(ROOT)), m) for m in imported(path, parts) if m.split(".")[0] in forbidden]
+    assert not bad, bad
+
+
+def test_no_part_of_orchestrator_imports_a_layer_above_its_own():
+    bad, seen = [], set()
+    for path, parts in modules("orchestrator"):
+        own = layer_of(parts)
+        seen.add(parts[1])
+        for m in imported(path, parts):
+            names = m.split(".")
+            if names[0] != "orchestrator" or len(names) < 2:
+                continue
+            if layer_of(tuple(names)) > own:
+                bad.append((str(path.relative_to(ROOT)), m))
+    assert not bad, bad
+    every = set().union(*LAYERS)
+    assert {p.removesuffix(".py") for p in seen} <= every  # every sub-package and top module has a layer
+
+
+def test_every_folder_of_modules_is_a_package():
+    """setuptools installs only folders with an __init__.py (a file a .gitignore could drop)."""
+    for package in ("agents", "orchestrator", "reports"):
+        for folder in {p.parent for p in (ROOT / package).rglob("*.py")}:
+            assert (folder / "__init__.py").exists(), folder
