@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 import orchestrator
+from agents import AGENT_CLASSES
+from agents.reference import ClientByClientPopulation
 from reports.rundir import load_run
 from tests.long_runs import LONG_RUNS, claim, play
 
@@ -18,6 +20,9 @@ from tests.long_runs import LONG_RUNS, claim, play
 # hosting, so they (and the subprocesses they start) run in process unless a test asks
 # for --hosting ray. tests/test_ray_hosting.py covers the Ray path.
 os.environ.setdefault("GAMEDAY_RUN_HOSTING", "inprocess")
+
+# The client-by-client reference population checks the cohort model; only tests build it.
+AGENT_CLASSES["population:reference"] = ClientByClientPopulation
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +101,12 @@ def run_2021(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def historical(run_2021):
+    """The 2021 world played by its historical runbook (a shared long run)."""
+    return run_2021("historical")
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,14 @@
 """Small helpers shared by the tests: build and step worlds in process."""
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 import orchestrator
@@ -45,6 +50,42 @@ def at(r, clock: str, length: int = 60):
     """The metrics of the ``length`` seconds from ``clock`` on."""
     i = r.metrics.index[r.metrics["clock"] == clock][0]
     return r.metrics.iloc[i:i + length]
+
+
+def window(m: pd.DataFrame, start: str, end: str) -> pd.DataFrame:
+    """The rows of a metrics table from clock ``start`` up to (not including) ``end``."""
+    return m[(m["clock"] >= start) & (m["clock"] < end)]
+
+
+def chromium() -> str:
+    """Debian's chromium (.ci/run installs it): missing, the test fails in CI and is skipped elsewhere."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it")
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    return browser
+
+
+def dump_dom(browser, url, tmp_path, budget_ms):
+    """The page's DOM after ``budget_ms`` of virtual time (timers run, fetches are waited for)."""
+    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path / f'profile-{budget_ms}'}", "--enable-logging=stderr", "--v=0",
+                          f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout, out.stderr
+
+
+def shown(dom: str) -> dict:
+    """What the scoreboard page shows, read from its DOM."""
+    def one(id_):
+        m = re.search(rf'id="{id_}"[^>]*>([^<]*)<', dom)
+        return m.group(1) if m else None
+
+    return {"clock": one("clock"), "state": one("state"), "title": one("title"), "status": one("status"),
+            "teams": re.findall(r'<td class="team">([^<]*)</td>', dom),
+            "impacts": [float(v) for v in re.findall(r'<td class="num impact">([^<]*)</td>', dom)]}
 
 
 def serve(args: list[str], out: Path):

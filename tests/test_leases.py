@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator
+from helpers import window as clock_window
 from agents import Service, WorldInfo, agent_rng
 from orchestrator.errors import InvalidRunbook
 from orchestrator.playbook.loader import load_playbook
@@ -17,8 +18,7 @@ LH = str(Path(__file__).parent / "playbooks" / "lease_herd.yaml.j2")
 
 
 def window(r, start: str, end: str):
-    m = r.metrics
-    return m[(m["clock"] >= start) & (m["clock"] < end)]
+    return clock_window(r.metrics, start, end)
 
 
 def reestablished_after(r, start: str) -> float:

@@ -361,7 +361,7 @@ def test_the_scoreboard_page_of_a_real_session_shows_both_teams_and_follows_the_
     """The page served by the session's own web server, read twice by headless Chromium
     while two worlds run: both teams shown, and the simulated clock moves on."""
     from orchestrator.live.scoreboard_web import start_web
-    from tests.test_scoreboard import chromium, dump_dom, shown
+    from helpers import chromium, dump_dom, shown
 
     browser = chromium()
     with live(tmp_path, speed=100.0, duration=4 * 3600, start=True) as (session, server):

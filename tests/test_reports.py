@@ -4,13 +4,9 @@ import json
 
 import pytest
 
+from helpers import chromium
 from reports.analysis import IMPAIRED_ERROR_RATIO, analyse
 from reports.build import write_report
-
-
-@pytest.fixture(scope="module")
-def historical(run_2021):
-    return run_2021("historical")
 
 
 def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
@@ -84,18 +80,12 @@ def test_the_action_that_broke_the_loop_is_named(run_2021):
 def test_the_html_report_renders_in_headless_chromium_with_its_charts(run_2021, tmp_path):
     """A real browser: Debian's chromium (.ci/run installs it). The page loads without a
     console message, and the screenshot has the charts' lines in it."""
-    import os
-    import shutil
     import subprocess
 
     import matplotlib.pyplot as plt
     import numpy as np
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs it")
-        pytest.skip("chromium is not installed (.ci/run installs it)")
+    browser = chromium()
     r = run_2021("protect-early")
     write_report(r.dir, "html", tmp_path / "report")
     shot = tmp_path / "shot.png"

@@ -3,17 +3,15 @@ updating itself from /scoreboard.json."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
+from helpers import chromium, dump_dom, shown
 from orchestrator.errors import GamedayError
 from orchestrator.live.scoreboard_view import render_board
 from orchestrator.live.scoreboard_web import start_web
@@ -144,35 +142,6 @@ def test_a_failing_board_is_a_503_and_shutdown_frees_the_port(web):
 
 
 # -- the page in a real browser -------------------------------------------------------------------
-def chromium():
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs it")
-        pytest.skip("chromium is not installed (.ci/run installs it)")
-    return browser
-
-
-def dump_dom(browser, url, tmp_path, budget_ms):
-    """The page's DOM after ``budget_ms`` of virtual time (timers run, fetches are waited for)."""
-    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                          f"--user-data-dir={tmp_path / f'profile-{budget_ms}'}", "--enable-logging=stderr", "--v=0",
-                          f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout, out.stderr
-
-
-def shown(dom: str) -> dict:
-    def one(id_):
-        m = re.search(rf'id="{id_}"[^>]*>([^<]*)<', dom)
-        return m.group(1) if m else None
-
-    return {"clock": one("clock"), "state": one("state"), "title": one("title"), "status": one("status"),
-            "teams": re.findall(r'<td class="team">([^<]*)</td>', dom),
-            "impacts": [float(v) for v in re.findall(r'<td class="num impact">([^<]*)</td>', dom)]}
-
-
 @pytest.mark.browser
 def test_the_page_updates_itself_from_the_json(web, tmp_path):
     browser = chromium()

@@ -4,10 +4,10 @@ in the playbook says when anything breaks or heals: the loop must emerge from a 
 membership requests, and break only when the operators act (or never, with none)."""
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 import orchestrator
+from helpers import window
 
 pytestmark = pytest.mark.slow  # each run is hours of simulated time (about 15 s)
 
@@ -17,10 +17,6 @@ PB = "us-east-1-2015"
 def minutes(clock: str) -> float:
     h, m, *s = (int(x) for x in clock.split(":"))
     return h * 60 + m + (s[0] / 60 if s else 0)
-
-
-def window(m: pd.DataFrame, start: str, end: str) -> pd.DataFrame:
-    return m[(m["clock"] >= start) & (m["clock"] < end)]
 
 
 @pytest.fixture(scope="module")

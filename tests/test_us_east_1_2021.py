@@ -75,11 +75,6 @@ def test_without_a_trigger_nothing_degrades(run_2021):
 
 # -- history replays in shape ---------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def historical(run_2021):
-    return run_2021("historical")
-
-
 def test_historical_dns_move_fixes_dns_while_the_bridge_stays_congested(historical):
     m, ev = historical.metrics, historical.events
     moved = effective_tick(ev, "move_dns_off_bridge")

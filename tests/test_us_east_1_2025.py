@@ -15,7 +15,7 @@ import pytest
 import orchestrator
 from orchestrator.runs.runner import replay
 from reports.rundir import load_run
-from tests.helpers import serve, stop
+from tests.helpers import serve, stop, window
 
 pytestmark = pytest.mark.slow  # hours of the 2025 scenario
 
@@ -36,10 +36,6 @@ def minutes(clock: str) -> float:
 def first(m: pd.DataFrame, cond: pd.Series, after: str) -> str | None:
     hit = m[cond & (m["clock"] >= after)]
     return hit["clock"].iloc[0] if len(hit) else None
-
-
-def window(m: pd.DataFrame, start: str, end: str) -> pd.DataFrame:
-    return m[(m["clock"] >= start) & (m["clock"] < end)]
 
 
 def test_historical_reproduces_the_shape_of_aws_timeline(run_2021):

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import orchestrator
+from helpers import window as clock_window
 
 WQ = str(Path(__file__).parent / "playbooks" / "work_queue.yaml.j2")
 
 
 def window(r, start: str, end: str):
-    m = r.metrics
-    return m[(m["clock"] >= start) & (m["clock"] < end)]
+    return clock_window(r.metrics, start, end)
 
 
 def throttle(factor: float, at: str = "00:12") -> dict:
