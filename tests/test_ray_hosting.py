@@ -1,6 +1,10 @@
 """Agents on real Ray actors exchanging real ZeroMQ messages give exactly the results of
 the in-process hosting."""
 import filecmp
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -360,3 +364,15 @@ def test_a_world_left_unread_longer_than_the_heartbeat_limit_keeps_its_hosts(ray
         assert host.restarts == 0 and not any(e["event"] == "host_restarted" for e in res.events)
     finally:
         host.close()
+
+
+def test_a_first_run_on_a_local_ray_prints_only_gamedays_own_output(tmp_path):
+    """A newcomer's `gameday run` starts a local Ray: its first line is the run's title,
+    not Ray's news that it chose token authentication (which stays on, Ray's default)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GAMEDAY_RUN_HOSTING")}
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--duration", "2m", "--no-progress",
+                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[0].startswith("us-east-1-2021 / runbook historical"), out.stdout[:500]
+    assert "Token authentication" not in out.stderr + out.stdout, out.stderr[-2000:]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import logging
 import os
 import time
 import uuid
@@ -61,6 +62,9 @@ def ensure_ray(address: str | None = None):
     import ray
 
     if not ray.is_initialized():
+        # A local Ray announces that it chose token authentication (its default, kept as it
+        # is): Ray's news, not the user's, and otherwise the first line of every run.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=True,
                  configure_logging=True)
     return ray
