@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orchestrator  # noqa: E402
 from orchestrator.batch.comparison import compare  # noqa: E402
 from orchestrator.hosting.ray_hosting import ensure_ray  # noqa: E402
-from orchestrator.timefmt import parse_duration  # noqa: E402
+from reports.timefmt import parse_duration  # noqa: E402
 
 
 def main() -> None:

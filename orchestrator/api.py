@@ -13,7 +13,7 @@ from pathlib import Path
 
 from reports.rundir import RunData
 from orchestrator.runs.runner import RunSpec, execute, read_vars_file
-from orchestrator.timefmt import parse_duration
+from reports.timefmt import parse_duration
 
 
 def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int = 1, sets: dict | None = None,

@@ -14,7 +14,7 @@ import pandas as pd
 import yaml
 
 from .rundir import RunData
-from .summary import fmt_delta as _delta
+from .timefmt import format_clock, format_delta as _delta, format_minutes, parse_clock
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
 BLIND_VISIBILITY = 0.5  # monitoring is blind while under half of the observed metrics are fresh
@@ -64,17 +64,13 @@ def _read_yaml(path: Path) -> dict:
 
 
 def _clock(seconds_after_midnight: float) -> str:
-    s = int(round(seconds_after_midnight)) % 86400
-    return f"{s // 3600:02d}:{(s % 3600) // 60:02d}:{s % 60:02d}"
+    """HH:MM:SS on a 24-hour dial, so the report's columns line up."""
+    return format_clock(seconds_after_midnight % 86400, with_seconds=True)
 
 
 def _milestone_label(key: str) -> str:
     """recovered:dns-lookups -> dns-lookups recovered; loop_broken -> loop broken."""
     return key[len("recovered:"):] + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min"
 
 
 def populations(metrics: pd.DataFrame) -> list[str]:
@@ -115,7 +111,7 @@ def stretches(mask: pd.Series) -> list[tuple[int, int]]:
 def analyse(run: RunData) -> Analysis:
     meta, m = run.meta, run.metrics
     dt = float(meta.get("tick_s", 1.0))
-    start_s = _parse_clock(meta.get("start_clock", "00:00"))
+    start_s = parse_clock(meta.get("start_clock", "00:00"))
     playbook = _read_yaml(run.dir / "playbook.yaml")
     runbook = _read_yaml(run.dir / "runbook.yaml")
     events = _records(run.events)
@@ -134,7 +130,7 @@ def analyse(run: RunData) -> Analysis:
         return "" if trigger_tick is None else f"T{_delta((tick - trigger_tick) * dt)}"
 
     par = playbook.get("par") or {}
-    par_s = {k: _parse_clock(v) for k, v in par.items()}
+    par_s = {k: parse_clock(v) for k, v in par.items()}
     actions = {m.get("name") for m in playbook.get("mitigations") or []}  # par for these is the real team's action times
 
     # -- the score beside par ---------------------------------------------------------------
@@ -199,11 +195,11 @@ def analyse(run: RunData) -> Analysis:
         elif ev == "action_requested":
             add(tick, f"asked: {e['action']}", e.get("reason", ""))
         elif ev == "action_started":
-            add(tick, f"started: {e['action']}", f"lead time {_minutes(float(e.get('lead_time_s', 0)))}, "
+            add(tick, f"started: {e['action']}", f"lead time {format_minutes(float(e.get('lead_time_s', 0)), 0)}, "
                                                   f"{int(e.get('steps', 0))} deployment steps, risk {e.get('risk', '')}")
         elif ev == "action_effective":
             lead = (tick - e.get("asked_tick", tick)) * dt
-            add(tick, f"took effect: {e['action']}", f"{_minutes(lead)} after it was asked")
+            add(tick, f"took effect: {e['action']}", f"{format_minutes(lead, 0)} after it was asked")
             if e["action"] in history and trigger_tick is not None:
                 real = history[e["action"]]
                 timeline[-1]["par"] = (f"{_clock(real)} (T{_delta(real - start_s - trigger_tick * dt)}, the real "
@@ -243,9 +239,9 @@ def analyse(run: RunData) -> Analysis:
         if runs and total >= MIN_BLIND_S:
             first, last = max(runs, key=lambda r: r[1] - r[0])
             findings.append(Finding(
-                f"Monitoring was blind for {_minutes(total)}",
-                f"under {BLIND_VISIBILITY:.0%} of the observed metrics were fresh for {_minutes(total)} in all; "
-                f"the longest stretch ran {at(first)}-{at(last + 1)} ({_minutes((last - first + 1) * dt)}), "
+                f"Monitoring was blind for {format_minutes(total, 0)}",
+                f"under {BLIND_VISIBILITY:.0%} of the observed metrics were fresh for {format_minutes(total, 0)} in all; "
+                f"the longest stretch ran {at(first)}-{at(last + 1)} ({format_minutes((last - first + 1) * dt, 0)}), "
                 f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
     findings += _rules_never_fired(runbook, events, playbook, m, dt, at)
     findings += _collateral(effective, m, dt, signal, at)
@@ -370,13 +366,6 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     return (useful / done.where(done > 0)).fillna(0.0)
 
 
-def _parse_clock(text) -> float:
-    if isinstance(text, (int, float)):
-        return float(text)
-    parts = [float(p) for p in str(text).split(":")]
-    return parts[0] * 3600 + (parts[1] if len(parts) > 1 else 0) * 60 + (parts[2] if len(parts) > 2 else 0)
-
-
 def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relapses, score, weighted, backlog, at, dt,
              partial, until):
     out = []
@@ -384,7 +373,7 @@ def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relap
         out.append(f"No trigger fired by {until}.")
     elif bad_tick is not None:
         out.append(f"The trigger at {at(trigger_tick)} set off the loop: {measure} fell out of bounds at "
-                   f"{at(bad_tick)}, {_minutes((bad_tick - trigger_tick) * dt)} after it.")
+                   f"{at(bad_tick)}, {format_minutes((bad_tick - trigger_tick) * dt, 0)} after it.")
     else:
         out.append(f"The trigger at {at(trigger_tick)} did not push {measure} out of bounds.")
     alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
@@ -461,7 +450,7 @@ def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
     sign, limit = (">", cond["above"]) if "above" in cond else ("<", cond["below"])
     if not held.any():
         return f"in ground truth {metric} was never {sign} {limit} (range {truth.min():.3g}-{truth.max():.3g})"
-    text = f"in ground truth {metric} was {sign} {limit} for {_minutes(held.sum() * dt)} from {at(int(held.idxmax()))}"
+    text = f"in ground truth {metric} was {sign} {limit} for {format_minutes(held.sum() * dt, 0)} from {at(int(held.idxmax()))}"
     if "monitoring.visibility" in m:
         vis = m.loc[held, "monitoring.visibility"].mean()
         text += f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"

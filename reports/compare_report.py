@@ -2,33 +2,24 @@
 sizes with their confidence intervals, both tests and the verdict, what the seed count
 cannot show, and two charts per sweep point (the CDF of time to break the loop, box
 plots of impact), as Markdown with PNGs beside it and as one self-contained HTML file.
-``pair_lines`` words the pairs the same way for the command line."""
+``summary_lines`` words it the same way for the command line; ``write_phase_map`` writes a
+phase map's directory."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from . import compare_stats as cs
 from .build import data_uri, environment
+from .timefmt import format_minutes, format_minutes_difference
 
 
 def _fmt_s(seconds: float) -> str:
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "-"
-    if math.isinf(seconds):
-        return "not broken"
-    return f"{seconds / 60:.1f} min"
-
-
-def _fmt_diff_s(seconds: float) -> str:
-    if math.isnan(seconds):
-        return "undefined"  # both medians not broken
-    if math.isinf(seconds):
-        return "+inf" if seconds > 0 else "-inf"
-    return f"{seconds / 60:+.1f} min"
+    return "not broken" if seconds is not None and math.isinf(seconds) else format_minutes(seconds)
 
 
 def _fmt_points(share: float) -> str:
@@ -68,8 +59,8 @@ def pair_cells(rec: dict) -> dict[str, str]:
             "success_ci": _interval(*rec["success_diff_ci"], _fmt_points),
             "p_fisher": _fmt_p(rec["p_fisher"]), "p_fisher_holm": _fmt_p(rec["p_fisher_holm"]),
             "times": f"{_fmt_s(rec['median_a_s'])} vs {_fmt_s(rec['median_b_s'])}",
-            "median_diff": _fmt_diff_s(rec["median_diff_s"]),
-            "median_ci": _interval(*rec["median_diff_ci"], _fmt_diff_s),
+            "median_diff": format_minutes_difference(rec["median_diff_s"]),
+            "median_ci": _interval(*rec["median_diff_ci"], format_minutes_difference),
             "p": _fmt_p(rec["p"]), "p_holm": _fmt_p(rec["p_holm"])}
 
 
@@ -134,14 +125,50 @@ def charts(df: pd.DataFrame, sweep_vars: list[str]) -> dict[str, bytes]:
     return out
 
 
+def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
+    """The comparison for the command line: each runbook's success rate and times to break
+    the loop, then the pairs (``pair_lines``) and the test used."""
+    lines = [f"{_prefix(r, sweep_vars)}{r['runbook']}: {r['runs']} runs, loop broken in "
+             f"{r['success_rate']:.0%}, median {_fmt_s(r['median_break_s'])} (95% CI "
+             f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
+             f"{_fmt_s(r['p90_break_s'])}, median impact {r['median_impact']:.1f}"
+             for r in summ.to_dict("records")]
+    lines += pair_lines(tests, sweep_vars)
+    return lines + ([f"test: {cs.TEST}"] if len(tests) else [])
+
+
+class Comparison(NamedTuple):
+    summary: pd.DataFrame  # per runbook (and sweep point): cs.summary
+    pairs: pd.DataFrame  # per pair: cs.pairs
+    report: Path | None  # compare.html, if written
+
+
+def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: dict,
+                     report: bool = True) -> Comparison:
+    """A comparison's directory: results.csv (a row per run), summary.csv, pairs.csv and,
+    with ``report``, compare.md and compare.html. ``info`` heads the report (playbook, seeds)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "results.csv", index=False)
+    summ, tests = cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars)
+    summ.to_csv(out / "summary.csv", index=False)
+    tests.to_csv(out / "pairs.csv", index=False)
+    written = None
+    if report:
+        info = {**info, "horizon": f"{df['horizon_s'].max() / 3600:g} h"}
+        written = write_comparison_report(df, out, sweep_vars, info, (summ, tests))[1]
+    return Comparison(summ, tests, written)
+
+
 def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] | None = None,
-                            info: dict | None = None) -> list[Path]:
-    """compare.md (charts in charts/) and compare.html (self-contained) in ``out``."""
+                            info: dict | None = None, stats: tuple[pd.DataFrame, pd.DataFrame] | None = None
+                            ) -> list[Path]:
+    """compare.md (charts in charts/) and compare.html (self-contained) in ``out``;
+    ``stats`` is (summary, pairs) if already computed."""
     sweep_vars = list(sweep_vars or [])
     out = Path(out)
     (out / "charts").mkdir(parents=True, exist_ok=True)
-    summ = cs.summary(df, sweep_vars)
-    tests = cs.pairs(df, sweep_vars)
+    summ, tests = stats if stats is not None else (cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars))
     rows = [{**r, "median": f"{_fmt_s(r['median_break_s'])} ({_fmt_s(r['median_break_ci'][0])} to "
                               f"{_fmt_s(r['median_break_ci'][1])})",
              "p90": f"{_fmt_s(r['p90_break_s'])} ({_fmt_s(r['p90_break_ci'][0])} to {_fmt_s(r['p90_break_ci'][1])})",
@@ -197,3 +224,19 @@ def phase_chart(cells: pd.DataFrame, x: str, y: str, title: str = "") -> bytes:
     ax.legend(handles=[Patch(color=c, label=p) for p, c in PHASE_COLOURS.items()], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return png(fig)
+
+
+def write_phase_map(cells: pd.DataFrame, runs: pd.DataFrame, out: Path, x: str, y: str, title: str) -> list[str]:
+    """A phase map's directory: phasemap.csv (cells), runs.csv (every run), phasemap.png
+    and phasemap.md (``title``, the grid, the chart). Returns the grid's Markdown lines."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cells.to_csv(out / "phasemap.csv", index=False)
+    runs.to_csv(out / "runs.csv", index=False)
+    (out / "phasemap.png").write_bytes(phase_chart(cells, x, y))
+    grid = cells.pivot(index=y, columns=x, values="phase")
+    table = [f"| {y} \\ {x} | " + " | ".join(map(str, grid.columns)) + " |", "|---|" + "---|" * len(grid.columns)]
+    table += [f"| {idx} | " + " | ".join(grid.loc[idx]) + " |" for idx in grid.index]
+    lines = [f"# Phase map: {title}", "", *table, "", "![phase map](phasemap.png)", ""]
+    (out / "phasemap.md").write_text("\n".join(lines), encoding="utf-8")
+    return table

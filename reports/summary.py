@@ -2,14 +2,7 @@
 from __future__ import annotations
 
 from .rundir import RunData
-
-
-def fmt_delta(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    sign = "+" if seconds >= 0 else "-"
-    s = int(round(abs(seconds)))
-    return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
+from .timefmt import format_delta
 
 
 def relapse_note(m: dict) -> str:
@@ -33,7 +26,7 @@ def summary_table(run: RunData) -> str:
             return
         yours = m.get("clock", "not reached") if m.get("reached") else "not reached"
         yours += relapse_note(m)
-        rows.append((label, yours, m.get("par_clock", ""), fmt_delta(m.get("vs_par_s"))))
+        rows.append((label, yours, m.get("par_clock", ""), format_delta(m.get("vs_par_s"))))
 
     add("trigger", s.get("trigger"))
     add("first customer update", s.get("first_customer_update"))

@@ -126,6 +126,23 @@ def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
     assert (without["phase"] == "stuck").sum() == 0
 
 
+def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path):
+    out = tmp_path / "map"
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "phasemap", MINI, "--x", "clients=1000,2000",
+                           "--y", "surge_setups=50,200", "--seeds", "1", "--serial", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["phasemap.csv", "phasemap.md", "phasemap.png", "runs.csv"]
+    cells = pd.read_csv(out / "phasemap.csv")
+    assert len(cells) == 4 and len(pd.read_csv(out / "runs.csv")) == 4
+    grid = proc.stdout.splitlines()[:4]
+    assert grid[0] == "| surge_setups \\ clients | 1000 | 2000 |"
+    for line, y in zip(grid[2:], (50, 200)):  # each row's phases, as the cells say
+        phases = [cells[(cells["clients"] == x) & (cells["surge_setups"] == y)]["phase"].item() for x in (1000, 2000)]
+        assert line == f"| {y} | " + " | ".join(phases) + " |"
+    assert "\n".join(grid) in (out / "phasemap.md").read_text()
+
+
 @pytest.mark.slow
 def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
     from orchestrator.batch.phasemap import hysteresis

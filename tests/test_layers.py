@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: orchestrator's layers, lowest first: a module may import its own layer and those below
 LAYERS = [
-    {"errors", "timefmt"},  # shared by everything
+    {"errors"},  # shared by everything
     {"playbook"},  # the format, loading, validation
     {"engine"},  # the world's plan, scoring, clock, journal
     {"hosting"},  # in process, or Ray actors over ZeroMQ

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agents.retry import RetryPolicy
-from orchestrator.timefmt import format_clock
+from reports.timefmt import format_clock
 from tests.helpers import playbook_path, step_world
 
 TICKS = (1.0, 0.25)

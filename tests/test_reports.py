@@ -36,6 +36,25 @@ def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
     assert not a.partial and ("ahead of" in a.verdict or "behind" in a.verdict)
 
 
+def test_par_written_without_quotes_is_read_as_the_clock_time_it_says(historical, tmp_path):
+    """YAML 1.1 reads an unquoted 07:30 as 450 (sexagesimal minutes); the playbook accepts it,
+    and so must the report (it once read 450 as seconds: par at 00:07:30)."""
+    import shutil
+
+    from reports.rundir import load_run
+
+    copy = tmp_path / "run"
+    shutil.copytree(historical.dir, copy, ignore=shutil.ignore_patterns("report"))
+    text = (copy / "playbook.yaml").read_text()
+    unquoted = text.replace('trigger: "07:30"', "trigger: 07:30").replace('first_customer_update: "08:22"',
+                                                                          "first_customer_update: 08:22")
+    assert unquoted != text
+    (copy / "playbook.yaml").write_text(unquoted)
+    par = {row["measure"]: row["par"] for row in analyse(load_run(copy)).measures}
+    assert par == {row["measure"]: row["par"] for row in analyse(historical).measures}
+    assert par["first customer update"] == "08:22:00"
+
+
 def test_the_report_is_written_as_markdown_with_charts_and_as_one_html_file(historical, tmp_path):
     written = write_report(historical.dir, "both", tmp_path / "report")
     names = {p.name for p in written}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from orchestrator.timefmt import parse_clock
+from reports.timefmt import parse_clock
 
 pytestmark = pytest.mark.slow  # hours of the 2021 scenario
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from agents import AGENT_CLASSES
 from orchestrator.errors import RunDirectoryError
-from orchestrator.timefmt import format_clock
+from reports.timefmt import format_clock
 from orchestrator.engine.world import WorldPlan
 
 

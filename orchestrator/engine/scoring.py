@@ -24,7 +24,7 @@ from collections import deque
 from agents.shards import source_of
 
 from orchestrator.playbook.format import milestone_keys
-from orchestrator.timefmt import format_clock
+from reports.timefmt import format_clock
 
 #: operations that turn traffic away while they hold, and the metric that counts it
 TURNS_AWAY = {"throttle": "throttled", "scale_rate": "held_back", "readmit": "held_back"}

@@ -5,11 +5,10 @@ to a request. No I/O here, so that ``console_app`` stays thin and this is easy t
 from __future__ import annotations
 
 import difflib
-import re
 import shlex
 
 from orchestrator.live.protocol import kept_pace
-from orchestrator.timefmt import format_duration, parse_clock
+from reports.timefmt import format_clock, format_duration, parse_clock
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "·"  # a sample the console did not get (no data, or stale)
@@ -35,7 +34,10 @@ def full_clock(clock: str | None) -> str:
     """HH:MM:SS always (the server writes whole minutes as HH:MM), so columns line up."""
     if not clock:
         return "--:--:--"
-    return f"{clock}:00" if re.fullmatch(r"\d{1,2}:\d{2}", clock) else clock
+    try:
+        return format_clock(parse_clock(clock), with_seconds=True)
+    except ValueError:
+        return clock
 
 
 def format_age(seconds: float | None) -> str:

@@ -21,7 +21,7 @@ from orchestrator.engine.journal import write_json_atomic
 from orchestrator.playbook.loader import agent_names, normalised_params, param_problems
 from orchestrator.live.protocol import ProtocolError
 from orchestrator.runs.runner import RunSpec, WorldRun
-from orchestrator.timefmt import format_clock
+from reports.timefmt import format_clock
 from orchestrator.engine.world import OPERATOR
 
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")

@@ -13,7 +13,7 @@ import yaml
 from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.operations import ARG_TYPES, TARGET_KINDS, has_default, operations
 from orchestrator.playbook.schema import _MISSING, Field
-from orchestrator.timefmt import CLOCK_PATTERN, DURATION_PATTERN
+from reports.timefmt import CLOCK_PATTERN, DURATION_PATTERN
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _NUMBER_TEXT = r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$"

@@ -23,7 +23,7 @@ from orchestrator.playbook.operations import operations
 from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
 from orchestrator.playbook.schema import _MISSING, Field, check, non_negative
-from orchestrator.timefmt import format_clock
+from reports.timefmt import format_clock
 
 MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
 MAX_TICKS = 2_000_000  # a run longer than this is almost certainly a typo in --tick

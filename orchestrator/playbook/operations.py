@@ -15,7 +15,7 @@ from typing import Any
 from agents import AGENT_CLASSES
 from agents.base import Arg
 
-from orchestrator.timefmt import parse_duration
+from reports.timefmt import parse_duration
 
 #: the kinds of part a playbook's effects can target (a section's items, or a singleton)
 TARGET_KINDS = ("device", "service", "population", "monitoring", "deployment", "status", "automation")

@@ -12,7 +12,7 @@ from agents import AGENT_CLASSES
 from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.operations import TARGET_KINDS, has_default, operations
 from orchestrator.playbook.schema import _MISSING, Field
-from orchestrator.timefmt import format_clock, format_duration
+from reports.timefmt import format_clock, format_duration
 
 #: the name an example uses for a part of each kind (the singletons' names are fixed)
 EXAMPLE_TARGET = {"device": "bridge", "service": "store", "population": "clients", "monitoring": "monitoring",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from orchestrator.errors import Issue
-from orchestrator.timefmt import parse_clock, parse_duration
+from reports.timefmt import parse_clock, parse_duration
 
 _MISSING = object()
 

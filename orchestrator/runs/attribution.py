@@ -37,7 +37,7 @@ from orchestrator.hosting.inprocess import InProcessHost
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.runs.runner import prepare, recording
 from orchestrator.engine.scoring import Scorer
-from orchestrator.timefmt import format_clock, parse_clock
+from reports.timefmt import format_clock, parse_clock
 from orchestrator.hosting.wire import decode, encode
 
 MAX_ACTIONS = 3  # counterfactuals per run: each costs up to LOOKAHEAD_S past the action's own time to the loop

@@ -17,7 +17,7 @@ from orchestrator.hosting.inprocess import build_agent
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.playbook.loader import load_playbook, load_runbook
 from orchestrator.runs.runner import WorldRun, feed, recording
-from orchestrator.timefmt import format_clock, parse_clock
+from reports.timefmt import format_clock, parse_clock
 from orchestrator.errors import InvalidInput, Issue
 from orchestrator.engine.world import OPERATOR
 

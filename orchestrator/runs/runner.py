@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import filecmp
 import json
 import time
 import traceback
@@ -279,6 +280,15 @@ def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str 
     are copied at their ticks. The result is identical, ticks and events."""
     _, injections, spec = recording(run_dir)
     return execute(spec, out, hosting=hosting, placement=placement, address=address, injections=injections)
+
+
+#: what a replay must reproduce byte for byte
+REPLAYED_FILES = ("metrics.csv", "events.jsonl")
+
+
+def same_as_recording(recorded: Path, replayed: Path) -> list[str]:
+    """The files of ``REPLAYED_FILES`` that differ between a recording and its replay."""
+    return [f for f in REPLAYED_FILES if not filecmp.cmp(Path(recorded) / f, Path(replayed) / f, shallow=False)]
 
 
 def _close(host) -> None:

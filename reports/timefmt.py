@@ -1,7 +1,10 @@
-"""Durations ("90s", "15m", "2h", "1h30m", or a number of seconds) and clock times
-("07:30", "07:30:15") as used in playbooks and on the command line."""
+"""Clock times and durations, the one place their text forms are written: as playbooks and
+the command line write them ("07:30", "1h30m", "90s"), and as run directories, reports and
+consoles show them. Here, so that ``reports`` and ``orchestrator`` (which may import
+reports, never the other way) share it."""
 from __future__ import annotations
 
+import math
 import re
 
 #: the text forms, also used by the JSON Schema (``orchestrator/playbook/json_schema.py``)
@@ -43,14 +46,16 @@ def parse_clock(value) -> float:
     raise ValueError(f"not a clock time: {value!r}")
 
 
-def format_clock(seconds: float) -> str:
+def format_clock(seconds: float, with_seconds: bool = False) -> str:
+    """``07:30``, or ``07:30:15`` when there are seconds (always, ``with_seconds``)."""
     seconds = int(round(seconds))
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
-    return f"{h:02d}:{m:02d}:{s:02d}" if s else f"{h:02d}:{m:02d}"
+    return f"{h:02d}:{m:02d}:{s:02d}" if s or with_seconds else f"{h:02d}:{m:02d}"
 
 
 def format_duration(seconds: float) -> str:
+    """``1h05m``, ``5m30s``, ``5m`` or ``30s``: the playbook's own duration form."""
     seconds = int(round(seconds))
     sign = "-" if seconds < 0 else ""
     seconds = abs(seconds)
@@ -61,3 +66,28 @@ def format_duration(seconds: float) -> str:
     if m:
         return f"{sign}{m}m{s:02d}s" if s else f"{sign}{m}m"
     return f"{sign}{s}s"
+
+
+def format_delta(seconds: float | None) -> str:
+    """A signed difference in hours and minutes, ``+1h05m`` or ``-0h20m`` ("" for None)."""
+    if seconds is None:
+        return ""
+    sign = "+" if seconds >= 0 else "-"
+    s = int(round(abs(seconds)))
+    return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def format_minutes(seconds: float | None, decimals: int = 1) -> str:
+    """``12.5 min``; "-" for no value."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    return f"{seconds / 60:.{decimals}f} min"
+
+
+def format_minutes_difference(seconds: float) -> str:
+    """``+12.5 min``; "undefined" when both sides are unbroken, ±inf when one is."""
+    if math.isnan(seconds):
+        return "undefined"
+    if math.isinf(seconds):
+        return "+inf" if seconds > 0 else "-inf"
+    return f"{seconds / 60:+.1f} min"

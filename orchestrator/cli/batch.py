@@ -1,0 +1,91 @@
+"""The commands over many runs: compare, phasemap."""
+from __future__ import annotations
+
+import click
+
+from orchestrator.engine.journal import check_out_dir
+
+from .options import (address_option, duration_option, out_dir, out_option, playbook_argument, progress_option,
+                      serial_option, stem, tick_option, variable_options, variables)
+from .root import main
+
+
+@main.command("compare")
+@playbook_argument
+@click.option("--runbook", "-r", "runbooks", multiple=True, required=True,
+              help="A runbook to compare (repeatable): a built-in name or a YAML file.")
+@click.option("--seeds", type=click.IntRange(min=1), default=10, show_default=True, help="Seeds 1..N for every runbook.")
+@click.option("--sweep", "sweeps", multiple=True, metavar="VAR=V1,V2,...",
+              help="A playbook variable and its values (repeatable; every combination is a sweep point).")
+@variable_options()
+@duration_option("every run")
+@tick_option
+@address_option
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="At most this many runs at once [default: the Ray cluster's CPUs].")
+@serial_option
+@click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk).")
+@out_option("runs/compare-<playbook>-<time>", "Directory for the results")
+@click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
+@progress_option
+def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration, tick, address, workers, serial,
+                    keep_runs, out, report, progress):
+    """Compare runbooks over seeds (and sweeps of playbook variables).
+
+    Every (runbook, seed, sweep point) is a whole world run in a Ray task. Writes
+    results.csv (one row per run), summary.csv (per runbook: success rate, median and
+    p90 time to break the loop with bootstrap 95% CIs, impact), pairs.csv (each pair's
+    effect sizes with 95% CIs, Fisher's exact test on success rates and Mann-Whitney U
+    on times to break, Holm-corrected, and whether the seeds could show a difference at
+    all) and the comparison report, and prints the summary and the verdicts.
+    """
+    from reports.compare_report import summary_lines, write_comparison
+    from orchestrator.batch.comparison import compare, parse_sweeps
+
+    sweep = parse_sweeps(list(sweeps))
+    values = variables(playbook, sets, vars_file)
+    out = out_dir(out, f"runs/compare-{stem(playbook)}")
+    check_out_dir(out)
+    df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
+                 progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers)
+    written = write_comparison(df, out, list(sweep), {"playbook": stem(playbook), "seeds": seeds}, report=report)
+    for line in summary_lines(written.summary, written.pairs, list(sweep)):
+        click.echo(line)
+    if written.report is not None:
+        click.echo(f"report: {written.report}")
+    click.echo(f"results: {out / 'results.csv'}")
+
+
+def _axis(value: str):
+    from orchestrator.batch.comparison import parse_sweeps
+
+    (name, values), = parse_sweeps([value]).items()
+    return name, values
+
+
+@main.command("phasemap")
+@playbook_argument
+@click.option("--x", "x", required=True, metavar="VAR=V1,V2,...", help="The horizontal axis: a playbook variable and its values.")
+@click.option("--y", "y", required=True, metavar="VAR=V1,V2,...", help="The vertical axis.")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per cell (seeds 1..N).")
+@click.option("--runbook", "-r", default="none", show_default=True, help="Who acts (none: the system alone).")
+@variable_options(with_vars_file=False)
+@duration_option("every run")
+@address_option
+@serial_option
+@out_option("runs/phasemap-<playbook>-<time>", "Directory")
+def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, serial, out):
+    """Map metastability over two variables: each cell healthy (the loop never formed),
+    recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
+    (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md."""
+    from reports.compare_report import write_phase_map
+    from orchestrator.batch.phasemap import phase_map
+
+    xa, ya = _axis(x), _axis(y)
+    out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
+    check_out_dir(out)
+    cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets), duration,
+                            address=address, parallel=not serial, progress=True)
+    table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{stem(playbook)}, runbook {runbook}, {seeds} seeds per cell")
+    click.echo("\n".join(table))
+    click.echo(f"phase map: {out / 'phasemap.png'}")

@@ -1,0 +1,306 @@
+"""The commands of a live game day: serve, console, facilitate, scoreboard, keys."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from orchestrator.errors import NotFound
+from orchestrator.runs.runner import parse_sets
+
+from .options import (duration_option, hosting_options, out_dir, out_option, playbook_argument, seed_option,
+                      speed_value, stacked, stem, tick_option, variable_options, variables)
+from .root import main
+
+
+def _session_tokens(session_dir: str) -> dict:
+    path = Path(session_dir) / "tokens.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise NotFound(f"--session {session_dir}: no readable tokens.json there ({e}); is it a session directory "
+                       "written by `gameday serve`?") from None
+
+
+def _client(server, token, server_key, session_dir, role: str, team: str | None = None):
+    """A client for --server/--token, or for the tokens in --session DIR."""
+    from orchestrator.live.client import LiveClient
+    from orchestrator.live.server import load_key
+
+    public = load_key(server_key, secret=False)[0] if server_key else None
+    if session_dir:
+        toks = _session_tokens(session_dir)
+        server = server or toks["server"]
+        if token is None:
+            token = toks["teams"].get(team) if role == "team" else toks.get(role)
+        if public is None and toks.get("server_key"):
+            public = toks["server_key"].encode()
+    if not server or not token:
+        raise click.UsageError("give --server and --token (printed by `gameday serve`), or --session DIR")
+    return LiveClient(server, token, server_public=public)
+
+
+#: how a console, the facilitator or the scoreboard finds a session
+server_options = stacked(
+    click.option("--server", help="The session's address, as printed by `gameday serve` (e.g. tcp://127.0.0.1:7700)."),
+    click.option("--token", help="The token printed by `gameday serve` for this role."),
+    click.option("--server-key", type=click.Path(dir_okay=False), help="The server's public CURVE key "
+                 "(server.key from `gameday keys`), when the session is encrypted."),
+    click.option("--session", "session_dir", type=click.Path(file_okay=False),
+                 help="A session directory on this machine: read the address and token from its tokens.json."))
+
+
+@main.command()
+@playbook_argument
+@click.option("--team", "teams", multiple=True, required=True, metavar="NAME",
+              help="A team (repeatable); each plays its own world of the same scenario and seed.")
+@seed_option("Random seed, the same for every team.")
+@click.option("--speed", default="60", show_default=True, callback=speed_value,
+              help="Simulated seconds per wall second (the facilitator can change it), or max.")
+@click.option("--bind", default="tcp://127.0.0.1:7700", show_default=True,
+              help="Where consoles connect. Port 0 picks a free port. A non-loopback address needs --curve-secret.")
+@click.option("--curve-secret", type=click.Path(dir_okay=False),
+              help="The server's secret CURVE key (server.key_secret from `gameday keys`): encrypts every connection.")
+@variable_options()
+@duration_option("the game day")
+@tick_option
+@out_option("runs/session-<playbook>-s<seed>-<time>", "Session directory to create")
+@hosting_options(placement_default="single")
+@click.option("--start/--wait", "start_now", default=False, show_default=True,
+              help="Start the clock at once, or wait for `gameday facilitate start`.")
+@click.option("--web-port", type=click.IntRange(min=0, max=65535), default=7701, show_default=True,
+              help="Serve the scoreboard page on http://127.0.0.1:PORT/ (0: a free port).")
+@click.option("--web/--no-web", default=True, show_default=True, help="Serve the scoreboard page.")
+@click.option("--linger", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds to keep answering consoles after the session ends, so they show the final state.")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="At the end, write each team's after-action report and the session report.")
+def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting, placement,
+          address, start_now, web_port, web, linger, report):
+    """Host a live game day: one world per team, the same scenario and seed for all.
+
+    Prints the command each team joins with (its own token), the facilitator's and
+    the scoreboard's. Writes a session directory: session.json, journal.jsonl (every
+    control), tokens.json (owner-only), teams/<team>/ (a run directory per team), and at
+    the end ranking.json and report/ (the session report).
+    """
+    from orchestrator.engine.journal import check_out_dir
+    from orchestrator.live.scoreboard_view import render_board
+    from orchestrator.live.server import LiveServer, check_bind
+    from orchestrator.live.session import Session, check_teams
+
+    check_bind(bind, curve_secret)
+    check_teams(list(teams))
+    out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
+    check_out_dir(out)
+    values = variables(playbook, sets, vars_file)
+    click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
+    session = Session(out, list(teams), playbook, seed, values, duration, tick, speed, hosting, placement, address)
+    server = web_server = None
+    closed = []
+
+    def finish():
+        """Close the worlds and print the ranking; quick, so consoles see the end at once."""
+        if not closed:
+            closed.append(True)
+            click.echo(render_board(session.close()))
+            sys.stdout.flush()
+
+    try:
+        server = LiveServer(session, bind, curve_secret)
+        server.write_tokens()
+        session.write_info("waiting", server=server.address)
+        url = None
+        if web:
+            from orchestrator.live.scoreboard_web import start_web
+
+            web_server, url = start_web(lambda: server.board_json, web_port)
+            session.write_info("waiting", web=url)
+        _announce(session, server, seed, speed, url, with_key=bool(curve_secret))
+        if start_now:
+            session.start()
+        else:
+            click.echo("waiting for the facilitator to start the session")
+        sys.stdout.flush()
+        server.run(linger_s=linger, on_end=finish)
+    finally:
+        try:
+            finish()
+        finally:
+            if web_server is not None:
+                web_server.shutdown()
+            if server is not None:
+                server.close()
+    if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
+        _write_reports(session.dir, session.teams)
+    click.echo(f"session directory: {session.dir}")
+
+
+def _announce(session, server, seed, speed, web_url: str | None, with_key: bool) -> None:
+    """The session's line, then the command each role joins with."""
+    key_opt = " --server-key server.key" if with_key else ""
+    click.echo(f"session {session.dir}: {session.pb.name}, seed {seed}, {len(session.teams)} teams, "
+               f"{session.info['start_clock']}-{session.info['end_clock']}, speed {speed or 'max'}")
+    for team in session.teams:
+        click.echo(f"  team {team}: gameday console --server {server.address} --team {team} "
+                   f"--token {server.token_of('team', team)}{key_opt}")
+    click.echo(f"  facilitator: gameday facilitate --server {server.address} --token "
+               f"{server.token_of('facilitator')}{key_opt} start|pause|resume|speed X|inject FAULT|message TEXT|end")
+    click.echo(f"  scoreboard: gameday scoreboard --server {server.address} --token {server.token_of('viewer')}{key_opt}")
+    if web_url:
+        click.echo(f"  scoreboard page: {web_url}")
+
+
+def _write_reports(session_dir: Path, teams) -> None:
+    """Each team's after-action report, then the session report."""
+    from reports.build import write_report
+    from reports.session import write_session_report
+
+    for t in teams:
+        write_report(session_dir / "teams" / t)
+    for path in write_session_report(session_dir):
+        click.echo(f"session report: {path}")
+
+
+@main.command()
+@server_options
+@click.option("--team", required=True, help="Your team.")
+@click.option("--as", "who", default="", help="Your name or role, shown beside the actions you take.")
+def console(server, token, server_key, session_dir, team, who):
+    """Join a live game day as a team: your world's observed view, alerts, actions.
+
+    Type `help` for the commands; Tab completes them. The screen refreshes itself
+    while you type.
+    """
+    from orchestrator.live.console_app import run_console
+
+    client = _client(server, token, server_key, session_dir, "team", team)
+    try:
+        client.call("hello", {"team": team, "role": who} if who else {"team": team})
+        run_console(client, team, who)
+    finally:
+        client.close()
+
+
+@main.group()
+@server_options
+@click.pass_context
+def facilitate(ctx, server, token, server_key, session_dir):
+    """Control a live game day: start, pause, resume, speed, inject, message, end, status."""
+    ctx.obj = _Lazy(lambda: _client(server, token, server_key, session_dir, "facilitator"))
+    ctx.call_on_close(ctx.obj.close)
+
+
+class _Lazy:
+    """The facilitator's client, made when a subcommand first calls (so that
+    `facilitate start --help` needs no server)."""
+
+    def __init__(self, make):
+        self.make, self.client = make, None
+
+    def call(self, op: str, args: dict | None = None):
+        if self.client is None:
+            self.client = self.make()
+        return self.client.call(op, args)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def _print_result(result) -> None:
+    session = result.get("session", result) if isinstance(result, dict) else {}
+    if "state" in session:
+        click.echo(f"session {session['state']} at {session['clock']} (speed {session['speed']})")
+    extra = {k: v for k, v in result.items() if k != "session"} if isinstance(result, dict) else {}
+    if extra and "state" not in result:
+        click.echo(json.dumps(extra, indent=2, sort_keys=True))
+
+
+for _op, _help in (("start", "Start the clock."), ("pause", "Stop simulated time for every team."),
+                   ("resume", "Start simulated time again."), ("end", "End the session now (run directories, ranking, report).")):
+    def _make(op):
+        @click.pass_obj
+        def command(client):
+            _print_result(client.call(op))
+        return command
+
+    facilitate.command(_op, help=_help)(_make(_op))
+
+
+@facilitate.command("speed")
+@click.argument("speed", type=float)
+@click.pass_obj
+def facilitate_speed(client, speed):
+    """Simulated seconds per wall second from now on."""
+    _print_result(client.call("speed", {"speed": speed}))
+
+
+@facilitate.command("inject")
+@click.argument("fault")
+@click.option("--team", "teams", multiple=True, help="Only these teams (repeatable) [default: every team].")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="A parameter of the fault (repeatable).")
+@click.pass_obj
+def facilitate_inject(client, fault, teams, params):
+    """Inject one of the playbook's faults (`gameday playbooks show` lists them)."""
+    args = {"fault": fault, "params": parse_sets(list(params))}
+    if teams:
+        args["teams"] = list(teams)
+    _print_result(client.call("inject", args))
+
+
+@facilitate.command("message")
+@click.argument("text")
+@click.option("--team", "teams", multiple=True, help="Only these teams (repeatable) [default: every team].")
+@click.pass_obj
+def facilitate_message(client, text, teams):
+    """Show TEXT on the teams' consoles."""
+    _print_result(client.call("message", {"text": text, "teams": list(teams)} if teams else {"text": text}))
+
+
+@facilitate.command("status")
+@click.pass_obj
+def facilitate_status(client):
+    """The session's state, the consoles connected per team, the server's counters."""
+    click.echo(json.dumps(client.call("status"), indent=2, sort_keys=True))
+
+
+@main.command()
+@server_options
+@click.option("--once", is_flag=True, help="Print the scoreboard once and exit.")
+@click.option("--every", type=click.FloatRange(min=0.2), default=1.0, show_default=True, help="Seconds between refreshes.")
+def scoreboard(server, token, server_key, session_dir, once, every):
+    """The live scoreboard in the terminal: per team, loop broken, backlog drained,
+    impact so far, first customer update, actions, rank."""
+    from orchestrator.live.scoreboard_view import render_board
+
+    client = _client(server, token, server_key, session_dir, "viewer")
+    try:
+        while True:
+            board = client.call("scoreboard")
+            text = render_board(board)
+            if once:
+                click.echo(text)
+                return
+            click.clear()
+            click.echo(text)
+            if board["session"]["state"] == "ended":
+                return
+            time.sleep(every)
+    finally:
+        client.close()
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+def keys(directory):
+    """Generate the server's CURVE key pair in DIRECTORY: server.key (public: give it to
+    the consoles) and server.key_secret (for `gameday serve --curve-secret`)."""
+    from orchestrator.live.server import generate_keys
+
+    public, secret = generate_keys(Path(directory))
+    click.echo(f"public key (for consoles, --server-key): {public}\nsecret key (for serve, --curve-secret): {secret}")
+

@@ -1,0 +1,133 @@
+"""The commands on one run: run, report, replay, fork."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from reports.build import FORMATS, write_report
+from reports.rundir import NotARunDirectory
+from reports.summary import summary_table
+from orchestrator.errors import NotFound
+from orchestrator.runs import attribution as counterfactual
+from orchestrator.runs.runner import RunSpec, execute
+
+from .options import (beside, duration_option, hosting_options, out_dir, out_option, playbook_argument,
+                      progress_option, seed_option, speed_value, stem, tick_option, variable_options, variables)
+from .root import main
+
+
+@main.command()
+@playbook_argument
+@click.option("--runbook", "-r", default=None,
+              help="Built-in runbook name (see `gameday playbooks show`) or a runbook YAML file "
+                   "[default: the playbook's 'historical' runbook if it has one, else 'none'].")
+# IntRange: numpy refuses negative seeds, and only after the run directory exists
+@seed_option("Random seed; same seed, same run.")
+@variable_options()
+@out_option("runs/<playbook>-<runbook>-s<seed>-<time>", "Run directory to create")
+@duration_option("the run")
+@tick_option
+@hosting_options(placement_default="kind")
+@click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Split every population into N shards (at most one per client), each its own agent; with "
+                   "--hosting ray --placement kind the shards run on N actors [default: each population's "
+                   "'shards' setting, 1].")
+@click.option("--speed", default="max", show_default=True, callback=speed_value,
+              help="Simulated seconds per wall second (e.g. 60), or max: as fast as the machine allows.")
+@click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="TICKS",
+              help="With --hosting ray: ticks between snapshots of each actor; an actor whose process dies is "
+                   "replaced from its last snapshot and the run goes on unchanged (0: off) [default: 60].")
+@click.option("--attribution/--no-attribution", default=True, show_default=True,
+              help="Once the run is complete, find which action broke the loop by counterfactual: play the run "
+                   f"again from each of the (at most {counterfactual.MAX_ACTIONS}) latest actions before the loop broke, "
+                   f"without it, until its loop breaks or {counterfactual.LOOKAHEAD_S / 3600:g} h after it broke in the "
+                   "run, and write attribution.json.")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Write the after-action report (report/report.md with its charts, report/report.html) into "
+                   "the run directory at the end.")
+@progress_option
+@click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
+def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, shards, speed,
+        snapshot_every, attribution, report, progress, as_json):
+    """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook.
+
+    Writes a run directory (rendered playbook and runbook, seed and versions,
+    events.jsonl, metrics.csv, columns.json, score.json) and prints the score beside par.
+    """
+    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=variables(playbook, sets, vars_file),
+                   duration=duration, tick=tick, shards=shards)
+    out = out_dir(out, f"runs/{stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
+    data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address,
+                   speed=speed, snapshot_every=snapshot_every, attribution=attribution)
+    if as_json:
+        click.echo(json.dumps(data.score, indent=2, sort_keys=True))
+    else:
+        click.echo(summary_table(data))
+        if data.attribution is not None:
+            click.echo(f"\nattribution: {data.attribution['text']}")
+        click.echo(f"\nrun directory: {data.dir}")
+    if report:
+        written = write_report(data.dir)
+        if not as_json:
+            click.echo(f"report: {next(p for p in written if p.suffix == '.html')}")
+
+
+@main.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="both", show_default=True,
+              help="md: report.md with PNG charts beside it; html: one self-contained report.html; both.")
+@out_option("RUN_DIR/report", "Directory to write into")
+def report_command(run_dir, fmt, out):
+    """Write the after-action report of RUN_DIR (also of a run that stopped early).
+
+    Summary and verdict, the score beside par, impact per service, the timeline beside
+    the historical one, charts with the actions marked, findings with their evidence,
+    action items for the team to fill in, and an appendix (variables, seed, versions).
+    """
+    try:
+        written = write_report(run_dir, fmt, Path(out) if out else None)
+    except NotARunDirectory as e:
+        raise NotFound(str(e)) from None
+    for path in written:
+        if path.suffix in (".md", ".html"):
+            click.echo(str(path))
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@out_option("RUN_DIR-replay-<time>", "Directory for the replayed run")
+def replay(run_dir, out):
+    """Play RUN_DIR again (a live team's or a scripted run) and check that the replay
+    is identical: the same metrics and events, tick by tick."""
+    from orchestrator.runs.runner import replay as replay_run, same_as_recording
+
+    data = replay_run(Path(run_dir), out_dir(out, beside(run_dir, "replay")))
+    different = same_as_recording(Path(run_dir), data.dir)
+    click.echo(f"replayed {data.meta['ticks_done']} ticks into {data.dir}")
+    if not different:
+        click.echo("identical to the recording: metrics.csv and events.jsonl")
+        return
+    click.echo("DIFFERENT from the recording: " + ", ".join(different), err=True)
+    sys.exit(1)
+
+
+@main.command("fork")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--at", "at", required=True, help="The decision point: a clock time of the run (e.g. 09:30).")
+@click.option("--runbook", "-r", required=True, help="The runbook that takes over at that time (a built-in name or a file).")
+@out_option("RUN_DIR-fork-<time>", "Directory for the fork")
+def fork_command(run_dir, at, runbook, out):
+    """Continue RUN_DIR (scripted or live) from its exact state at --at with another
+    runbook, to the scenario's end, and say what changed ("loop broken 95 minutes
+    sooner"). Up to --at the fork is the original, tick for tick."""
+    from orchestrator.runs.fork import fork
+
+    out = out_dir(out, beside(run_dir, "fork"))
+    result = fork(Path(run_dir), at, runbook, out)
+    click.echo(f"forked {run_dir} at {at}: {result['runbook_before']} -> {result['runbook']}")
+    for d in result["differences"]:
+        click.echo(f"  {d['text']}")
+    click.echo(f"fork: {out}")

@@ -1,0 +1,136 @@
+"""The options several commands share, declared once, and the parsing of their values.
+
+Each ``*_options`` is a decorator that adds a stack of options; ``what`` words a help
+text for the command it decorates ("the run", "every run")."""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import click
+
+from orchestrator.hosting.ray_hosting import PLACEMENTS
+from orchestrator.playbook.loader import find_playbook, read_template, resolve_variables
+from orchestrator.runs.runner import HOSTINGS, parse_sets, read_vars_file
+from reports.timefmt import parse_duration
+
+DEFAULT_PLAYBOOK = "us-east-1-2021"
+
+
+def stacked(*options):
+    """One decorator applying ``options`` in the order written (top one first in --help)."""
+    def apply(f):
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+    return apply
+
+
+def duration_value(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):  # "inf" and "nan" parse as numbers but no run can last that long
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 30s, 15m, 2h30m)")
+    return seconds
+
+
+def speed_value(ctx, param, value: str):
+    if value == "max":
+        return None
+    try:
+        speed = float(value)
+    except ValueError:
+        speed = math.nan
+    if not (math.isfinite(speed) and speed > 0):
+        raise click.BadParameter(f"{value!r}: expected a number > 0 (simulated seconds per wall second) or max")
+    return speed
+
+
+def playbook_argument(f):
+    return click.argument("playbook", default=DEFAULT_PLAYBOOK)(f)
+
+
+def variable_options(with_vars_file: bool = True):
+    """--set NAME=VALUE (repeatable) and --vars FILE."""
+    opts = [click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+                         help="Override a playbook variable (repeatable).")]
+    if with_vars_file:
+        opts.append(click.option("--vars", "vars_file", type=click.Path(dir_okay=False),
+                                 help="YAML file of variable overrides."))
+    return stacked(*opts)
+
+
+def duration_option(what: str):
+    return click.option("--duration", callback=duration_value,
+                        help=f"Simulated time of {what} (e.g. 3h); default from the playbook.")
+
+
+def tick_option(f):
+    return click.option("--tick", callback=duration_value, help="Simulated seconds per tick; default from the playbook.")(f)
+
+
+def seed_option(help: str):
+    return click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help=help)
+
+
+def address_option(f):
+    return click.option("--address", envvar="RAY_ADDRESS",
+                        help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray).")(f)
+
+
+def hosting_options(placement_default: str):
+    """--hosting, --placement and --address: where the agents of a world run."""
+    return stacked(
+        click.option("--hosting", type=click.Choice(HOSTINGS), default="ray", show_default=True,
+                     help="ray: agents on Ray actors exchanging ZeroMQ messages (a local Ray is started unless "
+                          "--address); inprocess: every agent in this process (fastest for batch runs). Same results."),
+        click.option("--placement", type=click.Choice(PLACEMENTS), default=placement_default, show_default=True,
+                     help="With --hosting ray: one actor per kind of agent (kind), one per agent (agent), or one "
+                          "for the world (single)."),
+        address_option)
+
+
+def serial_option(f):
+    return click.option("--serial", is_flag=True,
+                        help="Run one by one in this process instead of as Ray tasks (same results).")(f)
+
+
+def out_option(default: str, what: str = "Directory to create"):
+    return click.option("--out", type=click.Path(file_okay=False), help=f"{what} [default: {default}].")
+
+
+def progress_option(f):
+    return click.option("--progress/--no-progress", default=True, show_default=True,
+                        help="Show a progress bar on a terminal.")(f)
+
+
+def stem(path: str) -> str:
+    """A playbook's or run directory's name for a default output directory."""
+    return Path(path).name.split(".")[0]
+
+
+def out_dir(out: str | None, default: str) -> Path:
+    """``out``, or ``default`` with the time appended, so that runs never collide."""
+    return Path(out) if out else Path(f"{default}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def beside(run_dir: str, suffix: str) -> str:
+    """RUN_DIR-suffix: the default directory of what is made from a run directory."""
+    return f"{Path(run_dir).as_posix().rstrip('/')}-{suffix}"
+
+
+def variables(playbook: str, sets: tuple, vars_file: str | None = None) -> dict:
+    """The variable overrides of --vars and --set (--set wins), checked against the playbook."""
+    values = read_vars_file(vars_file) if vars_file else {}
+    where = {name: f"{name} (--vars {vars_file})" for name in values}
+    for name, value in parse_sets(list(sets)).items():
+        values[name], where[name] = value, f"--set {name}"
+    # checked here, while it is known which values came from the vars file, so an error names the right place
+    tpl = read_template(find_playbook(playbook))
+    resolve_variables(tpl, values, tpl.source, where)
+    return values
