@@ -121,6 +121,24 @@ def test_malformed_frames_sent_to_a_host_are_counted_and_change_nothing(ray_sess
         ctx.destroy(linger=0)
 
 
+def test_control_records_round_trip_by_name_and_malformed_ones_do_not_unpack():
+    import msgpack
+
+    from agents import PROTOCOL_VERSION
+    from orchestrator.hosting import control as c
+
+    records = [c.Tick(3, {"a": 2}, {"a": 0}, [b"x"]), c.Rewire("a", "tcp://127.0.0.1:1", 60), c.Stop(),
+               c.Hello("a", PROTOCOL_VERSION, 0), c.Beat("a"), c.Snapshot("a", 61, b"blob", b"sig"),
+               c.Done(3, {"x": {"m": 1.5}}, [{"tick": 3}], {"b": 1}, 0, []), c.Replayed("a", 59), c.Bye("a")]
+    assert {type(r) for r in records} == set(c.RECORDS.values())  # every kind is here
+    for r in records:
+        assert c.unpack(c.pack(r)) == r and type(c.unpack(c.pack(r))) is type(r)
+    for frame in (b"\x00\xff", msgpack.packb(["tick", 1, {}]), msgpack.packb(["launch", 1]), msgpack.packb({"tick": 1}),
+                  msgpack.packb([])):
+        with pytest.raises(ValueError):
+            c.unpack(frame)
+
+
 def test_paced_mode_never_runs_ahead_of_the_target_pace(ray_session, tmp_path):
     """60 simulated seconds per wall second, on Ray: the pacer holds every tick back until
     its wall time, so the run can fall behind on a loaded machine but never get ahead.

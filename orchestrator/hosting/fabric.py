@@ -7,16 +7,10 @@ to it. DEALER -> ROUTER keeps each pair's messages in order and never drops on a
 water mark the way PUB/SUB does. Every socket closes with linger 0; a ZeroMQ error comes
 out as ``FabricError``.
 
-Control records are msgpack lists. Orchestrator to host: ["tick", t, {src_host: count},
-{host: tick of its last snapshot}, [frames from outside the world for tick t]],
-["rewire", host, endpoint, snapshot tick], ["stop"].
-Host to orchestrator: ["hello", host, protocol version, next tick], ["beat", host],
-["snapshot", host, tick, blob, signature], ["done", t, metrics, events, {dst_host: count},
-rejected, [frames to outside the world]], ["replayed", host, last tick], ["bye", host].
+What travels on the control sockets is named in ``control.py``.
 """
 from __future__ import annotations
 
-import msgpack
 import zmq
 
 
@@ -40,23 +34,6 @@ def node_address() -> str:
     except Exception:  # noqa: BLE001 - any failure here means: use loopback
         pass
     return LOOPBACK
-
-
-def _plain(obj):
-    if hasattr(obj, "item"):  # numpy scalars in metrics
-        return obj.item()
-    raise TypeError(f"cannot send a {type(obj).__name__}")
-
-
-def pack(record: list) -> bytes:
-    return msgpack.packb(record, use_bin_type=True, default=_plain)
-
-
-def unpack(frame: bytes) -> list:
-    rec = msgpack.unpackb(frame, raw=False)
-    if not isinstance(rec, list) or not rec or not isinstance(rec[0], str):
-        raise ValueError("not a control record")
-    return rec
 
 
 class Sockets:

@@ -27,7 +27,8 @@ from collections import deque
 import zmq
 
 from agents import PROTOCOL_VERSION, Agent, Message, WorldInfo
-from orchestrator.hosting.fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
+from orchestrator.hosting.control import Beat, Bye, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
+from orchestrator.hosting.fabric import FabricError, Sockets, node_address, recv, send
 from orchestrator.hosting.inprocess import build_agent, step_agents
 from orchestrator.hosting.wire import WireError, decode
 
@@ -90,7 +91,7 @@ class GroupHost:
         self.control = self.sockets.connect_dealer(control, self.host_id.encode())
         self.poller.register(self.control, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
-        self._tell(["hello", self.host_id, PROTOCOL_VERSION, self.next_tick])
+        self._tell(Hello(self.host_id, PROTOCOL_VERSION, self.next_tick))
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, replay: dict | None = None) -> int:
@@ -103,18 +104,18 @@ class GroupHost:
                 stepped += self._replay(int(replay["through"]), replay["counts"], replay["injected"])
             while True:
                 rec = self._wait(lambda: False)
-                if rec is not None and rec[0] == "tick" and int(rec[1]) >= self.next_tick:  # (not a repeat)
-                    t, expected, keep_from, injected = int(rec[1]), rec[2], rec[3], rec[4]
-                    metrics, events, sent, outbound = self._step(t, expected, keep_from, injected)
-                    self._tell(["done", t, metrics, events, sent, self.rejected, outbound])
+                if isinstance(rec, Tick) and int(rec.tick) >= self.next_tick:  # (not a repeat)
+                    t = int(rec.tick)
+                    metrics, events, sent, outbound = self._step(t, rec.expected, rec.keep_from, rec.injected)
+                    self._tell(Done(t, metrics, events, sent, self.rejected, outbound))
                     stepped += 1
         except Stopped:
-            self._tell(["bye", self.host_id])
+            self._tell(Bye(self.host_id))
             return stepped
         finally:
             self.sockets.close()
 
-    def _wait(self, satisfied) -> list | None:
+    def _wait(self, satisfied) -> tuple | None:
         """Receive peers' frames until ``satisfied()`` or a control record that is not
         handled here (returned); heartbeats go out meanwhile."""
         while not satisfied():
@@ -123,10 +124,10 @@ class GroupHost:
                 self._drain_router()
             if self.control in ready:
                 rec = unpack(recv(self.control)[0])
-                if rec[0] == "stop":
+                if isinstance(rec, Stop):
                     raise Stopped()
-                if rec[0] == "rewire":
-                    self._rewire(str(rec[1]), str(rec[2]), int(rec[3]))
+                if isinstance(rec, Rewire):
+                    self._rewire(str(rec.host), str(rec.endpoint), int(rec.since))
                 else:
                     return rec
             self._beat_if_due()
@@ -134,9 +135,9 @@ class GroupHost:
 
     def _beat_if_due(self) -> None:
         if time.monotonic() - self.last_told > HEARTBEAT_S:
-            self._tell(["beat", self.host_id])
+            self._tell(Beat(self.host_id))
 
-    def _tell(self, record: list) -> None:
+    def _tell(self, record: tuple) -> None:
         send(self.control, [pack(record)])
         self.last_told = time.monotonic()
 
@@ -188,7 +189,7 @@ class GroupHost:
 
         rec = self._wait(arrived)
         if rec is not None:
-            raise FabricError(f"host {self.host_id}: unexpected control record {rec[0]!r} during tick {t}")
+            raise FabricError(f"host {self.host_id}: unexpected control record {type(rec).__name__} during tick {t}")
         inbound = [m for held in self.received.pop(t - 1, {}).values() for m in held.values()] + self.local.pop(t - 1, [])
         for frame in injected:
             try:
@@ -220,7 +221,7 @@ class GroupHost:
         metrics, events, outbound = step_agents(self.agents, self.order, boxes, t, route)
         if self.snapshot_every and (t + 1) % self.snapshot_every == 0:
             blob = self._snapshot(t + 1)
-            self._tell(["snapshot", self.host_id, t + 1, blob, sign(self.key, blob)])  # before "done", on one socket
+            self._tell(Snapshot(self.host_id, t + 1, blob, sign(self.key, blob)))  # before "done", on one socket
         return metrics, events, sent, outbound
 
     # -- replacement ------------------------------------------------------------------------
@@ -247,7 +248,7 @@ class GroupHost:
         for t in range(start, through + 1):
             self._step(t, counts.get(t - 1, {}), None, injected.get(t, []))
             self._beat_if_due()
-        self._tell(["replayed", self.host_id, through])
+        self._tell(Replayed(self.host_id, through))
         return through + 1 - start
 
     def _rewire(self, host: str, endpoint: str, since: int) -> None:

@@ -27,7 +27,8 @@ import zmq
 from agents import PROTOCOL_VERSION
 from agents.shards import shard_name, source_of
 from orchestrator.errors import HostingError
-from orchestrator.hosting.fabric import FabricError, Sockets, node_address, pack, recv, send, unpack
+from orchestrator.hosting.control import Beat, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
+from orchestrator.hosting.fabric import FabricError, Sockets, node_address, recv, send
 from orchestrator.hosting.group_host import HEARTBEAT_S, sign
 from orchestrator.hosting.inprocess import TickResult, leaving
 from orchestrator.hosting.wire import WireError, decode
@@ -143,12 +144,12 @@ class RayHost:
             raise HostingError(f"host {lost} was lost while starting ({reason})")
 
         for host in self.groups:
-            self._await(host, "hello", fail)
+            self._await(host, Hello, fail)
         # Set-up calls are done: now each actor's run() may block its method queue.
         self.loops = {host: a.run.remote() for host, a in self.actors.items()}
 
     # -- reading the control socket -------------------------------------------------------------
-    def _read(self, on_lost) -> tuple[str, list]:
+    def _read(self, on_lost) -> tuple[str, tuple]:
         """The next record from a host. Heartbeats and snapshots are taken in passing; a
         lost host is handed to ``on_lost(host, reason)``."""
         while True:
@@ -171,40 +172,40 @@ class RayHost:
             host = frames[0].decode("utf-8", "replace")
             try:
                 rec = unpack(frames[-1])
-            except Exception:  # noqa: BLE001 - msgpack raises several types for garbage
+            except ValueError:
                 rec = None
             if rec is None or len(frames) != 2 or host not in self.groups:
                 self.control_rejected += 1
                 continue
             self.last_heard[host] = time.monotonic()
-            if rec[0] == "beat":
+            if isinstance(rec, Beat):
                 continue
-            if rec[0] == "snapshot":
+            if isinstance(rec, Snapshot):
                 self._take_snapshot(host, rec)
                 continue
-            if rec[0] == "hello" and rec[2] != PROTOCOL_VERSION:
-                raise HostingError(f"host {host} speaks protocol version {rec[2]!r}, expected {PROTOCOL_VERSION}")
+            if isinstance(rec, Hello) and rec.version != PROTOCOL_VERSION:
+                raise HostingError(f"host {host} speaks protocol version {rec.version!r}, expected {PROTOCOL_VERSION}")
             return host, rec
 
-    def _await(self, host: str, kind: str, on_lost) -> list:
+    def _await(self, host: str, kind: type, on_lost) -> tuple:
         """Wait for one record from ``host``, keeping the others for later."""
         held = []
         try:
             while True:
                 got = self._read(on_lost)
-                if got[0] == host and got[1][0] == kind:
+                if got[0] == host and isinstance(got[1], kind):
                     return got[1]
                 held.append(got)
         finally:
             self.pending[:0] = held
 
-    def _take_snapshot(self, host: str, rec: list) -> None:
-        blob, signature = rec[3], rec[4]
+    def _take_snapshot(self, host: str, rec: Snapshot) -> None:
+        blob, signature = rec.blob, rec.signature
         if not (isinstance(blob, bytes) and isinstance(signature, bytes)
                 and hmac.compare_digest(sign(self.key, blob), signature)):
             self.control_rejected += 1
             return
-        self.fresh[host] = (int(rec[2]), blob)
+        self.fresh[host] = (int(rec.tick), blob)
 
     def _lost_hosts(self) -> list[tuple[str, int, str]]:
         """(host, generation, why) of every host whose process died or that went silent."""
@@ -232,7 +233,7 @@ class RayHost:
         return {host: self.snapshots.get(host, (0, b""))[0] for host in self.groups}
 
     def _send_tick(self, host: str, t: int, keep_from: dict) -> None:
-        record = ["tick", t, self.expected[host], keep_from, self.injected.get(t, {}).get(host, [])]
+        record = Tick(t, self.expected[host], keep_from, self.injected.get(t, {}).get(host, []))
         try:
             send(self.control, [host.encode(), pack(record)])
         except FabricError:
@@ -272,16 +273,16 @@ class RayHost:
         self.deadline = time.monotonic() + TICK_TIMEOUT_S
         while waiting:
             host, rec = self._read(self._replace)
-            if rec[0] != "done" or rec[1] != t or host not in waiting:
+            if not isinstance(rec, Done) or rec.tick != t or host not in waiting:
                 self.control_rejected += 1
                 continue
             waiting.discard(host)
-            metrics.update(rec[2])
-            events.extend(rec[3])
-            for dst, n in rec[4].items():
+            metrics.update(rec.metrics)
+            events.extend(rec.events)
+            for dst, n in rec.sent.items():
                 expected[dst][host] = n
-            self.rejected_by[host] = rec[5]
-            outbound.extend(rec[6])
+            self.rejected_by[host] = rec.rejected
+            outbound.extend(rec.outbound)
             self.last_done[host] = t
             if self.fresh.get(host, (None,))[0] == t + 1:
                 self.snapshots[host] = self.fresh.pop(host)
@@ -336,18 +337,18 @@ class RayHost:
         self.endpoints[host] = self.where[host]["endpoint"]
         self.ray.get(actor.connect.remote(self.endpoints, self.control_endpoint), timeout=START_TIMEOUT_S)
         # Another host lost meanwhile is replaced by a nested call: the replacements replay in lockstep.
-        self._await(host, "hello", self._replace)
+        self._await(host, Hello, self._replace)
         for peer in self.groups:
             if peer != host:
                 try:
-                    send(self.control, [peer.encode(), pack(["rewire", host, self.endpoints[host], since])])
+                    send(self.control, [peer.encode(), pack(Rewire(host, self.endpoints[host], since))])
                 except FabricError:
                     pass  # lost too: its replacement connects to the new address from the start
         through = self.last_done[host]
         counts = {t: self.sent_log[t].get(host, {}) for t in range(since - 1, through) if t in self.sent_log}
         injected = {t: self.injected[t][host] for t in range(since, through + 1) if host in self.injected.get(t, {})}
         self.loops[host] = actor.run.remote({"through": through, "counts": counts, "injected": injected})
-        self._await(host, "replayed", self._replace)
+        self._await(host, Replayed, self._replace)
         if self.stepping and through < self.tick:
             self._send_tick(host, self.tick, self._keep_from())
         self.restarts += 1
@@ -362,7 +363,7 @@ class RayHost:
         if self.loops:
             for host in self.loops:
                 try:
-                    send(self.control, [host.encode(), pack(["stop"])])
+                    send(self.control, [host.encode(), pack(Stop())])
                 except (FabricError, zmq.ZMQError):
                     pass
             try:
