@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from .rundir import RunData
+from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, parse_clock
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
@@ -112,11 +112,11 @@ def analyse(run: RunData) -> Analysis:
     meta, m = run.meta, run.metrics
     dt = float(meta.get("tick_s", 1.0))
     start_s = parse_clock(meta.get("start_clock", "00:00"))
-    playbook = _read_yaml(run.dir / "playbook.yaml")
-    runbook = _read_yaml(run.dir / "runbook.yaml")
+    playbook = _read_yaml(run.dir / PLAYBOOK)
+    runbook = _read_yaml(run.dir / RUNBOOK)
     events = _records(run.events)
     score = run.score or {}
-    partial = meta.get("status") != "complete"
+    partial = meta.get("status") != COMPLETE
     ticks_done = len(m)
     until = _clock(start_s + ticks_done * dt)
 

@@ -1,4 +1,7 @@
-"""Reading a run directory with pandas; tolerant of a run killed mid-write."""
+"""The run directory's and the session directory's format (their file names, first
+columns and statuses), written once here for the writers in orchestrator (engine/journal.py,
+runs/, live/) and the readers in reports; and reading a run directory with pandas,
+tolerant of a run killed mid-write."""
 from __future__ import annotations
 
 import io
@@ -7,6 +10,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+# -- a run directory ------------------------------------------------------------------------------
+META = "meta.json"  # seed, versions, playbook and runbook names, variables, status, ticks done
+PLAYBOOK = "playbook.yaml"  # the rendered playbook
+RUNBOOK = "runbook.yaml"  # the runbook as given (a fork's: the one that took over)
+COLUMNS = "columns.json"  # every metrics column: agent, metric, unit, meaning
+METRICS = "metrics.csv"  # a row per tick: METRIC_INDEX, then a column per agent.metric
+EVENTS = "events.jsonl"  # a JSON object per line: EVENT_KEYS, then the event's details
+SCORE = "score.json"  # the score (orchestrator/engine/scoring.py), at the end
+ATTRIBUTION = "attribution.json"  # which action broke the loop, by counterfactual
+FORK = "fork.json"  # a fork's decision point and what changed
+RUNBOOK_BEFORE_FORK = "runbook-before-fork.yaml"
+REPORT = "report"  # the after-action report's folder
+RUN_FILES = (META, PLAYBOOK, RUNBOOK, COLUMNS, METRICS, EVENTS, SCORE, ATTRIBUTION, FORK, RUNBOOK_BEFORE_FORK, REPORT)
+
+METRIC_INDEX = ("tick", "time_s", "clock")
+EVENT_KEYS = ("tick", "clock", "agent", "event")
+#: meta.json's status: running, then complete, interrupted (Ctrl-C), failed, or ended (a live
+#: session that ended before its scenario did)
+RUNNING, COMPLETE, INTERRUPTED, FAILED, ENDED = "running", "complete", "interrupted", "failed", "ended"
+
+# -- a live game day's session directory ------------------------------------------------------------
+SESSION_INFO = "session.json"  # what the session is, where to reach it, its status
+SESSION_JOURNAL = "journal.jsonl"  # every control, in order
+RANKING = "ranking.json"  # the final scoreboard
+TOKENS = "tokens.json"  # owner-only: the server's address and every role's token
+TEAMS = "teams"  # teams/<team>/: a run directory per team
 
 
 class NotARunDirectory(Exception):
@@ -24,7 +54,7 @@ class RunData:
 
     @property
     def complete(self) -> bool:
-        return self.meta.get("status") == "complete"
+        return self.meta.get("status") == COMPLETE
 
 
 def _complete_lines(path: Path) -> str:
@@ -36,28 +66,28 @@ def _complete_lines(path: Path) -> str:
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
-    text = _complete_lines(Path(run_dir) / "metrics.csv")
+    text = _complete_lines(Path(run_dir) / METRICS)
     if not text:
         return pd.DataFrame()
     return pd.read_csv(io.StringIO(text))
 
 
 def read_events(run_dir: Path) -> pd.DataFrame:
-    rows = [json.loads(line) for line in _complete_lines(Path(run_dir) / "events.jsonl").splitlines() if line.strip()]
+    rows = [json.loads(line) for line in _complete_lines(Path(run_dir) / EVENTS).splitlines() if line.strip()]
     if not rows:
-        return pd.DataFrame(columns=["tick", "clock", "agent", "event"])
+        return pd.DataFrame(columns=list(EVENT_KEYS))
     return pd.DataFrame(rows)
 
 
 def load_run(run_dir) -> RunData:
     d = Path(run_dir)
-    meta_path = d / "meta.json"
+    meta_path = d / META
     if not meta_path.exists():
-        raise NotARunDirectory(f"{d} is not a run directory (no meta.json)")
+        raise NotARunDirectory(f"{d} is not a run directory (no {META})")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    score_path = d / "score.json"
+    score_path = d / SCORE
     score = json.loads(score_path.read_text(encoding="utf-8")) if score_path.exists() else None
-    attribution_path = d / "attribution.json"
+    attribution_path = d / ATTRIBUTION
     attribution = json.loads(attribution_path.read_text(encoding="utf-8")) if attribution_path.exists() else None
     return RunData(dir=d, meta=meta, metrics=read_metrics(d), events=read_events(d), score=score,
                    attribution=attribution)

@@ -8,18 +8,18 @@ from pathlib import Path
 
 from .analysis import analyse
 from .build import data_uri, environment
-from .rundir import load_run
+from .rundir import RANKING, SESSION_INFO, SESSION_JOURNAL, TEAMS, load_run
 
 CHARTS_PER_TEAM = ("loop", "backlog")  # the two that tell the story; each team's own report has them all
 
 
 def read_session(session_dir: Path) -> tuple[dict, dict, list[dict]]:
     """(session.json, ranking.json, journal records) of a session directory."""
-    info = json.loads((session_dir / "session.json").read_text(encoding="utf-8"))
-    ranking_path = session_dir / "ranking.json"
+    info = json.loads((session_dir / SESSION_INFO).read_text(encoding="utf-8"))
+    ranking_path = session_dir / RANKING
     ranking = json.loads(ranking_path.read_text(encoding="utf-8")) if ranking_path.is_file() else {"teams": []}
     journal = []
-    journal_path = session_dir / "journal.jsonl"
+    journal_path = session_dir / SESSION_JOURNAL
     if journal_path.is_file():
         for line in journal_path.read_text(encoding="utf-8").splitlines():
             try:
@@ -40,7 +40,7 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
     teams = []
     order = [r["team"] for r in ranking.get("teams", [])] or list(info.get("teams", []))
     for name in order:
-        run = load_run(session_dir / "teams" / name)
+        run = load_run(session_dir / TEAMS / name)
         a = analyse(run)
         uris = {k: data_uri(v) for k, v in run_charts(run, a, CHARTS_PER_TEAM).items()}
         teams.append({"name": name, "a": a, "charts": uris, "report": f"../teams/{name}/report/report.md"})

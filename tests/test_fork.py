@@ -90,3 +90,24 @@ def test_a_live_teams_run_forks_too(tmp_path):
     pd.testing.assert_frame_equal(a.iloc[:480], b.iloc[:480])
     asked = [(e["tick"], e["action"]) for e in events(tmp_path / "fork") if e["event"] == "action_requested"]
     assert asked == [(300, "shed_load"), (480, "fix_backoff")]
+
+
+def test_every_file_a_run_its_report_and_its_fork_write_is_one_the_run_directory_format_names(tmp_path):
+    """reports/rundir.py names the run directory's files once, for writers and readers."""
+    from reports import rundir
+    from reports.build import write_report
+
+    run = orchestrator.run(MINI, runbook=str(HERE / "playbooks" / "fix_early.yaml"), seed=1, out=tmp_path / "run",
+                           attribution=True)
+    write_report(run.dir)
+    fork(run.dir, "00:02", "none", tmp_path / "fork")
+    for d, extra in ((run.dir, {rundir.ATTRIBUTION, rundir.REPORT}), (tmp_path / "fork", {rundir.FORK, rundir.RUNBOOK_BEFORE_FORK})):
+        written = {p.name for p in d.iterdir()}
+        assert written == {rundir.META, rundir.PLAYBOOK, rundir.RUNBOOK, rundir.COLUMNS, rundir.METRICS, rundir.EVENTS,
+                           rundir.SCORE} | extra
+        assert written <= set(rundir.RUN_FILES)
+        header = (d / rundir.METRICS).read_text().splitlines()[0].split(",")
+        assert tuple(header[:3]) == rundir.METRIC_INDEX
+        first = json.loads((d / rundir.EVENTS).read_text().splitlines()[0])
+        assert tuple(first)[:4] == rundir.EVENT_KEYS
+        assert json.loads((d / rundir.META).read_text())["status"] == rundir.COMPLETE

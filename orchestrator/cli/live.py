@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from reports import rundir
 from orchestrator.errors import NotFound
 from orchestrator.runs.runner import parse_sets
 
@@ -17,7 +18,7 @@ from .root import main
 
 
 def _session_tokens(session_dir: str) -> dict:
-    path = Path(session_dir) / "tokens.json"
+    path = Path(session_dir) / rundir.TOKENS
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -160,7 +161,7 @@ def _write_reports(session_dir: Path, teams) -> None:
     from reports.session import write_session_report
 
     for t in teams:
-        write_report(session_dir / "teams" / t)
+        write_report(session_dir / rundir.TEAMS / t)
     for path in write_session_report(session_dir):
         click.echo(f"session report: {path}")
 

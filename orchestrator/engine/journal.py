@@ -5,13 +5,7 @@ inputs and ``meta.json`` are written (atomically) before the first tick; ``event
 and ``metrics.csv`` are appended and flushed every tick; ``score.json`` and the final
 ``meta.json`` status come last. A reader loses at most the tick being written.
 
-Files:
-  meta.json      seed, versions, playbook and runbook names, variables, status
-  playbook.yaml  the rendered playbook;  runbook.yaml  the runbook as given
-  columns.json   every metrics column: agent, metric, unit, meaning
-  metrics.csv    one row per tick: tick, time_s, clock, then one column per agent.metric
-  events.jsonl   one JSON object per line: tick, clock, agent, event, details
-  score.json     the score (see orchestrator/engine/scoring.py)
+The files and their first columns are named once, in ``reports/rundir.py``.
 """
 from __future__ import annotations
 
@@ -22,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from agents import AGENT_CLASSES
+from reports import rundir
 from orchestrator.errors import RunDirectoryError
 from reports.timefmt import format_clock
 from orchestrator.engine.world import WorldPlan
@@ -66,23 +61,23 @@ class RunWriter:
             raise RunDirectoryError(f"cannot create run directory {self.dir}: {e.strerror}") from None
         self.plan = plan
         self.info = plan.info
-        self.meta = dict(meta) | {"status": "running", "versions": versions(), "tick_s": plan.info.dt,
+        self.meta = dict(meta) | {"status": rundir.RUNNING, "versions": versions(), "tick_s": plan.info.dt,
                                   "start_clock": format_clock(plan.info.start_s), "ticks_planned": plan.ticks,
                                   "ticks_done": 0}
-        (self.dir / "playbook.yaml").write_text(playbook_text, encoding="utf-8")
-        (self.dir / "runbook.yaml").write_text(runbook_text, encoding="utf-8")
+        (self.dir / rundir.PLAYBOOK).write_text(playbook_text, encoding="utf-8")
+        (self.dir / rundir.RUNBOOK).write_text(runbook_text, encoding="utf-8")
         self.columns = plan.columns()
         kinds = {a.name: a.kind for a in plan.agents}
         kinds |= {pop: kinds[shards[0]] for pop, shards in plan.shards.items()}  # merged from its shards
-        write_json_atomic(self.dir / "columns.json", {
+        write_json_atomic(self.dir / rundir.COLUMNS, {
             "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
             "clock": "simulated clock time (HH:MM[:SS])",
             **{f"{a}.{m}": {"agent": a, "kind": kinds[a], "metric": m, "unit": AGENT_CLASSES[kinds[a]].METRICS[m][0],
                             "meaning": AGENT_CLASSES[kinds[a]].METRICS[m][1]} for a, m in self.columns}})
-        write_json_atomic(self.dir / "meta.json", self.meta)
-        self.events = open(self.dir / "events.jsonl", "w", encoding="utf-8")
-        self.metrics = open(self.dir / "metrics.csv", "w", encoding="utf-8")
-        self.metrics.write(",".join(["tick", "time_s", "clock"] + [f"{a}.{m}" for a, m in self.columns]) + "\n")
+        write_json_atomic(self.dir / rundir.META, self.meta)
+        self.events = open(self.dir / rundir.EVENTS, "w", encoding="utf-8")
+        self.metrics = open(self.dir / rundir.METRICS, "w", encoding="utf-8")
+        self.metrics.write(",".join([*rundir.METRIC_INDEX] + [f"{a}.{m}" for a, m in self.columns]) + "\n")
         self.metrics.flush()
 
     def write_tick(self, tick: int, metrics: dict[str, dict[str, float]], events: list[dict]) -> None:
@@ -107,9 +102,9 @@ class RunWriter:
         self.events.close()
         self.metrics.close()
         # An interrupt (Ctrl-C) can land between a tick's row and its count: the rows are the truth.
-        with open(self.dir / "metrics.csv", "rb") as f:
+        with open(self.dir / rundir.METRICS, "rb") as f:
             self.meta["ticks_done"] = max(0, sum(1 for _ in f) - 1)
         if score is not None:
-            write_json_atomic(self.dir / "score.json", score)
+            write_json_atomic(self.dir / rundir.SCORE, score)
         self.meta["status"] = status
-        write_json_atomic(self.dir / "meta.json", self.meta)
+        write_json_atomic(self.dir / rundir.META, self.meta)

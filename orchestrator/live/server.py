@@ -22,6 +22,7 @@ from pathlib import Path
 
 import zmq
 
+from reports import rundir
 from orchestrator.live import protocol as lp
 from orchestrator.errors import GamedayError
 from orchestrator.live.session import ENDED, Session
@@ -142,7 +143,7 @@ class LiveServer:
 
     def write_tokens(self) -> Path:
         """tokens.json in the session directory, readable by its owner only."""
-        path = self.session.dir / "tokens.json"
+        path = self.session.dir / rundir.TOKENS
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"server": self.address, "server_key": self.server_key,

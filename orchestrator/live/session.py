@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from reports import rundir
 from orchestrator.errors import InvalidInput, Issue
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.playbook.loader import agent_names, normalised_params, param_problems
@@ -182,17 +183,17 @@ class Session:
         self.playbook, self.seed = playbook, seed
         self.teams: dict[str, Team] = {}
         self.state = WAITING
-        self.journal_path = self.dir / "journal.jsonl"
+        self.journal_path = self.dir / rundir.SESSION_JOURNAL
         try:
             for name in teams:
                 spec = RunSpec(playbook=playbook, runbook="none", seed=seed, sets=sets, duration=duration, tick=tick,
                                console=True)
-                run = WorldRun(spec, self.dir / "teams" / name, hosting, placement, address, snapshot_every, speed,
+                run = WorldRun(spec, self.dir / rundir.TEAMS / name, hosting, placement, address, snapshot_every, speed,
                                meta={"team": name, "session": str(self.dir)})
                 self.teams[name] = Team(name, run, TeamView(name, run))
         except BaseException:
             for t in self.teams.values():
-                t.run.close("failed")
+                t.run.close(rundir.FAILED)
             raise
         first = next(iter(self.teams.values())).run
         self.pb = first.pb
@@ -215,7 +216,7 @@ class Session:
     def write_info(self, status: str, **more) -> None:
         """session.json: what the session is and where to reach it (the server adds that)."""
         self.info.update(more)
-        write_json_atomic(self.dir / "session.json", self.info | {"status": status, "ticks_done": self.tick})
+        write_json_atomic(self.dir / rundir.SESSION_INFO, self.info | {"status": status, "ticks_done": self.tick})
 
     # -- time ---------------------------------------------------------------------------------
     def clock_text(self) -> str:
@@ -375,8 +376,8 @@ class Session:
             self.end(reason="the server stopped")
         board = self.scoreboard()
         for t in self.teams.values():
-            t.run.close("complete" if t.run.done else "ended")
-        write_json_atomic(self.dir / "ranking.json", board)
+            t.run.close(rundir.COMPLETE if t.run.done else rundir.ENDED)
+        write_json_atomic(self.dir / rundir.RANKING, board)
         self.write_info("ended", simulated_until=self.clock_text())
         return board
 

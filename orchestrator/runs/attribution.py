@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 
 from agents import OUTSIDE, Message
+from reports import rundir
 from reports.rundir import read_events
 
 from orchestrator.hosting.inprocess import InProcessHost
@@ -43,7 +44,7 @@ from orchestrator.hosting.wire import decode, encode
 MAX_ACTIONS = 3  # counterfactuals per run: each costs up to LOOKAHEAD_S past the action's own time to the loop
 LOOKAHEAD_S = 3600.0
 MIN_SLACK_S = 300.0
-FILE = "attribution.json"
+FILE = rundir.ATTRIBUTION
 
 
 class Replay:
@@ -100,8 +101,8 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
     holds. ``snapshots``: tick -> ``Replay.state()`` at the end of that tick, taken
     during the run; the ticks missing are reached by playing the recording again."""
     run_dir = Path(run_dir)
-    score = json.loads((run_dir / "score.json").read_text(encoding="utf-8"))
-    meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+    score = json.loads((run_dir / rundir.SCORE).read_text(encoding="utf-8"))
+    meta = json.loads((run_dir / rundir.META).read_text(encoding="utf-8"))
     dt = float(meta["tick_s"])
     horizon = int(meta["ticks_done"])
     out: dict = {"method": "counterfactual", "max_actions": limit, "horizon": format_clock_of(meta, horizon),

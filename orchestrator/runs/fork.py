@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from reports import rundir
 from orchestrator.hosting.inprocess import build_agent
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.playbook.loader import load_playbook, load_runbook
@@ -68,13 +69,13 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     meta, injections, spec = recording(run_dir)
     spec.duration = float(meta["duration_s"])  # play on to the scenario's end
     t_fork = at_tick(meta, at)
-    pb = load_playbook(str(run_dir / "playbook.yaml"))
+    pb = load_playbook(str(run_dir / rundir.PLAYBOOK))
     rb_text, rb = load_runbook(runbook, pb)
     run = WorldRun(spec, out, meta={"forked_from": str(run_dir), "forked_at": at, "forked_at_tick": t_fork,
                                     "runbook": rb["name"], "runbook_before_fork": meta.get("runbook")})
-    (Path(out) / "runbook-before-fork.yaml").write_text((run_dir / "runbook.yaml").read_text(encoding="utf-8"))
-    (Path(out) / "runbook.yaml").write_text(rb_text, encoding="utf-8")
-    status = "interrupted"
+    (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text((run_dir / rundir.RUNBOOK).read_text(encoding="utf-8"))
+    (Path(out) / rundir.RUNBOOK).write_text(rb_text, encoding="utf-8")
+    status = rundir.INTERRUPTED
     try:
         while not run.done:
             if run.tick < t_fork:
@@ -83,14 +84,14 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
                 take_over(run, rb.get("rules") or [])
                 run.note("forked", runbook=rb["name"], before=meta.get("runbook"))
             run.step()
-        status = "complete"
+        status = rundir.COMPLETE
     finally:
         run.close(status)
-    original = json.loads((run_dir / "score.json").read_text(encoding="utf-8"))
-    forked = json.loads((Path(out) / "score.json").read_text(encoding="utf-8"))
+    original = json.loads((run_dir / rundir.SCORE).read_text(encoding="utf-8"))
+    forked = json.loads((Path(out) / rundir.SCORE).read_text(encoding="utf-8"))
     result = {"original": str(run_dir), "fork": str(out), "at": at, "runbook": rb["name"],
               "runbook_before": meta.get("runbook"), "differences": differences(original, forked)}
-    write_json_atomic(Path(out) / "fork.json", result)
+    write_json_atomic(Path(out) / rundir.FORK, result)
     return result
 
 

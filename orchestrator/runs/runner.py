@@ -11,6 +11,7 @@ from pathlib import Path
 
 from agents import OUTSIDE, Message
 
+from reports import rundir
 from reports.rundir import RunData, load_run
 from orchestrator.engine.clock import PacedClock, SimulatedClock
 from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError
@@ -205,7 +206,7 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     if speed is not None:
         clock = PacedClock(run.plan.info.dt, speed)
     clock = clock or SimulatedClock()
-    status = "interrupted"
+    status = rundir.INTERRUPTED
     bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
     try:
         while not run.done:
@@ -215,12 +216,12 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
             if bar is not None:
                 bar.update(1)
         feed(run, (injections or {}).get(run.tick, []))  # a session's notes after the last tick
-        status = "complete"
+        status = rundir.COMPLETE
     except HostingError as e:
-        status = "failed"
+        status = rundir.FAILED
         raise HostingError(f"{e}; the run directory {out} holds the ticks done before") from None
     except Exception as e:  # a bug: validation has checked everything a playbook can say
-        status = "failed"
+        status = rundir.FAILED
         (Path(out) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
         raise InternalError(f"the simulation failed at tick {run.tick} ({type(e).__name__}: {e}). This is a bug in "
                             f"gameday, not in your input; the run directory {out} holds the ticks done before, and "
@@ -229,7 +230,7 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
         if bar is not None:
             bar.close()
         run.close(status)
-    if attribution and status == "complete":
+    if attribution and status == rundir.COMPLETE:
         from orchestrator.runs import attribution as counterfactual  # it plays worlds itself: imported when used
 
         counterfactual.write(out, run.action_states)
@@ -251,11 +252,11 @@ def recording(run_dir: Path, duration_s: float | None = None) -> tuple[dict, dic
     spec). ``duration_s``: play this long instead of the ticks the run did."""
     run_dir = Path(run_dir)
     try:
-        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((run_dir / rundir.META).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise RunDirectoryError(f"{run_dir} is not a readable run directory: {e}") from None
     injections: dict[int, list[dict]] = {}
-    with open(run_dir / "events.jsonl", encoding="utf-8") as f:
+    with open(run_dir / rundir.EVENTS, encoding="utf-8") as f:
         for line in f:
             try:
                 e = json.loads(line)
@@ -266,7 +267,7 @@ def recording(run_dir: Path, duration_s: float | None = None) -> tuple[dict, dic
     ticks = int(meta.get("ticks_done", 0))
     if ticks == 0:
         raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to play again")
-    spec = RunSpec(playbook=str(run_dir / "playbook.yaml"), runbook=str(run_dir / "runbook.yaml"), seed=int(meta["seed"]),
+    spec = RunSpec(playbook=str(run_dir / rundir.PLAYBOOK), runbook=str(run_dir / rundir.RUNBOOK), seed=int(meta["seed"]),
                    duration=duration_s or ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]),
                    shards=meta.get("shards_option"), console=meta.get("operator") == "console")
     return meta, injections, spec
@@ -283,7 +284,7 @@ def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str 
 
 
 #: what a replay must reproduce byte for byte
-REPLAYED_FILES = ("metrics.csv", "events.jsonl")
+REPLAYED_FILES = (rundir.METRICS, rundir.EVENTS)
 
 
 def same_as_recording(recorded: Path, replayed: Path) -> list[str]:
