@@ -51,6 +51,13 @@ class Operator(Agent):
     def decide(self, tick: int) -> None:
         """Subclasses choose actions here."""
 
+    def take_over(self, old: Operator) -> None:
+        """Carry on from ``old`` (a fork hands the world to another runbook mid-run): what
+        it has seen, what it has asked for and what took effect, and its message sequence."""
+        self.view, self.view_tick, self.alarms = old.view, old.view_tick, set(old.alarms)
+        self.logs, self.requested, self.effective = dict(old.logs), dict(old.requested), dict(old.effective)
+        self.n_requested, self._seq = old.n_requested, old._seq
+
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         self.observe(tick, inbox)
         self.decide(tick)
@@ -87,6 +94,18 @@ class RunbookOperator(Operator):
         self.fired: dict[int, int] = {}  # rule index -> times fired
         self.true_since: dict[tuple, int] = {}
         self.last_fired: dict[int, int] = {}
+
+    def take_over(self, old: Operator) -> None:
+        """As ``Operator.take_over``; the same rules keep their state, and new rules whose
+        action was already asked for count as fired (so it is not asked again)."""
+        super().take_over(old)
+        if isinstance(old, RunbookOperator) and old.rules == self.rules:
+            self.fired, self.last_fired, self.true_since = dict(old.fired), dict(old.last_fired), dict(old.true_since)
+            return
+        for i, rule in enumerate(self.rules):
+            asked = old.requested.get(rule["do"]["action"])
+            if asked is not None:
+                self.fired[i], self.last_fired[i] = 1, asked
 
     def decide(self, tick: int) -> None:
         for i, rule in enumerate(self.rules):

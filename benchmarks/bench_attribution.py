@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs import attribution
 from orchestrator.runs.runner import RunSpec, WorldRun
 
@@ -48,7 +49,7 @@ def main() -> None:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
         t3 = time.perf_counter()
         run = WorldRun(RunSpec(playbook=args.playbook, runbook=args.runbook, seed=args.seed), out.with_name("ray"),
-                       hosting="ray")
+                       hosting=HostingOptions("ray"))
         try:
             while not run.done:
                 run.step()

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_fabric import raw_round_trip_ms  # noqa: E402
+from orchestrator.hosting.host import HostingOptions  # noqa: E402
 from orchestrator.live.client import LiveClient, RequestFailed  # noqa: E402
 from orchestrator.live.server import LiveServer  # noqa: E402
 from orchestrator.live.session import Session  # noqa: E402
@@ -47,7 +48,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="bench-live-")) / "session"
     teams = [f"team{i}" for i in range(a.teams)]
     t0 = time.perf_counter()
-    session = Session(out, teams, duration=4 * 3600, speed=a.speed, hosting=a.hosting, placement=a.placement)
+    session = Session(out, teams, duration=4 * 3600, speed=a.speed, hosting=HostingOptions(a.hosting, a.placement))
     built = time.perf_counter() - t0
     server = LiveServer(session, "tcp://127.0.0.1:0", rate=1000, burst=1000)
     lags: list[float] = []

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from reports.rundir import RunData
+from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs.runner import RunSpec, execute, read_vars_file
 from reports.timefmt import parse_duration
 
@@ -32,8 +33,8 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
                    duration=parse_duration(duration) if duration is not None else None,
                    tick=parse_duration(tick) if tick is not None else None, shards=shards)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-run-"))
-    return execute(spec, out, progress=progress, hosting=hosting, placement=placement, address=address,
-                   snapshot_every=snapshot_every, attribution=attribution)
+    return execute(spec, out, progress=progress, hosting=HostingOptions(hosting, placement, address, snapshot_every),
+                   attribution=attribution)
 
 
 def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), seeds=10, sweep: dict | None = None,

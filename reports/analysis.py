@@ -68,6 +68,24 @@ def _clock(seconds_after_midnight: float) -> str:
     return format_clock(seconds_after_midnight % 86400, with_seconds=True)
 
 
+#: event -> its timeline row's (what, detail), for the events whose row needs nothing but the event
+#: (trigger, customer updates and actions taking effect are compared with par in ``analyse``)
+TIMELINE_ROWS = {
+    "alarm_raised": lambda e: (f"alarm: {e['alarm']}", f"on {e.get('metric', '')}"),
+    "alarm_cleared": lambda e: (f"alarm cleared: {e['alarm']}", ""),
+    "action_requested": lambda e: (f"asked: {e['action']}", e.get("reason", "")),
+    "action_started": lambda e: (f"started: {e['action']}",
+                                 f"lead time {format_minutes(float(e.get('lead_time_s', 0)), 0)}, "
+                                 f"{int(e.get('steps', 0))} deployment steps, risk {e.get('risk', '')}"),
+    "log_result": lambda e: ("log query answered", f"for {e.get('reply_to', '')}"),
+    "fault_injected": lambda e: (f"fault injected: {e['fault']}", f"by the facilitator; {e.get('description', '')}"),
+    "facilitator_message": lambda e: ("facilitator's message", e.get("text", "")),
+    "session_paused": lambda e: ("game day paused", "simulated time stood still meanwhile"),
+    "session_resumed": lambda e: ("game day resumed", ""),
+    "host_restarted": lambda e: (f"simulator: host {e.get('host')} restarted", e.get("reason", "")),
+}
+
+
 def _milestone_label(key: str) -> str:
     """recovered:dns-lookups -> dns-lookups recovered; loop_broken -> loop broken."""
     return key[len("recovered:"):] + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
@@ -186,17 +204,12 @@ def analyse(run: RunData) -> Analysis:
         bad_tick = int(below[0]) if len(below) else None
     for e in events:
         ev, tick = e["event"], e["tick"]
-        if ev == "trigger":
+        if ev in TIMELINE_ROWS:
+            add(tick, *TIMELINE_ROWS[ev](e))
+        elif ev == "trigger":
             add(tick, "trigger", e.get("description") or e.get("trigger", ""), "trigger")
-        elif ev == "alarm_raised":
-            add(tick, f"alarm: {e['alarm']}", f"on {e.get('metric', '')}")
-        elif ev == "alarm_cleared":
-            add(tick, f"alarm cleared: {e['alarm']}")
-        elif ev == "action_requested":
-            add(tick, f"asked: {e['action']}", e.get("reason", ""))
-        elif ev == "action_started":
-            add(tick, f"started: {e['action']}", f"lead time {format_minutes(float(e.get('lead_time_s', 0)), 0)}, "
-                                                  f"{int(e.get('steps', 0))} deployment steps, risk {e.get('risk', '')}")
+        elif ev == "status_posted":
+            add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == first_update else None)
         elif ev == "action_effective":
             lead = (tick - e.get("asked_tick", tick)) * dt
             add(tick, f"took effect: {e['action']}", f"{format_minutes(lead, 0)} after it was asked")
@@ -204,18 +217,6 @@ def analyse(run: RunData) -> Analysis:
                 real = history[e["action"]]
                 timeline[-1]["par"] = (f"{_clock(real)} (T{_delta(real - start_s - trigger_tick * dt)}, the real "
                                        f"team's; {_delta(start_s + tick * dt - real)} vs theirs)")
-        elif ev == "log_result":
-            add(tick, "log query answered", f"for {e.get('reply_to', '')}")
-        elif ev == "status_posted":
-            add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == first_update else None)
-        elif ev == "fault_injected":
-            add(tick, f"fault injected: {e['fault']}", f"by the facilitator; {e.get('description', '')}")
-        elif ev == "facilitator_message":
-            add(tick, "facilitator's message", e.get("text", ""))
-        elif ev in ("session_paused", "session_resumed"):
-            add(tick, f"game day {ev.split('_')[1]}", "simulated time stood still meanwhile" if ev == "session_paused" else "")
-        elif ev == "host_restarted":
-            add(tick, f"simulator: host {e.get('host')} restarted", e.get("reason", ""))
     if bad_tick is not None:
         add(bad_tick, f"ground truth: {signal[0]} below {signal[2]:.0%}", "what the operators could not yet see")
     effective = [e for e in events if e["event"] == "action_effective"]

@@ -81,3 +81,11 @@ def test_every_folder_of_modules_is_a_package():
     for package in ("agents", "orchestrator", "reports"):
         for folder in {p.parent for p in (ROOT / package).rglob("*.py")}:
             assert (folder / "__init__.py").exists(), folder
+
+
+def test_every_zeromq_call_is_in_the_fabric():
+    """orchestrator/hosting/fabric.py holds every socket: the hosts', the tick barrier's and
+    a live game day's; agents, reports and the rest of orchestrator import no zmq."""
+    importers = [str(path.relative_to(ROOT)) for package in ("orchestrator", "agents", "reports")
+                 for path, parts in modules(package) if any(m.split(".")[0] == "zmq" for m in imported(path, parts))]
+    assert importers == ["orchestrator/hosting/fabric.py"]

@@ -20,6 +20,7 @@ import zmq
 from orchestrator.live import protocol as lp
 from orchestrator.live.client import LiveClient, RequestFailed, ServerUnreachable
 from orchestrator.live.server import LiveServer
+from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs.runner import replay
 from orchestrator.live.session import Session
 from reports.rundir import load_run
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @contextmanager
 def live(tmp_path, teams=("red", "blue"), speed=None, duration=1800.0, start=False, serve=True, **server_kw):
     """A session (worlds in process) served on a real socket by a thread of this process."""
-    session = Session(tmp_path / "session", list(teams), duration=duration, speed=speed, hosting="inprocess")
+    session = Session(tmp_path / "session", list(teams), duration=duration, speed=speed, hosting=HostingOptions())
     server = LiveServer(session, "tcp://127.0.0.1:0", **server_kw)
     if start:
         session.start()
@@ -296,7 +297,7 @@ def test_pause_stops_simulated_time_and_speed_changes_apply_at_once(tmp_path):
 def test_an_injected_fault_and_the_teams_actions_replay_identically(tmp_path):
     """A team's world in process with a fault injected by the facilitator and two
     commands; `replay` of its run directory gives identical metrics and events."""
-    session = Session(tmp_path / "s", ["red"], duration=4500, speed=None, hosting="inprocess")
+    session = Session(tmp_path / "s", ["red"], duration=4500, speed=None, hosting=HostingOptions())
     try:
         session.start()
         while session.state != "ended":
@@ -335,7 +336,7 @@ def test_with_curve_keys_only_clients_with_the_server_key_get_answers(tmp_path):
 
     public, secret = generate_keys(tmp_path / "keys")
     assert oct(os.stat(secret).st_mode & 0o777) == "0o600"
-    session = Session(tmp_path / "s", ["red"], duration=600, speed=None, hosting="inprocess")
+    session = Session(tmp_path / "s", ["red"], duration=600, speed=None, hosting=HostingOptions())
     server = LiveServer(session, "tcp://127.0.0.1:0", curve_secret=str(secret))
     stop = threading.Event()
     thread = threading.Thread(target=server.run, kwargs={"linger_s": 3600, "should_stop": stop.is_set}, daemon=True)
@@ -381,7 +382,7 @@ def test_a_session_that_cannot_keep_its_speed_goes_on_from_where_it_is_instead_o
     """Ticks far behind their due time (the worlds cannot keep the speed asked): the
     clock is rebased instead of stepping a burst of ticks to catch up, and the session
     says it fell behind."""
-    session = Session(tmp_path / "s", ["red"], duration=600, speed=60.0, hosting="inprocess")
+    session = Session(tmp_path / "s", ["red"], duration=600, speed=60.0, hosting=HostingOptions())
     try:
         session.start()
         session.step()

@@ -143,9 +143,10 @@ def test_paced_mode_never_runs_ahead_of_the_target_pace(ray_session, tmp_path):
     """60 simulated seconds per wall second, on Ray: the pacer holds every tick back until
     its wall time, so the run can fall behind on a loaded machine but never get ahead.
     (How close it keeps to the pace is a figure of benchmarks/bench_live.py, not a test.)"""
+    from orchestrator.hosting.host import HostingOptions
     from orchestrator.runs.runner import RunSpec, execute
 
-    run = execute(RunSpec(runbook="none", duration=600), tmp_path / "run", hosting="ray", speed=60.0)
+    run = execute(RunSpec(runbook="none", duration=600), tmp_path / "run", hosting=HostingOptions("ray"), speed=60.0)
     pace = run.meta["duration_s"] / run.meta["wall_seconds"]
     print(f"\npaced at 60x: {pace:.2f} simulated s per wall s ({100 * (pace / 60 - 1):+.2f}%)")
     assert run.meta["ticks_done"] == 600 and pace <= 60 * 1.01

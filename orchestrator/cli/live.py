@@ -89,6 +89,7 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
     the end ranking.json and report/ (the session report).
     """
     from orchestrator.engine.journal import check_out_dir
+    from orchestrator.hosting.host import HostingOptions
     from orchestrator.live.scoreboard_view import render_board
     from orchestrator.live.server import LiveServer, check_bind
     from orchestrator.live.session import Session, check_teams
@@ -99,7 +100,8 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
     check_out_dir(out)
     values = variables(playbook, sets, vars_file)
     click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
-    session = Session(out, list(teams), playbook, seed, values, duration, tick, speed, hosting, placement, address)
+    session = Session(out, list(teams), playbook, seed, values, duration, tick, speed,
+                      HostingOptions(hosting, placement, address))
     server = web_server = None
     closed = []
 

@@ -11,6 +11,7 @@ from reports.build import FORMATS, write_report
 from reports.rundir import NotARunDirectory
 from reports.summary import summary_table
 from orchestrator.errors import NotFound
+from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs import attribution as counterfactual
 from orchestrator.runs.runner import RunSpec, execute
 
@@ -60,8 +61,8 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=variables(playbook, sets, vars_file),
                    duration=duration, tick=tick, shards=shards)
     out = out_dir(out, f"runs/{stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
-    data = execute(spec, Path(out), progress=progress, hosting=hosting, placement=placement, address=address,
-                   speed=speed, snapshot_every=snapshot_every, attribution=attribution)
+    data = execute(spec, Path(out), progress=progress, hosting=HostingOptions(hosting, placement, address, snapshot_every),
+                   speed=speed, attribution=attribution)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
     else:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import click
 
+from orchestrator.hosting.host import HOSTINGS
 from orchestrator.hosting.ray_hosting import PLACEMENTS
 from orchestrator.playbook.loader import find_playbook, read_template, resolve_variables
-from orchestrator.runs.runner import HOSTINGS, parse_sets, read_vars_file
+from orchestrator.runs.runner import parse_sets, read_vars_file
 from reports.timefmt import parse_duration
 
 DEFAULT_PLAYBOOK = "us-east-1-2021"

@@ -174,15 +174,17 @@ class Scorer:
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
         for p in self.impact:
             self.impact[p] += metrics[p]["error_ratio"] * self.dt / 60.0
-        self.collateral += int(sum(m.get("broken_connections", 0) for m in metrics.values()))
-        # traffic turned away: refused by a service's throttle, or held back by a population's scaled-down
-        # rate, counted against what set it
+        # collateral: connections broken, and traffic turned away (refused by a service's throttle, or
+        # held back by a population's scaled-down rate) counted against what set it; one pass
+        broken = 0
         for part, m in metrics.items():
+            broken += m.get("broken_connections", 0)
             away = m.get("throttled", 0) + m.get("held_back", 0)
             if away:
                 self.turned_away += away
                 who = self.turning.get(part, part)
                 self.turned_away_by[who] = self.turned_away_by.get(who, 0.0) + away
+        self.collateral += int(broken)
         for p in self.peak_backlog:
             self.peak_backlog[p] = max(self.peak_backlog[p], int(metrics[p]["backlog"]))
 

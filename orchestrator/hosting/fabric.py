@@ -1,4 +1,5 @@
-"""All ZeroMQ code in one place: the sockets a world's hosts talk over.
+"""All ZeroMQ code in one place: the sockets a world's hosts talk over, and those a live
+game day's consoles talk to its server over (``RequestServer``, ``RequestClient``).
 
 Every host (a Ray actor hosting some agents) binds one ROUTER for the tick messages its
 agents receive, and opens one DEALER to each peer's ROUTER to send them. The
@@ -10,6 +11,9 @@ out as ``FabricError``.
 What travels on the control sockets is named in ``control.py``.
 """
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import zmq
 
@@ -99,3 +103,138 @@ def recv(sock: zmq.Socket) -> list[bytes]:
     except zmq.ZMQError as e:
         raise FabricError(f"receive failed: {e}") from None
 
+
+
+def poller(*socks: zmq.Socket) -> zmq.Poller:
+    p = zmq.Poller()
+    for s in socks:
+        p.register(s, zmq.POLLIN)
+    return p
+
+
+def ready(p: zmq.Poller, wait_s: float) -> set:
+    """The sockets of ``p`` with something to read within ``wait_s``."""
+    return set(dict(p.poll(int(wait_s * 1000))))
+
+
+def recv_nowait(sock: zmq.Socket) -> list[bytes] | None:
+    """The next message waiting on ``sock``, or None."""
+    try:
+        return sock.recv_multipart(zmq.NOBLOCK)
+    except zmq.Again:
+        return None
+    except zmq.ZMQError as e:
+        raise FabricError(f"receive failed: {e}") from None
+
+
+def try_send(sock: zmq.Socket, frames: list[bytes]) -> bool:
+    """Send unless ZeroMQ refuses (a peer gone); False then, for callers that do not care."""
+    try:
+        sock.send_multipart(frames, zmq.NOBLOCK)
+        return True
+    except zmq.ZMQError:
+        return False
+
+
+# -- a live game day's requests: consoles, the facilitator, the scoreboard --------------------------
+
+def generate_curve_keys(directory: Path) -> tuple[Path, Path]:
+    """A CURVE key pair in ``directory``: (public key file, secret key file, owner-only)."""
+    import zmq.auth
+
+    directory.mkdir(parents=True, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(str(directory), "server")
+    os.chmod(secret, 0o600)
+    return Path(public), Path(secret)
+
+
+def load_curve_key(path: str) -> tuple[bytes, bytes | None]:
+    """(public key, secret key or None) from a key file; OSError or ValueError if unreadable."""
+    import zmq.auth
+
+    return zmq.auth.load_certificate(path)
+
+
+class RequestServer:
+    """The ROUTER a live session answers on: a request is [identity, frame]; a console
+    that reconnects keeps its identity's place; frames over ``max_frame`` drop their
+    connection unread; with ``curve`` (public, secret) every connection is encrypted."""
+
+    def __init__(self, host: str, port: int, max_frame: int, curve: tuple[bytes, bytes] | None = None):
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+        if curve is not None:
+            self.sock.curve_publickey, self.sock.curve_secretkey = curve
+            self.sock.curve_server = True
+        try:
+            if port == 0:
+                port = self.sock.bind_to_random_port(f"tcp://{host}")
+            else:
+                self.sock.bind(f"tcp://{host}:{port}")
+        except zmq.ZMQError as e:
+            self.close()
+            raise FabricError(f"cannot bind tcp://{host}:{port}: {e}") from None
+        self.address = f"tcp://{host}:{port}"
+
+    def wait(self, wait_s: float) -> bool:
+        """Whether a request arrives within ``wait_s``."""
+        return bool(self.sock.poll(int(wait_s * 1000)))
+
+    def next_request(self) -> list[bytes] | None:
+        return recv_nowait(self.sock)
+
+    def answer(self, ident: bytes, payload: bytes) -> None:
+        try_send(self.sock, [ident, payload])  # a client gone resends when it is back
+
+    def close(self) -> None:
+        self.ctx.destroy(linger=0)
+
+
+class RequestClient:
+    """A DEALER to a ``RequestServer``, reopened whenever a reply does not come in time
+    (the Lazy Pirate pattern: a socket that timed out may hold a lost request)."""
+
+    def __init__(self, endpoint: str, timeout_s: float, server_public: bytes | None = None):
+        self.endpoint, self.timeout_ms, self.server_public = endpoint, int(timeout_s * 1000), server_public
+        self.ctx = zmq.Context()
+        self.sock: zmq.Socket | None = None
+        self.reopens = 0
+        self._open()
+
+    def _open(self) -> None:
+        s = self.ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        # A DEALER blocks on send while it has no peer (a refused CURVE handshake leaves it
+        # without one): give up after the reply timeout instead of hanging.
+        s.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+        if self.server_public is not None:
+            public, secret = zmq.curve_keypair()
+            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = self.server_public, public, secret
+        s.connect(self.endpoint)
+        self.sock = s
+
+    def reopen(self) -> None:
+        self.sock.close(linger=0)
+        self.reopens += 1
+        self._open()
+
+    def send(self, frame: bytes) -> bool:
+        """False if it could not be sent within the timeout (the socket is reopened)."""
+        try:
+            self.sock.send(frame)
+            return True
+        except zmq.Again:
+            self.reopen()
+            return False
+
+    def replies(self):
+        """The frames that arrive, each within the timeout of the last; reopens when one does not."""
+        while self.sock.poll(self.timeout_ms):
+            yield self.sock.recv()
+        self.reopen()
+
+    def close(self) -> None:
+        self.ctx.destroy(linger=0)  # closes the socket too; term() alone waits for open sockets

@@ -24,11 +24,10 @@ import pickle
 import time
 from collections import deque
 
-import zmq
 
 from agents import PROTOCOL_VERSION, Agent, Message, WorldInfo
 from orchestrator.hosting.control import Beat, Bye, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
-from orchestrator.hosting.fabric import FabricError, Sockets, node_address, recv, send
+from orchestrator.hosting.fabric import FabricError, Sockets, node_address, poller, ready, recv, recv_nowait, send
 from orchestrator.hosting.inprocess import build_agent, step_agents
 from orchestrator.hosting.wire import WireError, decode
 
@@ -57,9 +56,9 @@ class GroupHost:
         self.key = key
         self.sockets = Sockets()
         self.router, self.address = self.sockets.bind_router(node_address())
-        self.peers: dict[str, zmq.Socket] = {}
-        self.control: zmq.Socket | None = None
-        self.poller = zmq.Poller()
+        self.peers: dict = {}  # peer host -> the DEALER sending to it
+        self.control = None  # the DEALER to the orchestrator's control ROUTER
+        self.poller = None
         # tick sent -> source host -> (sender agent, sequence) -> message; the key drops repeats
         self.received: dict[int, dict[str, dict[tuple[str, int], Message]]] = {}
         self.local: dict[int, list[Message]] = {}  # messages between agents of this host, by tick sent
@@ -89,8 +88,7 @@ class GroupHost:
             if host != self.host_id:
                 self.peers[host] = self.sockets.connect_dealer(endpoint, self.host_id.encode())
         self.control = self.sockets.connect_dealer(control, self.host_id.encode())
-        self.poller.register(self.control, zmq.POLLIN)
-        self.poller.register(self.router, zmq.POLLIN)
+        self.poller = poller(self.control, self.router)
         self._tell(Hello(self.host_id, PROTOCOL_VERSION, self.next_tick))
 
     # -- the loop --------------------------------------------------------------------------
@@ -119,10 +117,10 @@ class GroupHost:
         """Receive peers' frames until ``satisfied()`` or a control record that is not
         handled here (returned); heartbeats go out meanwhile."""
         while not satisfied():
-            ready = dict(self.poller.poll(int(HEARTBEAT_S * 1000)))
-            if self.router in ready:
+            readable = ready(self.poller, HEARTBEAT_S)
+            if self.router in readable:
                 self._drain_router()
-            if self.control in ready:
+            if self.control in readable:
                 rec = unpack(recv(self.control)[0])
                 if isinstance(rec, Stop):
                     raise Stopped()
@@ -143,12 +141,9 @@ class GroupHost:
 
     def _drain_router(self) -> None:
         while True:
-            try:
-                frames = self.router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
+            frames = recv_nowait(self.router)
+            if frames is None:
                 return
-            except zmq.ZMQError as e:
-                raise FabricError(f"receive failed: {e}") from None
             self._accept(frames)
 
     def _accept(self, frames: list[bytes]) -> None:

@@ -54,6 +54,11 @@ def leaving(frames: list[bytes]) -> list[Message]:
 
 
 class InProcessHost:
+    """Every agent in this process (a ``host.Host``): the fastest, and the one whose state
+    can be snapshot and restored (counterfactuals, forks)."""
+
+    local = True
+
     def __init__(self, plan: WorldPlan):
         self.plan = plan
         self.agents: dict[str, Agent] = {a.name: build_agent(a.kind, a.name, a.spec, plan.info) for a in plan.agents}
@@ -104,6 +109,12 @@ class InProcessHost:
 
     def finish(self) -> TickResult:
         return self.step()
+
+    def facts(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        """(Nothing to release.)"""
 
     def snapshot(self) -> dict:
         return {"tick": self.tick, "pending": {k: list(v) for k, v in self.pending.items()},

@@ -22,7 +22,6 @@ import os
 import time
 import uuid
 
-import zmq
 
 from agents import PROTOCOL_VERSION
 from agents.shards import shard_name, source_of
@@ -72,6 +71,10 @@ def ensure_ray(address: str | None = None):
 
 
 class RayHost:
+    """A world's agents on Ray actors exchanging ZeroMQ messages (a ``host.Host``)."""
+
+    local = False
+
     def __init__(self, plan: WorldPlan, placement: str = "kind", address: str | None = None, spread: bool = False,
                  snapshot_every: int = SNAPSHOT_EVERY):
         """``spread``: ask Ray to put the hosts on as many nodes as it can. ``snapshot_every``:
@@ -358,13 +361,16 @@ class RayHost:
                              "snapshot_tick": since, "replayed_ticks": through + 1 - since,
                              "seconds": round(time.perf_counter() - began, 3)})
 
+    def facts(self) -> dict:
+        return {"snapshot_every": self.snapshot_every, "host_restarts": self.restarts}
+
     def close(self) -> None:
         """Ask every host to stop, wait a little, then kill what is left."""
         if self.loops:
             for host in self.loops:
                 try:
                     send(self.control, [host.encode(), pack(Stop())])
-                except (FabricError, zmq.ZMQError):
+                except FabricError:
                     pass
             try:
                 self.ray.wait(list(self.loops.values()), num_returns=len(self.loops), timeout=5.0)

@@ -20,9 +20,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-import zmq
-
 from reports import rundir
+from orchestrator.hosting.fabric import FabricError, RequestServer, generate_curve_keys, load_curve_key
 from orchestrator.live import protocol as lp
 from orchestrator.errors import GamedayError
 from orchestrator.live.session import ENDED, Session
@@ -62,19 +61,12 @@ def check_bind(bind: str, curve_secret: str | None) -> None:
 
 def generate_keys(directory: Path) -> tuple[Path, Path]:
     """A CURVE key pair for the server: (public key file to give consoles, secret key file)."""
-    import zmq.auth
-
-    directory.mkdir(parents=True, exist_ok=True)
-    public, secret = zmq.auth.create_certificates(str(directory), "server")
-    os.chmod(secret, 0o600)
-    return Path(public), Path(secret)
+    return generate_curve_keys(directory)
 
 
 def load_key(path: str, secret: bool) -> tuple[bytes, bytes | None]:
-    import zmq.auth
-
     try:
-        public, sec = zmq.auth.load_certificate(path)
+        public, sec = load_curve_key(path)
     except (OSError, ValueError) as e:
         raise GamedayError(f"cannot read the CURVE key file {path}: {e}") from None
     if secret and sec is None:
@@ -113,28 +105,14 @@ class LiveServer:
         self.consoles: dict[bytes, dict] = {}  # connection identity -> team, who, last heard
         self.counters = {"requests": 0, "malformed": 0, "unauthorized": 0, "forbidden": 0, "rate_limited": 0,
                          "repeats": 0, "internal_errors": 0}
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a console that reconnects keeps its place
-        self.sock.setsockopt(zmq.MAXMSGSIZE, lp.MAX_FRAME * 2)  # bigger frames drop the connection unread
-        self.server_key: str | None = None
-        if curve_secret:
-            public, secret = load_key(curve_secret, secret=True)
-            self.sock.curve_secretkey = secret
-            self.sock.curve_publickey = public
-            self.sock.curve_server = True
-            self.server_key = public.decode()
+        curve = load_key(curve_secret, secret=True) if curve_secret else None
+        self.server_key: str | None = curve[0].decode() if curve else None
         host, port = parse_bind(bind)
         try:
-            if port == 0:
-                port = self.sock.bind_to_random_port(f"tcp://{host}")
-            else:
-                self.sock.bind(bind)
-        except zmq.ZMQError as e:
-            self.close()
+            self.sock = RequestServer(host, port, lp.MAX_FRAME * 2, curve)
+        except FabricError as e:
             raise GamedayError(f"cannot bind {bind}: {e}") from None
-        self.address = f"tcp://{host}:{port}"
+        self.address = self.sock.address
         self.board_json = "{}"
         self.board_at = 0.0
 
@@ -186,12 +164,11 @@ class LiveServer:
 
     def serve_requests(self, wait_s: float) -> None:
         """Answer what arrives within ``wait_s``; at most a batch, so ticks are not starved."""
-        if not self.sock.poll(int(wait_s * 1000)):
+        if not self.sock.wait(wait_s):
             return
         for _ in range(200):
-            try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
+            frames = self.sock.next_request()
+            if frames is None:
                 return
             self.handle(frames)
 
@@ -243,10 +220,7 @@ class LiveServer:
         self._send(ident, out)
 
     def _send(self, ident: bytes, payload: bytes) -> None:
-        try:
-            self.sock.send_multipart([ident, payload], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # the client is gone; it resends when it is back
+        self.sock.answer(ident, payload)
 
     def execute(self, ident: bytes, who: tuple[str, str | None], req: dict):
         role, team = who
@@ -310,4 +284,4 @@ class LiveServer:
         return out
 
     def close(self) -> None:
-        self.ctx.destroy(linger=0)
+        self.sock.close()

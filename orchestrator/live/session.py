@@ -19,6 +19,7 @@ from pathlib import Path
 from reports import rundir
 from orchestrator.errors import InvalidInput, Issue
 from orchestrator.engine.journal import write_json_atomic
+from orchestrator.hosting.host import HostingOptions
 from orchestrator.playbook.loader import agent_names, normalised_params, param_problems
 from orchestrator.live.protocol import ProtocolError
 from orchestrator.runs.runner import RunSpec, WorldRun
@@ -174,8 +175,7 @@ class Session:
 
     def __init__(self, out: Path, teams: list[str], playbook: str = "us-east-1-2021", seed: int = 1,
                  sets: dict | None = None, duration: float | None = None, tick: float | None = None,
-                 speed: float | None = 60.0, hosting: str = "ray", placement: str = "single",
-                 address: str | None = None, snapshot_every: int | None = None):
+                 speed: float | None = 60.0, hosting: HostingOptions = HostingOptions("ray", "single")):
         check_teams(teams)
         if speed is not None and not (0 < speed <= MAX_SPEED):
             raise InvalidInput("gameday serve", "options", [Issue("--speed", speed, f"a number > 0 and <= {MAX_SPEED:g}, or max")])
@@ -188,7 +188,7 @@ class Session:
             for name in teams:
                 spec = RunSpec(playbook=playbook, runbook="none", seed=seed, sets=sets, duration=duration, tick=tick,
                                console=True)
-                run = WorldRun(spec, self.dir / rundir.TEAMS / name, hosting, placement, address, snapshot_every, speed,
+                run = WorldRun(spec, self.dir / rundir.TEAMS / name, hosting, speed,
                                meta={"team": name, "session": str(self.dir)})
                 self.teams[name] = Team(name, run, TeamView(name, run))
         except BaseException:
@@ -208,8 +208,7 @@ class Session:
         self.pace_marks: deque = deque(maxlen=10)  # (wall, tick) every half second: the pace really kept
         self.info = {"playbook": self.pb.name, "seed": seed, "teams": list(self.teams), "speed": speed or "max",
                      "tick_s": self.dt, "start_clock": format_clock(self.start_s),
-                     "end_clock": format_clock(self.start_s + self.ticks * self.dt), "hosting": hosting,
-                     "placement": placement if hosting == "ray" else None}
+                     "end_clock": format_clock(self.start_s + self.ticks * self.dt), **hosting.meta()}
         self._journal("created", **self.info)
         self.write_info("waiting")
 

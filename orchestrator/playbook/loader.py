@@ -267,7 +267,37 @@ def agent_names(data: dict) -> dict[str, str]:
     return out
 
 
+@dataclass
+class _Names:
+    """The names a playbook's parts refer to one another by."""
+    devices: set
+    services: set
+    populations: set
+    health_sources: set  # what a depends_on or a recycling condition may read: populations and services
+    kinds: dict  # agent name -> kind, as effects address them
+    parts: dict  # what an effect may name besides agents: devices, services, triggers, faults
+    issues: list
+
+    def check_path(self, path: list, loc: str) -> None:
+        for j, hop in enumerate(path):
+            if hop not in self.devices:
+                self.issues.append(Issue(f"{loc}[{j}]", hop,
+                                         f"a device pool ({', '.join(sorted(self.devices)) or 'none defined'})"))
+
+
 def _cross_check(data: dict, issues: list[Issue]) -> None:
+    """The checks across fields: one checker per section, each told the world's names."""
+    _check_unique_names(data, issues)
+    devices, services = {d["name"] for d in data["devices"]}, {s["name"] for s in data["services"]}
+    populations = {p["name"] for p in data["populations"]}
+    names = _Names(devices, services, populations, services | populations, agent_names(data),
+                   {"device": devices, "service": services, "trigger": {t["name"] for t in data["triggers"]} | {"*"},
+                    "fault": {f["name"] for f in data["faults"]}}, issues)
+    for checker in CROSS_CHECKS:
+        checker(data, names)
+
+
+def _check_unique_names(data: dict, issues: list[Issue]) -> None:
     kinds: dict[str, str] = {}
     for section, kind in KIND_OF_SECTION.items():
         for i, item in enumerate(data[section]):
@@ -276,36 +306,34 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
             if SHARD_SEP in item["name"]:
                 issues.append(Issue(f"{section}[{i}].name", item["name"], f"a name without {SHARD_SEP!r} (it names shards)"))
             kinds[item["name"]] = kind
-    devices = {d["name"] for d in data["devices"]}
-    services = {s["name"] for s in data["services"]}
-    health_sources = services | {p["name"] for p in data["populations"]}
-    all_kinds = agent_names(data)
 
-    def check_path(path, loc):
-        for j, hop in enumerate(path):
-            if hop not in devices:
-                issues.append(Issue(f"{loc}[{j}]", hop, f"a device pool ({', '.join(sorted(devices)) or 'none defined'})"))
 
+def _check_populations(data: dict, n: _Names) -> None:
+    issues, services = n.issues, n.services
     for i, p in enumerate(data["populations"]):
         loc = f"populations[{i}]"
-        check_path(p["path"], f"{loc}.path")
+        n.check_path(p["path"], f"{loc}.path")
         if p.get("target") and p["target"] not in services:
             issues.append(Issue(f"{loc}.target", p["target"], f"a service ({', '.join(sorted(services)) or 'none defined'})"))
         for j, d in enumerate(p["depends_on"]):
-            if d not in health_sources or d == p["name"]:
+            if d not in n.health_sources or d == p["name"]:
                 issues.append(Issue(f"{loc}.depends_on[{j}]", d, "another population or a service"))
         if p["work"] == "durable" and p.get("max_rate") is None:
             issues.append(Issue(f"{loc}.max_rate", None, "a dispatch rate (requests/s) for durable work"))
         if p["health"] == "clients_without_backlog" and p["work"] != "durable":
             issues.append(Issue(f"{loc}.health", p["health"], "attempts (only durable work has a backlog)"))
+
+
+def _check_services(data: dict, n: _Names) -> None:
+    issues, services = n.issues, n.services
     for i, s in enumerate(data["services"]):
         for j, d in enumerate(s["depends_on"]):
-            if d not in health_sources or d == s["name"]:
+            if d not in n.health_sources or d == s["name"]:
                 issues.append(Issue(f"services[{i}].depends_on[{j}]", d, "a population or another service"))
         rec = s.get("recycling")
         if rec:
             for key in ("breaks_when", "needs"):
-                if rec.get(key) and rec[key] not in health_sources:
+                if rec.get(key) and rec[key] not in n.health_sources:
                     issues.append(Issue(f"services[{i}].recycling.{key}", rec[key], "a population or a service"))
         for loc, other in ((f"services[{i}].then", s.get("then")),
                            (f"services[{i}].leases.store", (s.get("leases") or {}).get("store")),
@@ -327,7 +355,10 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
                                                                  - round(lease["ttl"] / lease["renew_every"])) > 1e-9):
             issues.append(Issue(f"services[{i}].leases.ttl", lease["ttl"],
                                 f"a whole number of renewal periods ({lease['renew_every']:g} s), at least one"))
-    # A request goes on to ``then`` or a cache's store: a chain must not lead back.
+
+
+def _check_service_chains(data: dict, n: _Names) -> None:
+    """A request goes on to ``then`` or a cache's store: a chain must not lead back."""
     chain = {s["name"]: s.get("then") or (s.get("cache") or {}).get("store") for s in data["services"]}
     for i, s in enumerate(data["services"]):
         seen, at = {s["name"]}, chain.get(s["name"])
@@ -336,71 +367,91 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
             at = chain[at]
         if at == s["name"]:
             loc = f"services[{i}].then" if s.get("then") else f"services[{i}].cache.store"
-            issues.append(Issue(loc, chain[s["name"]], "a chain of services that does not lead back to this one"))
+            n.issues.append(Issue(loc, chain[s["name"]], "a chain of services that does not lead back to this one"))
+
+
+def _check_paths(data: dict, n: _Names) -> None:
+    """monitoring, deployment and status reach their targets over device pools."""
     for section in ("monitoring", "deployment", "status"):
-        check_path(data[section]["path"], f"{section}.path")
-    if data["deployment"].get("target") and data["deployment"]["target"] not in services:
-        issues.append(Issue("deployment.target", data["deployment"]["target"],
-                            f"a service ({_closest_first(data['deployment']['target'], services)})"))
+        n.check_path(data[section]["path"], f"{section}.path")
+    if data["deployment"].get("target") and data["deployment"]["target"] not in n.services:
+        n.issues.append(Issue("deployment.target", data["deployment"]["target"],
+                              f"a service ({_closest_first(data['deployment']['target'], n.services)})"))
     if data["status"].get("failover"):
-        check_path(data["status"]["failover"]["path"], "status.failover.path")
-        check_path(data["status"]["failover"]["standby_path"], "status.failover.standby_path")
+        n.check_path(data["status"]["failover"]["path"], "status.failover.path")
+        n.check_path(data["status"]["failover"]["standby_path"], "status.failover.standby_path")
+
+
+def _check_monitoring(data: dict, n: _Names) -> None:
     known_metrics = observable_metrics(data)
     for j, m in enumerate(data["monitoring"]["observe"]):
         if m not in known_metrics:
-            issues.append(Issue(f"monitoring.observe[{j}]", m, "agent.metric naming a part of this world and one of its metrics"))
+            n.issues.append(Issue(f"monitoring.observe[{j}]", m, "agent.metric naming a part of this world and one of its metrics"))
     for j, a in enumerate(data["monitoring"]["alarms"]):
         if a["metric"] not in data["monitoring"]["observe"]:
-            issues.append(Issue(f"monitoring.alarms[{j}].metric", a["metric"], "a metric listed in monitoring.observe"))
+            n.issues.append(Issue(f"monitoring.alarms[{j}].metric", a["metric"], "a metric listed in monitoring.observe"))
         if sum(k in a and a[k] not in (None, False) for k in ("above", "below", "no_data")) != 1:
-            issues.append(Issue(f"monitoring.alarms[{j}]", a["name"], "exactly one of above, below, no_data"))
+            n.issues.append(Issue(f"monitoring.alarms[{j}]", a["name"], "exactly one of above, below, no_data"))
+
+
+def _check_clock(data: dict, n: _Names) -> None:
     tick = data["clock"]["tick"]
     if tick > MAX_TICK_S:
-        issues.append(Issue("clock.tick", tick, f"a tick of at most {MAX_TICK_S:g} seconds"))
+        n.issues.append(Issue("clock.tick", tick, f"a tick of at most {MAX_TICK_S:g} seconds"))
     elif data["clock"]["duration"] / tick > MAX_TICKS:
-        issues.append(Issue("clock.duration", data["clock"]["duration"], f"at most {MAX_TICKS:,} ticks per run"))
-    parts = {"device": devices, "service": services, "trigger": {t["name"] for t in data["triggers"]} | {"*"},
-             "fault": {f["name"] for f in data["faults"]}}
+        n.issues.append(Issue("clock.duration", data["clock"]["duration"], f"at most {MAX_TICKS:,} ticks per run"))
+
+
+def _check_triggers(data: dict, n: _Names) -> None:
     for i, t in enumerate(data["triggers"]):
         if t["at"] < data["clock"]["start"]:
-            issues.append(Issue(f"triggers[{i}].at", format_clock(t["at"]),
-                                f"a time at or after clock.start ({format_clock(data['clock']['start'])}; "
-                                f"a time the next day is 24:00 or later)"))
+            n.issues.append(Issue(f"triggers[{i}].at", format_clock(t["at"]),
+                                  f"a time at or after clock.start ({format_clock(data['clock']['start'])}; "
+                                  f"a time the next day is 24:00 or later)"))
         for j, e in enumerate(t["effects"]):
-            _check_effect(e, f"triggers[{i}].effects[{j}]", all_kinds, parts, issues)
+            _check_effect(e, f"triggers[{i}].effects[{j}]", n.kinds, n.parts, n.issues)
+
+
+def _check_actions(data: dict, n: _Names) -> None:
+    """Mitigations and faults: unique names, and effects their targets and operations accept."""
     for section in ("mitigations", "faults"):
         seen = set()
         for i, m in enumerate(data[section]):
             if m["name"] in seen:
-                issues.append(Issue(f"{section}[{i}].name", m["name"], f"a name used by no other of the {section}"))
+                n.issues.append(Issue(f"{section}[{i}].name", m["name"], f"a name used by no other of the {section}"))
             seen.add(m["name"])
             for j, e in enumerate(m["effects"]):
-                _check_effect(e, f"{section}[{i}].effects[{j}]", all_kinds, parts, issues, m["params"])
-    _check_work_switches(data, issues)
+                _check_effect(e, f"{section}[{i}].effects[{j}]", n.kinds, n.parts, n.issues, m["params"])
+
+
+def _check_scoring(data: dict, n: _Names) -> None:
     sc = data["scoring"]
-    for key, pool, what in (("loop.devices", devices, "a device pool"), ("healthy.devices", devices, "a device pool"),
-                            ("loop.populations", {p["name"] for p in data["populations"]}, "a population"),
-                            ("loop.services", services, "a service"),
+    for key, pool, what in (("loop.devices", n.devices, "a device pool"), ("healthy.devices", n.devices, "a device pool"),
+                            ("loop.populations", n.populations, "a population"),
+                            ("loop.services", n.services, "a service"),
                             ("backlog.services", {s["name"] for s in data["services"] if s.get("queue")}, "a service with a queue"),
                             ("backlog.populations", {p["name"] for p in data["populations"] if p["work"] == "durable"}, "a durable population"),
-                            ("recovered.populations", {p["name"] for p in data["populations"]}, "a population"),
-                            ("recovered.services", services, "a service")):
+                            ("recovered.populations", n.populations, "a population"),
+                            ("recovered.services", n.services, "a service")):
         a, b = key.split(".")
-        for j, n in enumerate(sc[a][b]):
-            if n not in pool:
-                issues.append(Issue(f"scoring.{key}[{j}]", n, what))
+        for j, name in enumerate(sc[a][b]):
+            if name not in pool:
+                n.issues.append(Issue(f"scoring.{key}[{j}]", name, what))
+
+
+def _check_par(data: dict, n: _Names) -> None:
     par_keys = [*MEASURES, *milestone_keys(data)]
     actions = [m["name"] for m in data["mitigations"]]
     for key in data["par"]:
         if key not in par_keys and key not in actions:
-            issues.append(Issue(f"par.{key}", key, f"a measure of this playbook's runs ({', '.join(par_keys)}) or one "
-                                                   f"of its mitigations ({_closest_first(key, actions)})"))
-    for n in sc["impact"]:
-        if n not in {p["name"] for p in data["populations"]}:
-            issues.append(Issue(f"scoring.impact.{n}", n, "a population"))
+            n.issues.append(Issue(f"par.{key}", key, f"a measure of this playbook's runs ({', '.join(par_keys)}) or one "
+                                                     f"of its mitigations ({_closest_first(key, actions)})"))
+    for name in data["scoring"]["impact"]:
+        if name not in n.populations:
+            n.issues.append(Issue(f"scoring.impact.{name}", name, "a population"))
 
 
-def _check_work_switches(data: dict, issues: list[Issue]) -> None:
+def _check_work_switches(data: dict, n: _Names) -> None:
     """A set_work effect must leave its population a world it can run: durable work needs a
     dispatch rate, and a health read from the backlog needs durable work."""
     pops = {p["name"]: p for p in data["populations"]}
@@ -412,11 +463,16 @@ def _check_work_switches(data: dict, issues: list[Issue]) -> None:
                     continue
                 loc = f"{section}[{i}].effects[{j}].args"
                 if args.get("work") == "durable" and args.get("max_rate") is None and p.get("max_rate") is None:
-                    issues.append(Issue(loc, args, f"max_rate (population {p['name']} has none, and durable work "
+                    n.issues.append(Issue(loc, args, f"max_rate (population {p['name']} has none, and durable work "
                                                    "needs a dispatch rate)"))
                 if args.get("work") == "perishable" and p["health"] == "clients_without_backlog":
-                    issues.append(Issue(f"{loc}.work", "perishable", f"durable (population {p['name']}'s health is "
+                    n.issues.append(Issue(f"{loc}.work", "perishable", f"durable (population {p['name']}'s health is "
                                                                      "its clients without a backlog)"))
+
+
+#: the cross-checks in the order their issues are reported, a section each
+CROSS_CHECKS = (_check_populations, _check_services, _check_service_chains, _check_paths, _check_monitoring,
+                _check_clock, _check_triggers, _check_actions, _check_work_switches, _check_scoring, _check_par)
 
 
 def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issue], params: dict | None = None) -> None:

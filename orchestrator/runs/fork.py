@@ -22,9 +22,6 @@ from reports.timefmt import format_clock, parse_clock
 from orchestrator.errors import InvalidInput, Issue
 from orchestrator.engine.world import OPERATOR
 
-#: what the operator has seen and done, handed to the runbook that takes over
-CARRIED = ("view", "view_tick", "alarms", "logs", "requested", "effective", "n_requested", "_seq")
-RULE_STATE = ("fired", "last_fired", "true_since")
 MEASURES = (("loop_broken", "loop broken"), ("backlog_drained", "backlog drained"),
             ("devices_healthy", "devices healthy"), ("first_customer_update", "first customer update"))
 
@@ -50,16 +47,7 @@ def take_over(run: WorldRun, rules: list[dict]) -> None:
     old = host.agents[OPERATOR]
     spec = {"rules": rules, "_wiring": {"deployment": old.dispatcher}}
     new = build_agent("operator:runbook", OPERATOR, spec, run.plan.info)
-    for name in CARRIED:
-        setattr(new, name, getattr(old, name))
-    if getattr(old, "rules", None) == rules:
-        for name in RULE_STATE:
-            setattr(new, name, dict(getattr(old, name)))
-    else:
-        for i, rule in enumerate(rules):
-            asked = old.requested.get(rule["do"]["action"])
-            if asked is not None:
-                new.fired[i], new.last_fired[i] = 1, asked
+    new.take_over(old)
     host.agents[OPERATOR] = new
 
 

@@ -15,7 +15,8 @@ from reports import rundir
 from reports.rundir import RunData, load_run
 from orchestrator.engine.clock import PacedClock, SimulatedClock
 from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError
-from orchestrator.hosting.inprocess import InProcessHost, TickResult
+from orchestrator.hosting.host import Host, HostingOptions
+from orchestrator.hosting.inprocess import TickResult
 from orchestrator.engine.journal import RunWriter, check_out_dir
 from orchestrator.playbook.loader import MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook, parse_yaml, read_text, runbook_files
 from orchestrator.engine.scoring import Scorer
@@ -76,21 +77,6 @@ def prepare(spec: RunSpec):
     return pb, rb_text, rb, plan
 
 
-HOSTINGS = ("inprocess", "ray")
-
-
-def make_host(plan, hosting: str, placement: str = "kind", address: str | None = None, snapshot_every: int | None = None):
-    """In process (batch runs, tests), or on Ray actors exchanging ZeroMQ messages."""
-    if hosting == "inprocess":
-        return InProcessHost(plan)
-    if hosting == "ray":
-        from orchestrator.hosting.ray_hosting import SNAPSHOT_EVERY, RayHost  # Ray is imported only when it is used
-
-        every = SNAPSHOT_EVERY if snapshot_every is None else snapshot_every
-        return RayHost(plan, placement=placement, address=address, snapshot_every=every)
-    raise ValueError(f"hosting {hosting!r}: expected one of {', '.join(HOSTINGS)}")
-
-
 class WorldRun:
     """One world being played: its host, its run directory and its scorer. ``execute``
     plays one to the end; a live session plays one per team, a tick at a time, and
@@ -98,32 +84,30 @@ class WorldRun:
     journalled as an ``injected`` event with the tick that consumed it, so that
     ``replay`` can play the run again exactly."""
 
-    def __init__(self, spec: RunSpec, out: Path, hosting: str = "inprocess", placement: str = "kind",
-                 address: str | None = None, snapshot_every: int | None = None, speed: float | None = None,
+    def __init__(self, spec: RunSpec, out: Path, hosting: HostingOptions = HostingOptions(), speed: float | None = None,
                  meta: dict | None = None, keep_action_states: bool = False):
         """``keep_action_states``: keep the world's state at the end of every tick in which
         an action took effect (in-process hosting only), for the counterfactuals."""
         pb, rb_text, rb, self.plan = prepare(spec)
-        self.hosting = hosting
         self.pb = pb
         info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": "console" if spec.console else rb["name"],
-                "seed": spec.seed, "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, "hosting": hosting,
-                "placement": placement if hosting == "ray" else None, "speed": speed or "max",
+                "seed": spec.seed, "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, **hosting.meta(),
+                "speed": speed or "max",
                 "operator": "console" if spec.console else "runbook", "shards_option": spec.shards,
                 "shards": {pop: len(parts) for pop, parts in self.plan.shards.items()},
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | (meta or {})
         check_out_dir(out)  # before starting any actor
-        self.host = make_host(self.plan, hosting, placement, address, snapshot_every)
+        self.host: Host = hosting.make(self.plan)
         try:
             self.writer = RunWriter(out, self.plan, info, pb.text, rb_text)
         except BaseException:
-            _close(self.host)
+            self.host.close()
             raise
         self.dir = Path(out)
         self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
         self.injections = 0
         self.journal: list[dict] = []  # events of the next tick that come from outside the world
-        self.keep_action_states = keep_action_states and hosting == "inprocess"
+        self.keep_action_states = keep_action_states and self.host.local
         self.action_states: dict[int, dict] = {}
         self.wall0 = time.perf_counter()
         self.closed = False
@@ -184,25 +168,21 @@ class WorldRun:
             self.journal = []
             self.writer.meta["wall_seconds"] = round(time.perf_counter() - self.wall0, 3)
             self.writer.meta["rejected_frames"] = self.host.rejected_frames
-            if self.hosting == "ray":
-                self.writer.meta["snapshot_every"] = self.host.snapshot_every
-                self.writer.meta["host_restarts"] = self.host.restarts
+            self.writer.meta.update(self.host.facts())
             self.writer.close(status, self.scorer.score())
         finally:
-            _close(self.host)
+            self.host.close()
 
 
-def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: str = "inprocess",
-            placement: str = "kind", address: str | None = None, speed: float | None = None,
-            snapshot_every: int | None = None, injections: dict[int, list[dict]] | None = None,
+def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: HostingOptions = HostingOptions(),
+            speed: float | None = None, injections: dict[int, list[dict]] | None = None,
             attribution: bool = False) -> RunData:
     """``speed``: simulated seconds per wall second (None: as fast as possible).
-    ``snapshot_every``: ticks between the Ray hosts' snapshots (None: the default; 0: off).
     ``injections``: tick -> recorded ``injected`` events (and session notes) to send into
     the world again before that tick (a replay). ``attribution``: once the run is
     complete, play the counterfactuals of the actions before the loop broke and write
     ``attribution.json`` (orchestrator/runs/attribution.py)."""
-    run = WorldRun(spec, out, hosting, placement, address, snapshot_every, speed, keep_action_states=attribution)
+    run = WorldRun(spec, out, hosting, speed, keep_action_states=attribution)
     if speed is not None:
         clock = PacedClock(run.plan.info.dt, speed)
     clock = clock or SimulatedClock()
@@ -273,14 +253,13 @@ def recording(run_dir: Path, duration_s: float | None = None) -> tuple[dict, dic
     return meta, injections, spec
 
 
-def replay(run_dir: Path, out: Path, hosting: str = "inprocess", placement: str = "kind",
-           address: str | None = None) -> RunData:
+def replay(run_dir: Path, out: Path, hosting: HostingOptions = HostingOptions()) -> RunData:
     """Play a recorded run again from its directory: the rendered playbook and runbook,
     the seed, and everything that entered the world from outside (a team's commands, a
     facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
     are copied at their ticks. The result is identical, ticks and events."""
     _, injections, spec = recording(run_dir)
-    return execute(spec, out, hosting=hosting, placement=placement, address=address, injections=injections)
+    return execute(spec, out, hosting=hosting, injections=injections)
 
 
 #: what a replay must reproduce byte for byte
@@ -290,12 +269,6 @@ REPLAYED_FILES = (rundir.METRICS, rundir.EVENTS)
 def same_as_recording(recorded: Path, replayed: Path) -> list[str]:
     """The files of ``REPLAYED_FILES`` that differ between a recording and its replay."""
     return [f for f in REPLAYED_FILES if not filecmp.cmp(Path(recorded) / f, Path(replayed) / f, shallow=False)]
-
-
-def _close(host) -> None:
-    close = getattr(host, "close", None)
-    if close is not None:
-        close()
 
 
 def _progress(ticks: int, dt: float):
