@@ -126,176 +126,233 @@ def stretches(mask: pd.Series) -> list[tuple[int, int]]:
     return out
 
 
+@dataclass
+class _Reading:
+    """A run as the report reads it: what every part of the analysis needs."""
+    run: RunData
+    dt: float
+    start_s: float
+    playbook: dict
+    runbook: dict
+    events: list[dict]
+    score: dict
+    partial: bool
+    ticks_done: int
+    par_s: dict[str, float]  # par key -> seconds after midnight
+    actions: set  # the playbook's mitigations (par for these is the real team's action times)
+    milestones_reached: dict[str, int]
+    first_reached: dict[str, int]
+    relapses: dict[str, list[int]]
+    trigger: dict | None
+    first_update: int | None  # tick of the first customer update
+    loop: dict  # the playbook's scoring.loop
+    signal: tuple | None  # loop_signal: (name, series, threshold)
+    effective: list[dict]  # action_effective events
+
+    @classmethod
+    def of(cls, run: RunData) -> _Reading:
+        meta, m = run.meta, run.metrics
+        dt = float(meta.get("tick_s", 1.0))
+        playbook = _read_yaml(run.dir / PLAYBOOK)
+        events = _records(run.events)
+        loop = (playbook.get("scoring") or {}).get("loop") or {}
+        return cls(run, dt, parse_clock(meta.get("start_clock", "00:00")), playbook, _read_yaml(run.dir / RUNBOOK),
+                   events, run.score or {}, meta.get("status") != COMPLETE, len(m),
+                   {k: parse_clock(v) for k, v in (playbook.get("par") or {}).items()},
+                   {x.get("name") for x in playbook.get("mitigations") or []}, *milestone_history(events),
+                   next((e for e in events if e["event"] == "trigger"), None),
+                   next((e["tick"] for e in events if e["event"] == "status_posted"), None),
+                   loop, loop_signal(loop, m, dt) if len(m) else None,
+                   [e for e in events if e["event"] == "action_effective"])
+
+    @property
+    def m(self) -> pd.DataFrame:
+        return self.run.metrics
+
+    @property
+    def meta(self) -> dict:
+        return self.run.meta
+
+    @property
+    def trigger_tick(self) -> int | None:
+        return self.trigger["tick"] if self.trigger else None
+
+    @property
+    def until(self) -> str:
+        return _clock(self.start_s + self.ticks_done * self.dt)
+
+    def at(self, tick: float) -> str:
+        return _clock(self.start_s + float(tick) * self.dt)
+
+    def t_plus(self, tick: float) -> str:
+        return "" if self.trigger_tick is None else f"T{_delta((tick - self.trigger_tick) * self.dt)}"
+
+    def vs(self, tick: float, clock_s: float) -> str:
+        """How far ``tick`` came after (+) or before (-) a clock time."""
+        return _delta(self.start_s + tick * self.dt - clock_s)
+
+    @property
+    def bad_tick(self) -> int | None:
+        """The first tick after the trigger at which the loop's ground truth fell below its threshold."""
+        if self.trigger_tick is None or self.signal is None:
+            return None
+        below = self.m.index[(self.m.index >= self.trigger_tick) & (self.signal[1] < self.signal[2])]
+        return int(below[0]) if len(below) else None
+
+
 def analyse(run: RunData) -> Analysis:
-    meta, m = run.meta, run.metrics
-    dt = float(meta.get("tick_s", 1.0))
-    start_s = parse_clock(meta.get("start_clock", "00:00"))
-    playbook = _read_yaml(run.dir / PLAYBOOK)
-    runbook = _read_yaml(run.dir / RUNBOOK)
-    events = _records(run.events)
-    score = run.score or {}
-    partial = meta.get("status") != COMPLETE
-    ticks_done = len(m)
-    until = _clock(start_s + ticks_done * dt)
+    r = _Reading.of(run)
+    impact, weighted, backlog = _impact(r)
+    meta = run.meta
+    appendix = {"playbook": meta.get("playbook"), "runbook": meta.get("runbook"), "seed": meta.get("seed"),
+                "hosting": meta.get("hosting"), "status": meta.get("status"), "variables": meta.get("variables") or {},
+                "versions": meta.get("versions") or {}, "started_at": meta.get("started_at"),
+                "ticks": f"{r.ticks_done} of {meta.get('ticks_planned', '?')} ({r.dt:g} s each)"}
+    summary = _summary(r.trigger, r.trigger_tick, r.bad_tick, r.signal[0] if r.signal else "the loop's measure", r.events,
+                       r.milestones_reached, r.relapses, r.score, weighted, backlog, r.at, r.dt, r.partial, r.until)
+    return Analysis(title=f"{meta.get('playbook')} - runbook {meta.get('runbook')} - seed {meta.get('seed')}",
+                    partial=r.partial, status=str(meta.get("status")), simulated_until=r.until,
+                    summary=summary, verdict=_verdict(r), measures=_measures(r), impact=impact, weighted_impact=weighted,
+                    backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
+                    actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
+                    scoring=r.playbook.get("scoring") or {})
 
-    def at(tick: float) -> str:
-        return _clock(start_s + float(tick) * dt)
 
-    trigger = next((e for e in events if e["event"] == "trigger"), None)
-    trigger_tick = trigger["tick"] if trigger else None
-
-    def t_plus(tick: float) -> str:
-        return "" if trigger_tick is None else f"T{_delta((tick - trigger_tick) * dt)}"
-
-    par = playbook.get("par") or {}
-    par_s = {k: parse_clock(v) for k, v in par.items()}
-    actions = {m.get("name") for m in playbook.get("mitigations") or []}  # par for these is the real team's action times
-
-    # -- the score beside par ---------------------------------------------------------------
+def _measures(r: _Reading) -> list[dict]:
+    """The score beside par: each measure's clock time, relapses, and how far from par."""
     measures = []
-    milestones_reached, first_reached, relapses = milestone_history(events)
 
     def measure(label: str, key: str, tick: float | None):
-        yours = at(tick) if tick is not None else "not reached"
-        if relapses.get(key):
-            yours += f" (first {at(first_reached[key])}, relapsed {', '.join(at(t) for t in relapses[key])})"
-        row = {"measure": label, "yours": yours, "par": _clock(par_s[key]) if key in par_s else "", "vs_par": ""}
-        if tick is not None and key in par_s:
-            row["vs_par"] = _delta(start_s + tick * dt - par_s[key])
+        yours = r.at(tick) if tick is not None else "not reached"
+        if r.relapses.get(key):
+            yours += f" (first {r.at(r.first_reached[key])}, relapsed {', '.join(r.at(t) for t in r.relapses[key])})"
+        row = {"measure": label, "yours": yours, "par": _clock(r.par_s[key]) if key in r.par_s else "", "vs_par": ""}
+        if tick is not None and key in r.par_s:
+            row["vs_par"] = r.vs(tick, r.par_s[key])
         measures.append(row)
 
-    first_update = next((e["tick"] for e in events if e["event"] == "status_posted"), None)
-    measure("trigger", "trigger", trigger_tick)
-    measure("first customer update", "first_customer_update", first_update)
-    for key, tick in sorted(milestones_reached.items(), key=lambda kv: kv[1]):
+    measure("trigger", "trigger", r.trigger_tick)
+    measure("first customer update", "first_customer_update", r.first_update)
+    for key, tick in sorted(r.milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)
-    for key in dict.fromkeys([*relapses, *par_s]):
-        if key not in milestones_reached and key not in ("trigger", "first_customer_update") and key not in actions:
+    for key in dict.fromkeys([*r.relapses, *r.par_s]):
+        if key not in r.milestones_reached and key not in ("trigger", "first_customer_update") and key not in r.actions:
             measure(_milestone_label(key), key, None)
+    return measures
 
-    # -- impact -------------------------------------------------------------------------------
-    impact = impact_table(m, dt) if ticks_done else []
-    weights = (playbook.get("scoring") or {}).get("impact") or {}
-    weighted = sum(r["failed_request_minutes"] * float(weights.get(r["population"], 0)) for r in impact) if weights else None
+
+def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
+    """(impact per population, the weighted impact, the backlog of each durable population)."""
+    m = r.m
+    impact = impact_table(m, r.dt) if r.ticks_done else []
+    weights = (r.playbook.get("scoring") or {}).get("impact") or {}
+    weighted = sum(x["failed_request_minutes"] * float(weights.get(x["population"], 0)) for x in impact) if weights else None
     backlog = []
-    for pop in ((playbook.get("scoring") or {}).get("backlog") or {}).get("populations", []):
+    for pop in ((r.playbook.get("scoring") or {}).get("backlog") or {}).get("populations", []):
         col = f"{pop}.backlog"
         if col in m:
-            drained = milestones_reached.get("backlog_drained")
-            backlog.append({"population": pop, "peak": int(m[col].max()) if ticks_done else 0,
-                            "peak_at": at(int(m[col].idxmax())) if ticks_done else "",
-                            "drained": at(drained) if drained is not None else f"not drained by {until}"})
+            drained = r.milestones_reached.get("backlog_drained")
+            backlog.append({"population": pop, "peak": int(m[col].max()) if r.ticks_done else 0,
+                            "peak_at": r.at(int(m[col].idxmax())) if r.ticks_done else "",
+                            "drained": r.at(drained) if drained is not None else f"not drained by {r.until}"})
+    return impact, weighted, backlog
 
-    # -- timeline -----------------------------------------------------------------------------
+
+def _timeline(r: _Reading) -> list[dict]:
+    """What happened, in order: the journal's events (``TIMELINE_ROWS``, and those compared
+    with par), the ground truth the operators could not see yet, milestones and relapses."""
     timeline: list[dict] = []
 
     def add(tick: float, what: str, detail: str = "", par_key: str | None = None):
-        row = {"tick": int(tick), "clock": at(tick), "t_plus": t_plus(tick), "what": what, "detail": detail, "par": ""}
-        if par_key and par_key in par_s:
-            row["par"] = f"{_clock(par_s[par_key])} ({_delta(start_s + tick * dt - par_s[par_key])} vs par)"
+        row = {"tick": int(tick), "clock": r.at(tick), "t_plus": r.t_plus(tick), "what": what, "detail": detail, "par": ""}
+        if par_key and par_key in r.par_s:
+            row["par"] = f"{_clock(r.par_s[par_key])} ({r.vs(tick, r.par_s[par_key])} vs par)"
         timeline.append(row)
 
-    history = {k: v for k, v in par_s.items() if k in actions}  # the real team's actions
-    loop = (playbook.get("scoring") or {}).get("loop") or {}
-    bad_tick = None
-    signal = loop_signal(loop, m, dt) if ticks_done else None
-    if trigger_tick is not None and signal is not None:
-        below = m.index[(m.index >= trigger_tick) & (signal[1] < signal[2])]
-        bad_tick = int(below[0]) if len(below) else None
-    for e in events:
+    history = {k: v for k, v in r.par_s.items() if k in r.actions}  # the real team's actions
+    for e in r.events:
         ev, tick = e["event"], e["tick"]
         if ev in TIMELINE_ROWS:
             add(tick, *TIMELINE_ROWS[ev](e))
         elif ev == "trigger":
             add(tick, "trigger", e.get("description") or e.get("trigger", ""), "trigger")
         elif ev == "status_posted":
-            add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == first_update else None)
+            add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == r.first_update else None)
         elif ev == "action_effective":
-            lead = (tick - e.get("asked_tick", tick)) * dt
+            lead = (tick - e.get("asked_tick", tick)) * r.dt
             add(tick, f"took effect: {e['action']}", f"{format_minutes(lead, 0)} after it was asked")
-            if e["action"] in history and trigger_tick is not None:
+            if e["action"] in history and r.trigger_tick is not None:
                 real = history[e["action"]]
-                timeline[-1]["par"] = (f"{_clock(real)} (T{_delta(real - start_s - trigger_tick * dt)}, the real "
-                                       f"team's; {_delta(start_s + tick * dt - real)} vs theirs)")
-    if bad_tick is not None:
-        add(bad_tick, f"ground truth: {signal[0]} below {signal[2]:.0%}", "what the operators could not yet see")
-    effective = [e for e in events if e["event"] == "action_effective"]
-    for e in events:
+                timeline[-1]["par"] = (f"{_clock(real)} (T{_delta(real - r.start_s - r.trigger_tick * r.dt)}, the real "
+                                       f"team's; {r.vs(tick, real)} vs theirs)")
+    if r.bad_tick is not None:
+        add(r.bad_tick, f"ground truth: {r.signal[0]} below {r.signal[2]:.0%}", "what the operators could not yet see")
+    for e in r.events:
         if e["event"] == "milestone":
-            final = milestones_reached.get(e["milestone"]) == e["at_tick"]
+            final = r.milestones_reached.get(e["milestone"]) == e["at_tick"]
             add(e["at_tick"], f"milestone: {_milestone_label(e['milestone'])}",
-                "" if final or relapses.get(e["milestone"]) is None else "it did not hold", e["milestone"] if final else None)
+                "" if final or r.relapses.get(e["milestone"]) is None else "it did not hold", e["milestone"] if final else None)
         elif e["event"] == "relapse":
-            before = _last_before(effective, e["at_tick"])
+            before = _last_before(r.effective, e["at_tick"])
             add(e["at_tick"], f"relapse: {_milestone_label(e['milestone'])} no longer",
-                f"{_relapse_what(e['milestone'])}" + (f", after {before['action']} ({at(before['tick'])})" if before else ""))
-    timeline.sort(key=lambda r: r["tick"])
+                f"{_relapse_what(e['milestone'])}" + (f", after {before['action']} ({r.at(before['tick'])})" if before else ""))
+    timeline.sort(key=lambda row: row["tick"])
+    return timeline
 
-    # -- findings -----------------------------------------------------------------------------
+
+def _findings(r: _Reading) -> list[Finding]:
+    m, dt, at = r.m, r.dt, r.at
     findings: list[Finding] = []
-    if "monitoring.visibility" in m and ticks_done:
+    if "monitoring.visibility" in m and r.ticks_done:
         blind = m["monitoring.visibility"] < BLIND_VISIBILITY
         runs = stretches(blind)
         total = float(blind.sum() * dt)
         if runs and total >= MIN_BLIND_S:
-            first, last = max(runs, key=lambda r: r[1] - r[0])
+            first, last = max(runs, key=lambda run: run[1] - run[0])
             findings.append(Finding(
                 f"Monitoring was blind for {format_minutes(total, 0)}",
                 f"under {BLIND_VISIBILITY:.0%} of the observed metrics were fresh for {format_minutes(total, 0)} in all; "
                 f"the longest stretch ran {at(first)}-{at(last + 1)} ({format_minutes((last - first + 1) * dt, 0)}), "
                 f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
-    findings += _rules_never_fired(runbook, events, playbook, m, dt, at)
-    findings += _collateral(effective, m, dt, signal, at)
-    for who, n in ((score.get("collateral") or {}).get("requests_turned_away_by") or {}).items():
+    findings += _rules_never_fired(r.runbook, r.events, r.playbook, m, dt, at)
+    findings += _collateral(r.effective, m, dt, r.signal, at)
+    for who, n in ((r.score.get("collateral") or {}).get("requests_turned_away_by") or {}).items():
         if n:
             findings.append(Finding(f"{who} turned away {n:,} requests", "refused by its throttle or held back by "
                                     "its lowered rate, for as long as it held", "collateral"))
-    findings += _relapses(relapses, first_reached, milestones_reached, effective, at, until)
-    loop_at = milestones_reached.get("loop_broken")
-    if run.attribution is not None:
-        findings += _counterfactual_findings(run.attribution)
+    findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.effective, at, r.until)
+    loop_at = r.milestones_reached.get("loop_broken")
+    if r.run.attribution is not None:
+        findings += _counterfactual_findings(r.run.attribution)
     else:
-        breaker = _loop_breaker(effective, m, dt, loop, loop_at, playbook, signal)
+        breaker = _loop_breaker(r.effective, m, dt, r.loop, loop_at, r.playbook, r.signal)
         if breaker is not None:
             e, before, after = breaker
             findings.append(Finding(
                 f"{e['action']} broke the loop",
-                f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before {signal[0]} "
+                f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before {r.signal[0]} "
                 f"began its final climb; "
                 f"it averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
                 f"the loop condition held from {at(loop_at)} on (a heuristic: no counterfactual was played for this "
                 f"run, see gameday run --attribution)", "loop_breaker"))
+    return findings
 
-    # -- summary --------------------------------------------------------------------------------
-    summary = _summary(trigger, trigger_tick, bad_tick, signal[0] if signal else "the loop's measure", events,
-                       milestones_reached, relapses, score, weighted, backlog, at, dt, partial, until)
-    lb = score.get("loop_broken") or {}
-    if partial:
-        verdict = f"Partial run (status {meta.get('status')}): simulated until {until}; no verdict."
-    elif score.get("loop_formed") is False:
-        verdict = "No feedback loop formed: nothing to break."
-    elif not lb.get("reached") and lb.get("relapsed"):
-        verdict = (f"The loop broke at {lb['first_at']['clock']} but re-formed at {lb['relapses'][-1]['clock']} "
-                   f"and was not broken again by {until}.")
-    elif not lb.get("reached"):
-        verdict = f"The loop was not broken by {until}."
-    elif lb.get("vs_par_s") is not None:
-        verdict = (f"Loop broken {_delta(abs(lb['vs_par_s'])).lstrip('+')} "
-                   f"{'ahead of' if lb['vs_par_s'] < 0 else 'behind'} the historical response.")
-    else:
-        verdict = f"Loop broken at {lb.get('clock')}."
 
-    appendix = {"playbook": meta.get("playbook"), "runbook": meta.get("runbook"), "seed": meta.get("seed"),
-                "hosting": meta.get("hosting"), "status": meta.get("status"), "variables": meta.get("variables") or {},
-                "versions": meta.get("versions") or {}, "started_at": meta.get("started_at"),
-                "ticks": f"{ticks_done} of {meta.get('ticks_planned', '?')} ({dt:g} s each)"}
-    title = f"{meta.get('playbook')} - runbook {meta.get('runbook')} - seed {meta.get('seed')}"
-    return Analysis(title=title, partial=partial, status=str(meta.get("status")), simulated_until=until,
-                    summary=summary, verdict=verdict, measures=measures, impact=impact, weighted_impact=weighted,
-                    backlog=backlog, timeline=timeline, findings=findings, appendix=appendix,
-                    actions=[{"tick": e["tick"], "clock": at(e["tick"]), "action": e["action"]} for e in effective],
-                    scoring=playbook.get("scoring") or {})
-
+def _verdict(r: _Reading) -> str:
+    lb = r.score.get("loop_broken") or {}
+    if r.partial:
+        return f"Partial run (status {r.meta.get('status')}): simulated until {r.until}; no verdict."
+    if r.score.get("loop_formed") is False:
+        return "No feedback loop formed: nothing to break."
+    if not lb.get("reached") and lb.get("relapsed"):
+        return (f"The loop broke at {lb['first_at']['clock']} but re-formed at {lb['relapses'][-1]['clock']} "
+                f"and was not broken again by {r.until}.")
+    if not lb.get("reached"):
+        return f"The loop was not broken by {r.until}."
+    if lb.get("vs_par_s") is not None:
+        return (f"Loop broken {_delta(abs(lb['vs_par_s'])).lstrip('+')} "
+                f"{'ahead of' if lb['vs_par_s'] < 0 else 'behind'} the historical response.")
+    return f"Loop broken at {lb.get('clock')}."
 
 
 def milestone_history(events: list[dict]) -> tuple[dict[str, int], dict[str, int], dict[str, list[int]]]:

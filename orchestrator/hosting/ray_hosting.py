@@ -58,6 +58,10 @@ def place(plan: WorldPlan, placement: str) -> dict[str, list]:
     return groups
 
 
+#: set to 1 to see the actors' and Ray's own worker output in the terminal (it stays in Ray's log files)
+WORKER_LOGS_ENV = "GAMEDAY_RAY_WORKER_LOGS"
+
+
 def ensure_ray(address: str | None = None):
     import ray
 
@@ -65,9 +69,21 @@ def ensure_ray(address: str | None = None):
         # A local Ray announces that it chose token authentication (its default, kept as it
         # is): Ray's news, not the user's, and otherwise the first line of every run.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=True,
-                 configure_logging=True)
+        # Worker output (Ray's notes on starting workers) is not the user's either: it stays in
+        # Ray's log files. A host that fails raises its own error, traceback included, here.
+        ray.init(address=address, include_dashboard=False, logging_level="WARNING",
+                 log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"), configure_logging=True)
     return ray
+
+
+def worker_logs() -> str:
+    """Where the actors' output went, for an error message."""
+    try:
+        import ray._private.worker as worker  # no public API names the session's log folder
+
+        return f"the actors' output is in {worker._global_node.get_logs_dir_path()}"
+    except Exception:  # noqa: BLE001 - only a hint
+        return "the actors' output is in Ray's session logs"
 
 
 class RayHost:
@@ -144,7 +160,7 @@ class RayHost:
                 timeout=START_TIMEOUT_S)
         self.deadline = time.monotonic() + START_TIMEOUT_S
         def fail(lost: str, reason: str):
-            raise HostingError(f"host {lost} was lost while starting ({reason})")
+            raise HostingError(f"host {lost} was lost while starting ({reason}); {worker_logs()}")
 
         for host in self.groups:
             self._await(host, Hello, fail)
@@ -168,7 +184,7 @@ class RayHost:
                         on_lost(host, reason)
                 continue
             if now > self.deadline:
-                raise HostingError("hosts did not answer in time")
+                raise HostingError(f"hosts did not answer in time; {worker_logs()}")
             if not self.control.poll(int(HEARTBEAT_S * 1000)):
                 continue
             frames = recv(self.control)
@@ -222,7 +238,7 @@ class RayHost:
                 except self.ray.exceptions.RayActorError as e:
                     lost.append((refs[ref], self.generation[refs[ref]], f"its process died: {type(e).__name__}"))
                     continue
-                raise HostingError(f"host {refs[ref]} stopped before it was told to")
+                raise HostingError(f"host {refs[ref]} stopped before it was told to; {worker_logs()}")
         now = time.monotonic()
         for host in self.loops:
             silent = now - self.last_heard.get(host, now)
@@ -312,9 +328,11 @@ class RayHost:
         """Start a new actor for ``host`` from its last snapshot, have its peers send it
         again what it needs, let it replay to where the world is, and carry on."""
         if not self.snapshot_every:
-            raise HostingError(f"host {host} was lost ({reason}); with snapshots off it cannot be replaced")
+            raise HostingError(f"host {host} was lost ({reason}); with snapshots off it cannot be replaced; "
+                               f"{worker_logs()}")
         if self.replacing > 2 * len(self.groups):
-            raise HostingError(f"hosts are lost faster than they can be replaced (last: {host}, {reason})")
+            raise HostingError(f"hosts are lost faster than they can be replaced (last: {host}, {reason}); "
+                               f"{worker_logs()}")
         self.replacing += 1
         try:
             self._start_replacement(host, reason)
