@@ -8,6 +8,7 @@ No clocks, sockets or Ray in here: the hosting layer moves the messages.
 from __future__ import annotations
 
 import copy
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,28 @@ class Arg:
     max: float | None = None
     choices: tuple | None = None
     names: str = ""  # the kind of thing each value names (device, service, trigger, fault): validation checks it exists
+
+    def problem(self, value) -> str | None:
+        """What was expected, if ``value`` is not among the choices (each of a list's, for a
+        list) or outside the range; None if it fits. Its type is the signature's to check."""
+        if self.choices is not None and isinstance(value, list):
+            if any(not isinstance(v, str) or v not in self.choices for v in value):
+                return "a list of " + ", ".join(map(str, self.choices))
+        elif self.choices is not None and value not in self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                return "a finite number"
+            if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+                return self.describe_range()
+        return None
+
+    def describe_range(self) -> str:
+        if self.min is not None and self.max is not None:
+            return f"a number from {self.min:g} to {self.max:g}"
+        if self.min is not None:
+            return f"a number >= {self.min:g}"
+        return f"a number <= {self.max:g}"
 
 
 @dataclass(frozen=True)
@@ -182,8 +205,15 @@ class Agent:
         if handler is None:
             self.event(tick, "apply_rejected", op=op, reason=f"{self.kind} {self.name!r} has no operation {op!r}")
             return
+        args = body.get("args") or {}
+        declared = getattr(handler, "operation", None)
         try:
-            handler(tick, **(body.get("args") or {}))
+            for name, value in args.items():  # the declared choices and ranges, as validation checks them
+                about = declared.args.get(name) if declared is not None else None
+                expected = about.problem(value) if about is not None and value is not None else None
+                if expected:
+                    raise BadArgument(f"{name} {value!r}: expected {expected}")
+            handler(tick, **args)
         except BadArgument as e:
             self.event(tick, "apply_rejected", op=op, reason=str(e), by=body.get("by", ""))
             return

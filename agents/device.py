@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .base import FAULT_KINDS, Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .base import FAULT_KINDS, Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .shards import source_of
 
 
@@ -129,8 +129,6 @@ class DevicePool(Agent):
         (as a timeout or refused at once), every item takes ``latency`` longer, and the pool
         passes at most ``rate`` work units a second (its queue and drops do the rest), for
         ``duration`` or until changed; share 0 and latency 0 without a rate lift it."""
-        if kind not in FAULT_KINDS:
-            raise BadArgument(f"kind {kind!r}: expected timeout or error")
         self.fault = {"share": share_or_rate("share", share, 1.0), "kind": kind,
                       "latency": share_or_rate("latency", latency),
                       "rate": None if rate is None else share_or_rate("rate", rate),

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import FAULT_KINDS, Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .base import FAULT_KINDS, Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .cache import Cache
 from .dns import DnsAutomation
 from .draws import draw_without_replacement
@@ -251,8 +251,6 @@ class Service(Agent):
         its load, as a timeout or as an error (refused at once), and every answer takes
         ``latency`` plus an exponential ``jitter`` longer (those it makes later than their
         caller's timeout fail as timeouts), for ``duration`` or until changed; all 0 lifts it."""
-        if kind not in FAULT_KINDS:
-            raise BadArgument(f"kind {kind!r}: expected timeout or error")
         self.fault_share, self.fault_kind = share_or_rate("share", share, 1.0), kind
         self.fault_latency, self.fault_jitter = share_or_rate("latency", latency), share_or_rate("jitter", jitter)
         self.fault_until = None if duration is None else tick + in_ticks(duration, self.world.dt)

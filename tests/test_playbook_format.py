@@ -251,3 +251,43 @@ def test_the_starters_loop_outlives_its_cause(tmp_path):
     late = m[m["time_s"] >= 1800]  # from 07:30, ten minutes after the capacity is back
     assert late["api.goodput"].sum() == 0
     assert (late["clients.tries"] / late["clients.demand"]).mean() > 3  # four attempts, nearly all spent
+
+
+def _outside(about):
+    """A value an argument's declaration refuses, or None if it declares no choices or range."""
+    if about.choices is not None:
+        return "not-a-choice"
+    if about.min is not None:
+        return about.min - 1
+    if about.max is not None:
+        return about.max + 1
+    return None
+
+
+def test_every_agent_refuses_an_apply_outside_an_operations_declared_choices_or_range():
+    """An apply from outside a playbook (a live console, a fault's params) is checked at the
+    agent against the same declarations validation reads, once, in Agent.handle_apply."""
+    import copy
+
+    from orchestrator.engine.world import build_plan
+    from orchestrator.hosting.inprocess import InProcessHost
+
+    pb = load_playbook(find_playbook("us-east-1-2021"))
+    agents = InProcessHost(build_plan(pb, None, 1, 60)).agents
+    checked = set()
+    for name, agent in agents.items():
+        kind = agent.kind if agent.kind in AGENT_CLASSES else next(k for k, c in AGENT_CLASSES.items() if isinstance(agent, c))
+        for op, info in operations(kind).items():
+            for arg, a in info.args.items():
+                bad = None if a.about is None else _outside(a.about)
+                if bad is None:
+                    continue
+                args = {k: copy.deepcopy(v.default) for k, v in info.args.items() if not v.required}
+                args |= {k: copy.deepcopy(info.example[k]) for k in info.example}
+                args[arg] = bad
+                agent.handle_apply(0, {"op": op, "args": args, "by": "test"})
+                events = agent.finish({}).events
+                assert [e["event"] for e in events] == ["apply_rejected"], (name, op, arg, events)
+                assert events[0]["reason"].startswith(f"{arg} {bad!r}: expected "), events[0]
+                checked.add((type(agent).__name__, op))
+    assert len(checked) >= 20, sorted(checked)

@@ -8,7 +8,6 @@ Validation, the reference and the JSON Schema all read this one description.
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,20 +68,7 @@ class Argument:
         fits = [ARG_TYPES[t] for t in self.types if t in ARG_TYPES]
         if fits and not any(ok(value) for _, ok, _ in fits):
             return " or ".join(what for _, _, what in fits)
-        a = self.about
-        if a is None:
-            return None
-        if a.choices is not None and isinstance(value, list):  # a list of choices
-            if any(not isinstance(v, str) or v not in a.choices for v in value):
-                return "a list of " + ", ".join(map(str, a.choices))
-        elif a.choices is not None and value not in a.choices:
-            return "one of " + ", ".join(map(str, a.choices))
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                return "a finite number"
-            if (a.min is not None and value < a.min) or (a.max is not None and value > a.max):
-                return describe_range(a)
-        return None
+        return None if self.about is None else self.about.problem(value)  # the choices and range, as agents check them
 
 
 @dataclass(frozen=True)
@@ -92,14 +78,6 @@ class OperationInfo:
     doc: str
     example: dict
     args: dict[str, Argument]
-
-
-def describe_range(a: Arg) -> str:
-    if a.min is not None and a.max is not None:
-        return f"a number from {a.min:g} to {a.max:g}"
-    if a.min is not None:
-        return f"a number >= {a.min:g}"
-    return f"a number <= {a.max:g}"
 
 
 def _info(kind: str, cls, name: str) -> OperationInfo:
