@@ -16,6 +16,7 @@ short.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,25 @@ def fair_shares(demands: list[float], capacity: float) -> list[float]:
                 shares[j] = even
             break
     return shares
+
+
+class _Offer(NamedTuple):
+    """A tick's flows as arrays: what each offers and what an item of it costs."""
+    setups: np.ndarray
+    requests: np.ndarray
+    coupled: np.ndarray  # a coupled flow's item is a setup and a request (UDP-style)
+    unit: np.ndarray  # 0 for coupled flows (their requests are counted in their setups), else 1
+    item_cost_s: np.ndarray  # work units of one setup item
+    work: np.ndarray  # work units offered
+
+    @classmethod
+    def of(cls, flows: list[Message], c_setup: float, c_request: float) -> _Offer:
+        setups = np.array([f.body["setups"] for f in flows], dtype=float)
+        requests = np.array([f.body["requests"] for f in flows], dtype=float)
+        coupled = np.array([f.body["coupled"] for f in flows], dtype=bool)
+        unit = np.where(coupled, 0.0, 1.0)
+        item_cost_s = np.where(coupled, c_setup + c_request, c_setup)
+        return cls(setups, requests, coupled, unit, item_cost_s, setups * item_cost_s + requests * c_request * unit)
 
 
 class DevicePool(Agent):
@@ -140,20 +160,13 @@ class DevicePool(Agent):
 
     # -- the tick --------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
-        dt = self.world.dt
+        """Read the inbox, admit (connection table, then protection), queue (the buffer drops
+        what does not fit), resolve every flow's items, report."""
         self._dropped_by_action = 0
         if self.fault and self.fault["until"] is not None and tick >= self.fault["until"]:
             self.fault = None
             self.event(tick, "fault_lifted")
-        flows = []
-        for msg in inbox:
-            if msg.kind == "flow":
-                flows.append(msg)
-            elif msg.kind == "close":
-                o = msg.body["origin"]
-                self.established[o] = max(0, self.established.get(o, 0) - int(msg.body["count"]))
-            elif msg.kind == "apply":
-                self.handle_apply(tick, msg.body)
+        flows = self._read(tick, inbox)
         dropped_by_action = self._dropped_by_action
 
         # Half-open entries expire.
@@ -164,8 +177,7 @@ class DevicePool(Agent):
         rate = 0.0 if down else self.count * self.cpu_per_device  # work units per second
         if self.fault and self.fault["rate"] is not None:
             rate = min(rate, self.fault["rate"])  # a bandwidth limit
-        budget = rate * dt
-        table_cap = self.count * self.table_per_device
+        budget = rate * self.world.dt
 
         # Closes free entries first.
         for f in flows:
@@ -173,24 +185,63 @@ class DevicePool(Agent):
             if b["closes"]:
                 self.established[b["origin"]] = max(0, self.established.get(b["origin"], 0) - int(b["closes"]))
 
-        n = len(flows)
-        setups = np.array([f.body["setups"] for f in flows], dtype=float)
-        requests = np.array([f.body["requests"] for f in flows], dtype=float)
-        coupled = np.array([f.body["coupled"] for f in flows], dtype=bool)
-        unit = np.where(coupled, 0.0, 1.0)  # coupled flows: one item = setup + request, counted in setups
-        item_cost_s = np.where(coupled, self.c_setup + self.c_request, self.c_setup)
-        work = setups * item_cost_s + requests * self.c_request * unit
-        offered = float(work.sum())
+        offer = _Offer.of(flows, self.c_setup, self.c_request)
+        adm_s, adm_r = self._admit(flows, offer, budget, rate)
+        rej_s = offer.setups - adm_s
+        rej_r = offer.requests * offer.unit - adm_r
+        rejected = float(rej_s.sum() + rej_r.sum())
+        keep, processed, delay = self._queue(offer, adm_s, adm_r, rejected, budget, rate, down)
+        dropped = float((adm_s + adm_r).sum()) * (1 - keep)
+        s_ok_all, r_ok_all, wasted = self._resolve(tick, flows, offer, rej_s, rej_r, keep, delay, down)
 
-        # Admission: connection table, then protection. Rejections are cheap and fast.
+        setups, requests, unit, coupled = offer.setups, offer.requests, offer.unit, offer.coupled
+        offered = float(offer.work.sum())
+        setups_offered = float(setups.sum())
+        req_offered = float((requests * unit).sum() + setups[coupled].sum())
+        table_cap = self.count * self.table_per_device
+        metrics = {
+            "devices": 0 if down else self.count,
+            "utilisation": processed / budget if budget else (1.0 if offered else 0.0),
+            "offered_load": offered / budget if budget else (1.0 if offered else 0.0),
+            "queue_delay_ms": 1e3 * delay if math.isfinite(delay) else 1e3 * self.buffer_s,
+            "setups": setups_offered,
+            "setup_success_ratio": s_ok_all / setups_offered if setups_offered else 1.0,
+            "request_success_ratio": r_ok_all / req_offered if req_offered else 1.0,
+            "rejected": rejected,
+            "dropped": dropped,
+            "wasted_work_ratio": min(1.0, wasted / processed) if processed else 0.0,
+            "table_used_ratio": (sum(self.established.values()) + int(self.half_open.sum())) / table_cap if table_cap else 1.0,
+            "connections": sum(self.established.values()),
+            "dropped_by_action": dropped_by_action,
+        }
+        self.report(tick, metrics)
+        return self.finish(metrics)
+
+    def _read(self, tick: int, inbox: list[Message]) -> list[Message]:
+        """The tick's flows; closes free their entries, applies are applied."""
+        flows = []
+        for msg in inbox:
+            if msg.kind == "flow":
+                flows.append(msg)
+            elif msg.kind == "close":
+                o = msg.body["origin"]
+                self.established[o] = max(0, self.established.get(o, 0) - int(msg.body["count"]))
+            elif msg.kind == "apply":
+                self.handle_apply(tick, msg.body)
+        return flows
+
+    def _admit(self, flows: list[Message], offer: _Offer, budget: float, rate: float) -> tuple[np.ndarray, np.ndarray]:
+        """(setups, requests) admitted of each flow: the connection table first, then
+        protection. Rejections are cheap and fast."""
+        setups, requests, unit, item_cost_s = offer.setups, offer.requests, offer.unit, offer.item_cost_s
         adm_s = setups.copy()
         adm_r = requests * unit
         used = sum(self.established.values()) + int(self.half_open.sum())
-        free = max(0.0, table_cap - used)
+        free = max(0.0, self.count * self.table_per_device - used)
         total_setups = setups.sum()
         if total_setups > free and total_setups > 0:
             adm_s = setups * (free / total_setups)
-        if self.protection and n and budget > 0:
+        if self.protection and len(flows) and budget > 0:
             # Admit only what can be served this tick without the queue growing past
             # ``protection_queue`` seconds, shared max-min fairly between sources.
             adm_work = adm_s * item_cost_s + adm_r * self.c_request
@@ -209,20 +260,18 @@ class DevicePool(Agent):
                     for i in g:
                         adm_s[i] *= frac
                         adm_r[i] *= frac
-        rej_s = setups - adm_s
-        rej_r = requests * unit - adm_r
-        rejected = float(rej_s.sum() + rej_r.sum())
+        return adm_s, adm_r
 
-        # Queue: what does not fit in the buffer is dropped (callers see a timeout).
-        w_adm = float((adm_s * item_cost_s + adm_r * self.c_request).sum()) + rejected * self.c_reject
+    def _queue(self, offer: _Offer, adm_s: np.ndarray, adm_r: np.ndarray, rejected: float, budget: float,
+               rate: float, down: bool) -> tuple[float, float, float]:
+        """(share of the admitted items the buffer keeps, work processed, mean delay): what
+        does not fit in the buffer is dropped (callers see a timeout)."""
+        w_adm = float((adm_s * offer.item_cost_s + adm_r * self.c_request).sum()) + rejected * self.c_reject
         if down:
             keep = 0.0
         else:
             space = self.buffer_s * rate + budget - self.queue
             keep = 1.0 if w_adm <= space else max(0.0, space) / w_adm
-        dropped = float((adm_s + adm_r).sum()) * (1 - keep)
-        adm_s *= keep
-        adm_r *= keep
         w_in = w_adm * keep
         q_before = self.queue
         processed = min(budget, q_before + w_in)
@@ -232,8 +281,14 @@ class DevicePool(Agent):
         else:
             rho = min(0.95, (q_before + w_in) / budget) if budget else 0.95
             delay = self.base_latency / (1.0 - rho) + (q_before + max(0.0, w_in - budget) / 2) / rate
+        return keep, processed, delay
 
-        # M/M/1-like sojourn: P(delay <= timeout) = 1 - exp(-timeout / mean delay).
+    def _resolve(self, tick: int, flows: list[Message], offer: _Offer, rej_s: np.ndarray, rej_r: np.ndarray,
+                 keep: float, delay: float, down: bool) -> tuple[int, int, float]:
+        """Each flow's whole items: rejected, then kept by the buffer, then answered in time
+        with the M/M/1-like chance P(delay <= timeout) = 1 - exp(-timeout / mean delay);
+        the results go on along the flow. Returns (setups ok, requests ok, work wasted)."""
+        setups, requests, unit, coupled = offer.setups, offer.requests, offer.unit, offer.coupled
         s_ok_all = r_ok_all = 0
         wasted = 0.0
         expiry = (self.ring_pos - 1) % self.half_open_ticks
@@ -277,26 +332,7 @@ class DevicePool(Agent):
                 res = {"s_ok": s_ok, "s_rej": s_rej, "s_fail": max(0, int(b["setups"]) - s_ok - s_rej),
                        "r_ok": r_ok, "r_rej": r_rej, "r_fail": max(0, int(b["requests"]) - r_ok - r_rej)}
             self._forward(b, res, 0.0 if down else delay, tick)
-
-        setups_offered = float(setups.sum())
-        req_offered = float((requests * unit).sum() + setups[coupled].sum())
-        metrics = {
-            "devices": 0 if down else self.count,
-            "utilisation": processed / budget if budget else (1.0 if offered else 0.0),
-            "offered_load": offered / budget if budget else (1.0 if offered else 0.0),
-            "queue_delay_ms": 1e3 * delay if math.isfinite(delay) else 1e3 * self.buffer_s,
-            "setups": setups_offered,
-            "setup_success_ratio": s_ok_all / setups_offered if setups_offered else 1.0,
-            "request_success_ratio": r_ok_all / req_offered if req_offered else 1.0,
-            "rejected": rejected,
-            "dropped": dropped,
-            "wasted_work_ratio": min(1.0, wasted / processed) if processed else 0.0,
-            "table_used_ratio": (sum(self.established.values()) + int(self.half_open.sum())) / table_cap if table_cap else 1.0,
-            "connections": sum(self.established.values()),
-            "dropped_by_action": dropped_by_action,
-        }
-        self.report(tick, metrics)
-        return self.finish(metrics)
+        return s_ok_all, r_ok_all, wasted
 
     def _some(self, n: int, p: float) -> int:
         """How many of n items an event with probability p hits."""

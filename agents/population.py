@@ -612,9 +612,40 @@ class Population(PopulationControls, Agent):
 
     # -- the tick ------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        """Read the answers, churn connections, draw fresh demand, let through what the retry
+        budget and the breaker allow, dispatch durable work, send the tick's flow, report.
+        (The random draws come in this order, which determinism depends on.)"""
         dt = self.world.dt
         self.broken = 0
         res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0, "at_once": 0}
+        self._read(tick, inbox, res)
+        self._readmit_due(tick)
+        res["errors"], self.given_up = res["errors"] + self.given_up, 0
+        conn_now, closes, extra_setups, renewals = self._churn(tick, dt)
+        demand, fresh, local_fail = self._fresh_demand(tick, dt, res)
+        req_now, released, released_by = self._let_through(tick, fresh, local_fail, res)
+        if self.durable:
+            self.ready += req_now
+            cap = self._dispatch_cap(dt)
+            if self.pooled and self.connected == 0:
+                cap = 0
+            n = min(int(self.ready.sum()), cap)
+            req_now, _ = self._split(self.ready, n)
+            self.ready -= req_now
+        requests = int(req_now.sum())
+        # Per-request mode: every request is its own flow, so it is also a setup.
+        setups = int(conn_now.sum()) + extra_setups + renewals if self.pooled else requests
+        if setups or requests or closes:
+            self.inflight_requests += requests
+            self.inflight[tick] = Batch(conn_now, req_now, extra_setups, renewals, min(released, requests), released_by,
+                                        self.n_connected, float(self.n_connected), self.request_timeout)
+            self._send_batch(tick, conn_now, req_now, renewals, setups, closes, res)
+        backlog = 0
+        if self.durable:
+            backlog = int(self.ready.sum() + self.req_wheel.pending + self.inflight_requests)
+        return self._end_tick(tick, res, self.conn_wheel.pending, demand, fresh, requests + res["at_once"], setups, backlog)
+
+    def _read(self, tick: int, inbox: list[Message], res: dict) -> None:
         health = HealthReports(self.dep_health)
         for msg in inbox:
             if msg.kind == "flow_result":
@@ -625,11 +656,11 @@ class Population(PopulationControls, Agent):
                 health.take(msg)
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
-
         health.merge()
-        self._readmit_due(tick)
-        res["errors"], self.given_up = res["errors"] + self.given_up, 0
-        # Connection churn: lifetimes end, surges force re-establishment.
+
+    def _churn(self, tick: int, dt: float) -> tuple[np.ndarray, int, int, int]:
+        """Connection churn: lifetimes end, surges force re-establishment. Returns (the
+        connection attempts due by back-off class, closes, a surge's extra setups, renewals)."""
         conn_now = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         closes = 0
         extra_setups = 0
@@ -652,15 +683,17 @@ class Population(PopulationControls, Agent):
             conn_now[0] += closes
         closes += self.pending_closes  # (a per-request population has some only after a switch of mode)
         self.pending_closes = 0
+        return conn_now, closes, extra_setups, renewals
 
+    def _fresh_demand(self, tick: int, dt: float, res: dict) -> tuple[int, int, int]:
+        """(requests asked this tick, those that can go out, those failing at once on a
+        dependency's ill health); a per-request client's surge is requests of its own."""
         surged = 0
         if not self.pooled:  # a per-request client's surge is requests: a share of the clients ask again
             for s in self.surges:
                 if tick < s["until"]:
                     surged += int(self.rng.poisson(self.clients * s["fraction"] / s["ticks"] + s["extra"] * dt))
             self.surges = [s for s in self.surges if tick < s["until"]]
-
-        # Fresh demand.
         demand = int(self.rng.poisson(self.rate * self.rate_factor * dt * self.clients)) if self.rate_factor > 0 else 0
         demand += surged
         if self.pooled and not self.durable:
@@ -674,7 +707,12 @@ class Population(PopulationControls, Agent):
         for d in self.depends_on:
             dep_ok *= self.dep_health[d]
         local_fail = int(self.rng.binomial(fresh, 1.0 - dep_ok)) if dep_ok < 1.0 and fresh else 0
+        return demand, fresh, local_fail
 
+    def _let_through(self, tick: int, fresh: int, local_fail: int, res: dict) -> tuple[np.ndarray, int, int]:
+        """(The requests going out this tick by attempt class, the retries released among
+        them, and by whom): retries due and released, within the retry budget, and the fresh
+        ones; then what an open breaker lets through."""
         req_now = self.req_wheel.pop_due() + self._orphans_due() + self.released
         released, released_by = int(self.released.sum()), self.released_by
         self.released[:] = 0
@@ -695,7 +733,6 @@ class Population(PopulationControls, Agent):
             lf[0] = local_fail
             res["failed"] += local_fail
             self._retry_or_give_up(lf, lag=0.0, res=res)
-
         if self.breaker is not None:
             allowed = self.breaker.allowed_fraction(tick)
             if allowed < 1.0:
@@ -705,35 +742,20 @@ class Population(PopulationControls, Agent):
                 req_now = kept
                 res["failed"] += int(blocked.sum())
                 self._retry_or_give_up(blocked, lag=0.0, res=res)
+        return req_now, released, released_by
 
-        if self.durable:
-            self.ready += req_now
-            cap = self._dispatch_cap(dt)
-            if self.pooled and self.connected == 0:
-                cap = 0
-            n = min(int(self.ready.sum()), cap)
-            req_now, _ = self._split(self.ready, n)
-            self.ready -= req_now
-
+    def _send_batch(self, tick: int, conn_now: np.ndarray, req_now: np.ndarray, renewals: int, setups: int,
+                    closes: int, res: dict) -> None:
+        """Send the tick's batch (recorded in flight) as one flow, or, with no path and no
+        target, answer it at once."""
         requests = int(req_now.sum())
-        # Per-request mode: every request is its own flow, so it is also a setup.
-        setups = int(conn_now.sum()) + extra_setups + renewals if self.pooled else requests
-        if setups or requests or closes:
-            self.inflight_requests += requests
-            self.inflight[tick] = Batch(conn_now, req_now, extra_setups, renewals, min(released, requests),
-                                        released_by, self.n_connected, float(self.n_connected), self.request_timeout)
-            if not self.path and not self.target:
-                self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()) + renewals, "s_fail": 0, "s_rej": 0,
-                                       "r_ok": requests, "r_fail": 0, "r_rej": 0, "r_full": 0}, res)
-            else:
-                hops = self.path + ([self.target] if self.target else [])
-                self.send_flow(hops, tick, requests, setups=setups, coupled=0 if self.pooled else 1, closes=closes,
-                               ct=self.connect_timeout, rt=self.request_timeout)
-
-        backlog = 0
-        if self.durable:
-            backlog = int(self.ready.sum() + self.req_wheel.pending + self.inflight_requests)
-        return self._end_tick(tick, res, self.conn_wheel.pending, demand, fresh, requests + res["at_once"], setups, backlog)
+        if not self.path and not self.target:
+            self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()) + renewals, "s_fail": 0, "s_rej": 0,
+                                   "r_ok": requests, "r_fail": 0, "r_rej": 0, "r_full": 0}, res)
+        else:
+            hops = self.path + ([self.target] if self.target else [])
+            self.send_flow(hops, tick, requests, setups=setups, coupled=0 if self.pooled else 1, closes=closes,
+                           ct=self.connect_timeout, rt=self.request_timeout)
 
     def _orphans_due(self) -> np.ndarray:
         """Orphan retries falling due: those whose client has reconnected go out now, the

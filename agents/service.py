@@ -291,6 +291,84 @@ class Service(Agent):
     def _successes(self, n: int, chance: float) -> int:
         return int(self.rng.binomial(n, chance)) if n and chance > 0 else 0
 
+    def _read(self, tick: int, inbox: list[Message]) -> tuple[list[dict], list[dict]]:
+        """(flows to serve, the store's answers to a cache); health reports and applies taken."""
+        flows, answers = [], []
+        health = HealthReports(self.health)
+        for msg in inbox:
+            if msg.kind == "flow":
+                flows.append(msg.body)
+            elif msg.kind == "flow_result":  # the store's answer to a cache
+                answers.append(msg.body)
+            elif msg.kind == "health":
+                health.take(msg)
+                if self.checks is not None and msg.src == self.checks.network:
+                    self.network_delay_s = float(msg.body["wait_s"])  # a service's health carries its queue wait
+            elif msg.kind == "apply":
+                self.handle_apply(tick, msg.body)
+        health.merge()
+        return flows, answers
+
+    def _wear(self, tick: int, dt: float) -> None:
+        """A fault whose time is up lifts; recycling breaks hosts while what it watches is
+        unhealthy, and repairs them once what it needs is healthy again."""
+        if self.fault_until is not None and tick >= self.fault_until:
+            self.fault_share, self.fault_latency, self.fault_jitter, self.fault_until = 0.0, 0.0, 0.0, None
+            self.event(tick, "fault_lifted")
+        if self.rec_when:
+            if self.health[self.rec_when] < self.rec_threshold:
+                self.broken = min(self.rec_max, self.broken + self.rec_break_rate * dt)
+            elif self.broken > 0 and (not self.rec_needs or self.health[self.rec_needs] >= 0.9):
+                self.broken = max(0.0, self.broken - self.rec_repair_rate * dt)
+
+    def _readiness(self, tick: int, dt: float) -> tuple[float, float, float, int]:
+        """(dependency health, work capacity this tick, the share of requests that can
+        succeed, health-check flaps): dependencies, DNS and health checks."""
+        dep = 1.0
+        for d in self.depends_on:
+            dep *= self.health[d]
+        if self.dns is not None:
+            for what in self.dns.step(tick, self.rng):
+                self.event(tick, "dns", what=what)
+            dep *= 1.0 if self.dns.ok else 0.0  # no records: nobody reaches the service
+        cap = self.capacity * self.capacity_factor * (1.0 - self.broken) * dt
+        ready = dep * (1.0 - self.broken)
+        flaps = 0
+        if self.checks is not None:
+            removed, added = self.checks.step(tick, self.rng, self.network_delay_s)
+            flaps = removed + added
+            cap *= self.checks.in_service_share
+            ready *= self.checks.reachable_share
+        return dep, cap, ready, flaps
+
+    def _admit(self, tick: int, flows: list[dict], share: float, ready: float, within: float) -> tuple[int, int]:
+        """Admit each flow's share (the throttle's); without a queue answer it at once, with
+        one queue it (a full queue refuses at once). Returns (work admitted, throttled)."""
+        dt = self.world.dt
+        units_in = throttled = 0
+        for b in flows:
+            n = int(b["requests"])
+            m = self._admitted(n, share)
+            throttled += n - m
+            if self.queue is None:
+                self._answer(tick, b, n, m, self._successes(m, ready * within), b["delay"])
+                units_in += m
+                continue
+            queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
+            units_in += queued
+            if queued < m:  # the caller learns the queue was full: a retry sent at once meets it full
+                b = b | {"r_full": b["r_full"] + m - queued}
+            if not queued:
+                self._answer(tick, b, n, 0, 0, b["delay"])
+                continue
+            # Answered once its work is done (work_queue.py), at the latest when its caller
+            # must hear of a timeout to retry on time (a tick after hearing, at its timeout);
+            # a batch gets one answer, so one with refusals (or fail_fast's errors) at once.
+            due = _due(b, dt)
+            self.queue.join(b, queued, float(b["rt"]) - b["delay"], ready,
+                            due if queued == n and not self.fail_fast else tick)
+        return units_in, throttled
+
     def _capacity_now(self, cap: float) -> float:
         """The work done in a busy tick whose mean is ``cap``: service times vary, and the
         fluctuations are what tip a queue over its threshold. Exponential service times:
@@ -432,48 +510,15 @@ class Service(Agent):
         return refused, renewed + again * lease.cost, r_in + a_in * lease.cost, lapsed
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        """Read the inbox, update what the service can do (faults, recycling, dependencies,
+        DNS, health checks), admit and queue the flows (and the leases' work), serve,
+        answer, report."""
         dt = self.world.dt
-        flows, answers = [], []
         self._answered = self._ok = self._lookups = self._hits = self._stale_served = 0
         self._evicted = 0
-        health = HealthReports(self.health)
-        for msg in inbox:
-            if msg.kind == "flow":
-                flows.append(msg.body)
-            elif msg.kind == "flow_result":  # the store's answer to a cache
-                answers.append(msg.body)
-            elif msg.kind == "health":
-                health.take(msg)
-                if self.checks is not None and msg.src == self.checks.network:
-                    self.network_delay_s = float(msg.body["wait_s"])  # a service's health carries its queue wait
-            elif msg.kind == "apply":
-                self.handle_apply(tick, msg.body)
-
-        health.merge()
-        if self.fault_until is not None and tick >= self.fault_until:
-            self.fault_share, self.fault_latency, self.fault_jitter, self.fault_until = 0.0, 0.0, 0.0, None
-            self.event(tick, "fault_lifted")
-        if self.rec_when:
-            if self.health[self.rec_when] < self.rec_threshold:
-                self.broken = min(self.rec_max, self.broken + self.rec_break_rate * dt)
-            elif self.broken > 0 and (not self.rec_needs or self.health[self.rec_needs] >= 0.9):
-                self.broken = max(0.0, self.broken - self.rec_repair_rate * dt)
-
-        dep = 1.0
-        for d in self.depends_on:
-            dep *= self.health[d]
-        if self.dns is not None:
-            for what in self.dns.step(tick, self.rng):
-                self.event(tick, "dns", what=what)
-            dep *= 1.0 if self.dns.ok else 0.0  # no records: nobody reaches the service
-        cap = self.capacity * self.capacity_factor * (1.0 - self.broken) * dt
-        ready = dep * (1.0 - self.broken)
-        flaps = 0
-        if self.checks is not None:
-            removed, added = self.checks.step(tick, self.rng, self.network_delay_s)
-            flaps = removed + added
-            cap *= self.checks.in_service_share
-            ready *= self.checks.reachable_share
+        flows, answers = self._read(tick, inbox)
+        self._wear(tick, dt)
+        dep, cap, ready, flaps = self._readiness(tick, dt)
         renewals, attempts = self.leases.due(tick, self.rng) if self.leases is not None else (0, 0)
         offered = sum(int(b["requests"]) for b in flows)
         demand = offered + renewals + attempts  # requests, as the throttle counts them
@@ -492,28 +537,7 @@ class Service(Agent):
             self.cache.tick(self.rng)
             for body in answers:
                 self._store_answered(tick, body)
-        units_in = throttled = 0
-        for b in flows:
-            n = int(b["requests"])
-            m = self._admitted(n, share)
-            throttled += n - m
-            if self.queue is None:
-                self._answer(tick, b, n, m, self._successes(m, ready * within), b["delay"])
-                units_in += m
-                continue
-            queued = self.queue.admit(m)  # beyond the queue's limit: refused at once, cheap for everyone
-            units_in += queued
-            if queued < m:  # the caller learns the queue was full: a retry sent at once meets it full
-                b = b | {"r_full": b["r_full"] + m - queued}
-            if not queued:
-                self._answer(tick, b, n, 0, 0, b["delay"])
-                continue
-            # Answered once its work is done (work_queue.py), at the latest when its caller
-            # must hear of a timeout to retry on time (a tick after hearing, at its timeout);
-            # a batch gets one answer, so one with refusals (or fail_fast's errors) at once.
-            due = _due(b, dt)
-            self.queue.join(b, queued, float(b["rt"]) - b["delay"], ready,
-                            due if queued == n and not self.fail_fast else tick)
+        units_in, throttled = self._admit(tick, flows, share, ready, within)
         useful = 0.0
         lapsed = 0
         if self.leases is not None:
