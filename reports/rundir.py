@@ -8,6 +8,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import pandas as pd
 
@@ -39,6 +40,42 @@ TOKENS = "tokens.json"  # owner-only: the server's address and every role's toke
 TEAMS = "teams"  # teams/<team>/: a run directory per team
 
 
+# -- score.json (written by orchestrator/engine/scoring.py; read by reports, comparisons, forks,
+# attribution and the live scoreboard) ---------------------------------------------------------------
+class When(TypedDict, total=False):
+    """When a measure was reached (``reached`` false: not in the run), and how far from par."""
+    reached: bool
+    clock: str
+    seconds_after_start: float
+    seconds_after_trigger: float
+    par_clock: str
+    vs_par_s: float  # seconds after (+) or before (-) par
+
+
+class Milestone(When, total=False):
+    """A milestone: ``reached`` if it holds at the end, from ``final``; ``first_at`` the
+    first time it was confirmed; ``relapses`` each time it stopped holding."""
+    final: When | None
+    first_at: When | None
+    relapses: list[When]
+    relapsed: bool  # reached once, and not holding at the end
+
+
+class Score(TypedDict, total=False):
+    trigger: When
+    loop_formed: bool
+    loop_broken: Milestone
+    first_customer_update: When
+    recovered: dict[str, Milestone]  # by population or service
+    impact: dict  # error_minutes by population, weighted_total
+    collateral: dict  # connections_broken_by_actions, requests_turned_away, requests_turned_away_by
+    actions_taken: int
+    simulated_until: str
+    devices_healthy: Milestone  # if the playbook scores device health
+    backlog_drained: Milestone  # if it scores a backlog
+    backlog_peak: dict[str, int]
+
+
 class NotARunDirectory(Exception):
     pass
 
@@ -49,7 +86,7 @@ class RunData:
     meta: dict
     metrics: pd.DataFrame
     events: pd.DataFrame
-    score: dict | None  # None while the run has not finished
+    score: Score | None  # None while the run has not finished
     attribution: dict | None = None  # attribution.json: the counterfactuals, if they were played
 
     @property

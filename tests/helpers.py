@@ -114,3 +114,21 @@ def stop(proc, clients) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
+
+
+def check_score_record(score: dict) -> None:
+    """score.json holds what reports/rundir.py's Score record declares, and nothing else."""
+    from reports import rundir
+
+    declared = lambda typed: set(typed.__annotations__)  # noqa: E731
+    assert set(score) <= declared(rundir.Score), set(score) - declared(rundir.Score)
+    assert {"trigger", "loop_formed", "loop_broken", "recovered", "impact", "collateral"} <= set(score)
+    milestones = [score["loop_broken"], *score["recovered"].values(),
+                  *(score[k] for k in ("devices_healthy", "backlog_drained") if k in score)]
+    assert len(milestones) >= 2
+    for m in milestones:
+        assert set(m) <= declared(rundir.Milestone), set(m) - declared(rundir.Milestone)
+        for when in [m["final"], m["first_at"], *m["relapses"]]:
+            assert when is None or set(when) <= declared(rundir.When)
+    for key in ("trigger", "first_customer_update"):
+        assert set(score[key]) <= declared(rundir.When)

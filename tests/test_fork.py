@@ -11,6 +11,7 @@ import pytest
 
 import orchestrator
 from orchestrator.runs.fork import fork
+from tests.helpers import check_score_record
 
 HERE = Path(__file__).parent
 MINI = str(HERE / "playbooks" / "mini_loop.yaml.j2")
@@ -111,3 +112,5 @@ def test_every_file_a_run_its_report_and_its_fork_write_is_one_the_run_directory
         first = json.loads((d / rundir.EVENTS).read_text().splitlines()[0])
         assert tuple(first)[:4] == rundir.EVENT_KEYS
         assert json.loads((d / rundir.META).read_text())["status"] == rundir.COMPLETE
+        check_score_record(json.loads((d / rundir.SCORE).read_text()))
+

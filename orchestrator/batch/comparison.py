@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from reports.rundir import Score
 from orchestrator.errors import InvalidInput, Issue
 from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
 
@@ -68,7 +69,7 @@ def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list]) 
     return [Point(rb, seed, point) for point in grid for rb in runbooks for seed in seeds]
 
 
-def row_of(point: Point, score: dict, horizon_s: float) -> dict:
+def row_of(point: Point, score: Score, horizon_s: float) -> dict:
     """One row of the results table from a run's score."""
     def after_trigger(m: dict | None) -> float:
         return float(m["seconds_after_trigger"]) if m and m.get("reached") and "seconds_after_trigger" in m else math.nan

@@ -24,6 +24,7 @@ from collections import deque
 from agents.shards import source_of
 
 from orchestrator.playbook.format import milestone_keys
+from reports import rundir
 from reports.timefmt import format_clock
 
 #: operations that turn traffic away while they hold, and the metric that counts it
@@ -220,8 +221,8 @@ class Scorer:
         progress) if work reached them that they could not do."""
         return 1.0 if self.admitted.num <= 0 else 0.0
 
-    def _when(self, tick: int | None, par_key: str | None = None) -> dict:
-        out: dict = {"reached": tick is not None}
+    def _when(self, tick: int | None, par_key: str | None = None) -> rundir.When:
+        out: rundir.When = {"reached": tick is not None}
         if tick is not None:
             clock = self.start_s + tick * self.dt
             out["clock"] = format_clock(clock)
@@ -234,7 +235,7 @@ class Scorer:
                 out["vs_par_s"] = self.start_s + tick * self.dt - self.par[par_key]
         return out
 
-    def _milestone(self, key: str) -> dict:
+    def _milestone(self, key: str) -> rundir.Milestone:
         """A milestone's final time (``reached``: it holds at the horizon), with its first
         time, its relapses and whether it relapsed for good."""
         m = self.milestones[key]
@@ -246,7 +247,7 @@ class Scorer:
         out["relapsed"] = m.relapsed
         return out
 
-    def score(self) -> dict:
+    def score(self) -> rundir.Score:
         ms = self.milestones
         loop_formed = ms["loop_broken"].broken_seen
         result = {
