@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -191,7 +192,7 @@ class _Reading:
         """How far ``tick`` came after (+) or before (-) a clock time."""
         return _delta(self.start_s + tick * self.dt - clock_s)
 
-    @property
+    @cached_property  # a scan of the whole run; the summary and the timeline both need it
     def bad_tick(self) -> int | None:
         """The first tick after the trigger at which the loop's ground truth fell below its threshold."""
         if self.trigger_tick is None or self.signal is None:
