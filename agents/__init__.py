@@ -1,6 +1,6 @@
 """The simulated parts of a world. Pure step machines: no Ray, ZeroMQ or CLI in here."""
 from .automation import Automation
-from .base import OUTSIDE, PROTOCOL_VERSION, Agent, Message, StepResult, WorldInfo, agent_rng
+from .base import OUTSIDE, PROTOCOL_VERSION, UNWIRED, Agent, Message, StepResult, Wiring, WorldInfo, agent_rng
 from .deployment import Deployment
 from .device import DevicePool
 from .monitoring import Monitoring
@@ -24,4 +24,5 @@ AGENT_CLASSES: dict[str, type[Agent]] = {
     "operator:console": ConsoleOperator,
 }
 
-__all__ = ["AGENT_CLASSES", "OUTSIDE", "PROTOCOL_VERSION", "Agent", "Message", "StepResult", "WorldInfo", "agent_rng"]
+__all__ = ["AGENT_CLASSES", "OUTSIDE", "PROTOCOL_VERSION", "UNWIRED", "Agent", "Message", "StepResult", "Wiring", "WorldInfo",
+           "agent_rng"]

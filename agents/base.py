@@ -133,6 +133,26 @@ class WorldInfo:
         return self.start_s + tick * self.dt
 
 
+@dataclass(frozen=True)
+class Wiring:
+    """How the world builder (orchestrator.engine.world) connected an agent. Every agent of
+    a world gets a complete one; ``UNWIRED`` is what an agent built alone is connected to."""
+
+    health_subscribers: tuple[str, ...]  # who hears this agent's health (its dependants)
+    monitor: str | None  # where its telemetry goes
+    telemetry: tuple[str, ...]  # which of its metrics monitoring observes
+    telemetry_every: int  # ticks between two telemetry reports
+    operators: tuple[str, ...]  # who monitoring publishes its view and alarms to
+    deployment: str | None  # where an operator's action requests go
+    shards: dict[str, list[tuple[str, float]]]  # sharded population -> (its shard, share of its clients)
+    initial_connections: dict[str, int]  # a device's connections held at tick 0: source -> count
+
+
+#: Connected to nothing: no dependants, no monitoring, no operators, no shards.
+UNWIRED = Wiring(health_subscribers=(), monitor=None, telemetry=(), telemetry_every=1, operators=(), deployment=None,
+                 shards={}, initial_connections={})
+
+
 def agent_rng(seed: int, name: str) -> np.random.Generator:
     """An RNG stream per agent that depends only on the world seed and the agent name,
     so results do not depend on how agents are grouped onto processes."""
@@ -152,6 +172,7 @@ class Agent:
         self.spec = spec
         self.rng = rng
         self.world = world
+        self.wiring: Wiring = spec["_wiring"]
         self._seq = 0
         self._outbox: list[Message] = []
         self._events: list[dict] = []
@@ -169,26 +190,17 @@ class Agent:
         self._outbox, self._events = [], []
         return out
 
-    def read_wiring(self, spec: dict) -> dict:
-        """How the world builder connected this agent: who gets its health and its
-        telemetry (which metrics, every how many ticks)."""
-        wiring = spec.get("_wiring") or {}
-        self.health_subscribers: list[str] = list(wiring.get("health_subscribers", []))
-        self.monitor = wiring.get("monitor")
-        self.telemetry: list[str] = list(wiring.get("telemetry", []))
-        self.telemetry_every = int(wiring.get("telemetry_every", 1))
-        return wiring
-
     def send_apply(self, target: str, op: str, args: dict, by: str, tick: int) -> None:
         """An operation for ``target``; a sharded population gets it on every shard."""
-        shards = (self.spec.get("_wiring") or {}).get("shards", {}).get(target)
+        shards = self.wiring.shards.get(target)
         for dst, part in apply_to_shards(op, args, shards) if shards else [(target, args)]:
             self.send(dst, "apply", {"op": op, "args": part, "by": by}, tick)
 
     def report(self, tick: int, metrics: dict[str, float]) -> None:
         """Send this tick's telemetry to monitoring, if it is due."""
-        if self.monitor and self.telemetry and tick % self.telemetry_every == 0:
-            self.send(self.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in self.telemetry}}, tick)
+        w = self.wiring
+        if w.monitor and w.telemetry and tick % w.telemetry_every == 0:
+            self.send(w.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in w.telemetry}}, tick)
 
     def send_flow(self, hops: list, tick: int, requests: int, setups: int = 0, coupled: int = 0, closes: int = 0,
                   ct: float = 5.0, rt: float = 5.0) -> None:

@@ -98,11 +98,10 @@ class DevicePool(Agent):
         self.protection_queue = float(queue["protection_target"])  # seconds of queue protection allows
         self.queue = 0.0  # work units waiting
         self.fault: dict | None = None  # a fault (toxic) an operation applied: share, kind, latency, until
-        self.established: dict[str, int] = dict((spec.get("_wiring") or {}).get("initial_connections") or {})
+        self.established: dict[str, int] = dict(self.wiring.initial_connections)
         self.half_open = np.zeros(self.half_open_ticks, dtype=np.int64)  # ring of half-open entries by expiry
         self.ring_pos = 0
         self.down_until = -1
-        self.read_wiring(spec)
 
     # -- operations ----------------------------------------------------------------------
     @operation(example={"count": 4},

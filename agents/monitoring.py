@@ -40,11 +40,9 @@ class Monitoring(Agent):
         self.queries: list[dict] = []
         self.alarm_since: dict[str, int] = {}
         self.firing: set[str] = set()
-        wiring = spec.get("_wiring") or {}
-        self.operators = list(wiring.get("operators", []))
         self.down_until = -1
-        self.shard_of = {shard: pop for pop, shards in (wiring.get("shards") or {}).items() for shard, _ in shards}
-        self.shard_count = {pop: len(shards) for pop, shards in (wiring.get("shards") or {}).items()}
+        self.shard_of = {shard: pop for pop, shards in self.wiring.shards.items() for shard, _ in shards}
+        self.shard_count = {pop: len(shards) for pop, shards in self.wiring.shards.items()}
 
     @operation(example={"reply_to": "$requester"},
                reply_to=Arg("the agent the answer goes to: the operator who asked ($requester)"),
@@ -123,7 +121,7 @@ class Monitoring(Agent):
         fresh = sum(1 for m in self.observe if m in self.view and tick - self.view[m][1] <= self.stale_ticks)
         if tick % self.publish_every == 0:
             view = {m: [v, (tick - at) * self.world.dt] for m, (v, at) in sorted(self.view.items())}
-            for op in self.operators:
+            for op in self.wiring.operators:
                 self.send(op, "observed", {"view": view, "alarms": sorted(self.firing)}, tick)
         return self.finish({
             "reports_sent": sent,

@@ -20,8 +20,6 @@ class Operator(Agent):
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
-        wiring = spec.get("_wiring") or {}
-        self.dispatcher = wiring.get("deployment", "deployment")
         self.view: dict[str, list] = {}
         self.view_tick = -1
         self.alarms: set[str] = set()
@@ -45,7 +43,7 @@ class Operator(Agent):
         self.n_requested += 1
         self.requested.setdefault(action, tick)
         aid = f"{self.name}-{self.n_requested}"
-        self.send(self.dispatcher, "action_request", {"id": aid, "action": action, "params": params or {}}, tick)
+        self.send(self.wiring.deployment, "action_request", {"id": aid, "action": action, "params": params or {}}, tick)
         self.event(tick, "action_requested", id=aid, action=action, params=params or {}, reason=reason, **ref)
 
     def decide(self, tick: int) -> None:

@@ -116,7 +116,6 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.given_up = 0  # work an op_drop_backlog gave up, counted as errors at the end of the tick
     agent.health_of_clients = spec["health"] == "clients_without_backlog"
     agent.dispatch_credit = 0.0  # durable dispatch: the fraction of a request carried to the next tick
-    agent.read_wiring(spec)
 
 
 class PopulationControls:
@@ -153,7 +152,7 @@ class PopulationControls:
             ok, of = self.clients - min(backlog, self.clients), self.clients
         else:
             ok, of = res["ok"], resolved
-        for sub in self.health_subscribers:
+        for sub in self.wiring.health_subscribers:
             self.send(sub, "health", {"ratio": ok / of if of else 1.0, "ok": ok, "resolved": of}, tick)
         self.report(tick, metrics)
         return self.finish(metrics)

@@ -290,8 +290,24 @@ class ClientByClientPopulation(PopulationControls, Agent):
 
     # -- the tick ----------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
-        dt = self.world.dt
-        now = tick * dt
+        now = tick * self.world.dt
+        res = self._read(tick, inbox)
+        due = self._due(now)
+        setups, renewals, extra, surged = self._churn(tick, due)
+        closes, self.pending_closes = self.pending_closes, 0
+        demand, fresh = self._fresh_demand(now, surged, res)
+        batch = self._first_attempts(tick, now, fresh, res)
+        batch += self._retries(due["retry"], len(fresh), res)
+        batch = self._through_breaker(tick, now, batch, res)
+        if self.durable:
+            batch = self._dispatch(batch)
+        n_setups = self._send_batch(tick, setups, renewals, extra, batch, closes, res)
+        return self._end_tick(tick, res, self.n_state[WAITING], demand, len(fresh), len(batch) + res["at_once"], n_setups,
+                              self._backlog())
+
+    # -- the phases of a tick ------------------------------------------------------------------
+    def _read(self, tick: int, inbox: list[Message]) -> dict:
+        """This tick's messages; returns the tick's outcome counters."""
         self.broken = 0
         res = {"ok": 0, "failed": 0, "errors": 0, "setup_ok": 0, "setup_failed": 0, "at_once": 0}
         health = HealthReports(self.dep_health)
@@ -304,19 +320,27 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 health.take(msg)
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
-
         health.merge()
         self._readmit_due(tick)
         res["errors"], self.given_up = res["errors"] + self.given_up, 0
-        # Everything the clients planned for up to the end of this tick.
+        return res
+
+    def _due(self, now: float) -> dict[str, list[tuple]]:
+        """Everything the clients planned for up to the end of this tick, by what it is."""
         due: dict[str, list[tuple]] = {"expire": [], "connect": [], "retry": []}
-        renewals: list[tuple[int, int]] = []
         while self.events and self.events[0][0] <= now + _EPS:
             ev = heapq.heappop(self.events)
             due[ev[2]].append(ev)
+        return due
 
+    def _churn(self, tick: int, due: dict[str, list[tuple]]) -> tuple[list[int], list[tuple[int, int]], int, list[int]]:
+        """(connection setups of our clients, renewals, surge setups with no client behind
+        them, clients a per-request surge makes ask again)."""
+        dt = self.world.dt
         setups: list[int] = []
+        renewals: list[tuple[int, int]] = []
         extra = 0
+        surged: list[int] = []
         if self.pooled:
             # Connection churn: lifetimes end (the next connection opens before the old one closes) ...
             for _, _, _, cid, gen, _, _ in due["expire"]:
@@ -331,26 +355,24 @@ class ClientByClientPopulation(PopulationControls, Agent):
                         if self._random() < p:
                             self._reconnect_now(c, setups)
                     extra += int(self.rng.poisson(s["extra"] * dt))
-            self.surges = [s for s in self.surges if tick < s["until"]]
             for _, _, _, cid, gen, _, _ in due["connect"]:
                 c = self.people[cid]
                 if c.state == WAITING and c.conn == gen:
                     self._set_state(c, CONNECTING)
                     setups.append(cid)
-        surged: list[int] = []
-        if not self.pooled:  # a per-request client's surge is requests: a share of the clients ask again
+        else:  # a per-request client's surge is requests: a share of the clients ask again
             for s in self.surges:
                 if tick < s["until"]:
                     p = min(1.0, s["fraction"] / s["ticks"])
                     surged += [cid for cid in range(self.clients) if self._random() < p]
                     surged += [int(c) for c in self.rng.integers(0, self.clients, int(self.rng.poisson(s["extra"] * dt)))]
-            self.surges = [s for s in self.surges if tick < s["until"]]
-        closes = self.pending_closes
-        self.pending_closes = 0
+        self.surges = [s for s in self.surges if tick < s["until"]]
+        return setups, renewals, extra, surged
 
-        # Fresh demand: every client's own Poisson stream.
+    def _fresh_demand(self, now: float, surged: list[int], res: dict) -> tuple[int, list[int]]:
+        """(this tick's fresh requests, the clients that can try them): every client's own
+        Poisson stream, plus a surge's."""
         wanted = self._requests_due(now) + surged
-        demand = len(wanted)
         fresh: list[int] = []
         for cid in wanted:
             if self.pooled and not self.durable and self.people[cid].state != CONNECTED:
@@ -358,66 +380,82 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 res["failed"] += 1
             else:
                 fresh.append(cid)
+        return len(wanted), fresh
+
+    def _first_attempts(self, tick: int, now: float, fresh: list[int], res: dict) -> list[tuple]:
+        """The fresh requests that get past the dependencies' health, as batch items
+        (client, attempt, connection generation, last sleep)."""
         dep_ok = 1.0
         for d in self.depends_on:
             dep_ok *= self.dep_health[d]
-        batch: list[tuple[int, int, int]] = []  # (client, attempt, connection generation)
+        batch: list[tuple] = []
         for cid in fresh:
             if dep_ok < 1.0 and self._random() >= dep_ok:
                 res["failed"] += 1  # a dependency failed locally
                 self._retry_or_give_up(tick, cid, 0, now, res)
             else:
                 batch.append((cid, 0, self.people[cid].conn, None))
+        return batch
 
-        # Retries due now (after those whose client has just connected). A pooled client
-        # without a connection keeps its retry until its next connection attempt; the
-        # others spend the retry budget, if there is one.
+    def _retries(self, due: list[tuple], fresh: int, res: dict) -> list[tuple]:
+        """Retries due now (after those whose client has just connected), as batch items. A
+        pooled client without a connection keeps its retry until its next connection attempt;
+        the others spend the retry budget, if there is one."""
         retries, self.released = self.released, []
-        for _, _, _, cid, _, attempt, sleep in due["retry"]:  # in the order they fell due
+        for _, _, _, cid, _, attempt, sleep in due:  # in the order they fell due
             c = self.people[cid]
             if self.pooled and not self.durable and c.state != CONNECTED:
                 c.parked.append((attempt, sleep))
             else:
                 retries.append((cid, attempt, sleep))
-        granted = len(retries) if self.budget is None else self.budget.spend(len(fresh), len(retries))
-        for cid, attempt, sleep in retries[:granted]:
-            batch.append((cid, attempt, self.people[cid].conn, sleep))
+        granted = len(retries) if self.budget is None else self.budget.spend(fresh, len(retries))
         for cid, attempt, sleep in retries[granted:]:  # no retry budget left
             if self.durable:
                 self.ready.append((cid, attempt, sleep))
             else:
                 res["errors"] += 1
+        return [(cid, attempt, self.people[cid].conn, sleep) for cid, attempt, sleep in retries[:granted]]
 
-        if self.breaker is not None:
-            allowed = self.breaker.allowed_fraction(tick)
-            if allowed < 1.0:
-                kept = []
-                for item in batch:
-                    if self._random() < allowed:
-                        kept.append(item)
-                    else:
-                        res["failed"] += 1
-                        self._retry_or_give_up(tick, item[0], item[1], now, res, item[3])
-                batch = kept
+    def _through_breaker(self, tick: int, now: float, batch: list[tuple], res: dict) -> list[tuple]:
+        """What an open or half-open circuit breaker lets through; the rest fail locally."""
+        if self.breaker is None:
+            return batch
+        allowed = self.breaker.allowed_fraction(tick)
+        if allowed >= 1.0:
+            return batch
+        kept = []
+        for item in batch:
+            if self._random() < allowed:
+                kept.append(item)
+            else:
+                res["failed"] += 1
+                self._retry_or_give_up(tick, item[0], item[1], now, res, item[3])
+        return kept
 
-        if self.durable:
-            self.ready += [(cid, attempt, sleep) for cid, attempt, _, sleep in batch]
-            cap = self._dispatch_cap(dt)
-            if self.pooled and self.connected == 0:
-                cap = 0
-            n = min(len(self.ready), cap)
-            pick = set(self.rng.choice(len(self.ready), size=n, replace=False).tolist()) if n < len(self.ready) \
-                else set(range(n))
-            batch = [(cid, a, self.people[cid].conn, z) for i, (cid, a, z) in enumerate(self.ready) if i in pick]
-            self.ready = [w for i, w in enumerate(self.ready) if i not in pick]
-            if self.pooled and batch:
-                # Queued work is delivered by whichever clients hold a connection now.
-                holders = self._connected_clients()
-                batch = [(c.cid, a, c.conn, z) for (_, a, _, z), c in
-                         zip(batch, (holders[int(i)] for i in self.rng.integers(len(holders), size=len(batch))))]
+    def _dispatch(self, batch: list[tuple]) -> list[tuple]:
+        """Durable work: this tick's batch joins the ready work, and as much of it as the
+        dispatch cap allows goes out, picked at random."""
+        self.ready += [(cid, attempt, sleep) for cid, attempt, _, sleep in batch]
+        cap = self._dispatch_cap(self.world.dt)
+        if self.pooled and self.connected == 0:
+            cap = 0
+        n = min(len(self.ready), cap)
+        pick = set(self.rng.choice(len(self.ready), size=n, replace=False).tolist()) if n < len(self.ready) \
+            else set(range(n))
+        batch = [(cid, a, self.people[cid].conn, z) for i, (cid, a, z) in enumerate(self.ready) if i in pick]
+        self.ready = [w for i, w in enumerate(self.ready) if i not in pick]
+        if self.pooled and batch:
+            # Queued work is delivered by whichever clients hold a connection now.
+            holders = self._connected_clients()
+            batch = [(c.cid, a, c.conn, z) for (_, a, _, z), c in
+                     zip(batch, (holders[int(i)] for i in self.rng.integers(len(holders), size=len(batch))))]
+        return batch
 
-        # Surge setups have no client of ours behind them (-1).
-        setup_list = setups + [-1] * extra if self.pooled else []
+    def _send_batch(self, tick: int, setups: list[int], renewals: list[tuple[int, int]], extra: int, batch: list[tuple],
+                    closes: int, res: dict) -> int:
+        """Send this tick's flow (or, with nothing on the path, resolve it at once); returns
+        the connection setups it asks for."""
+        setup_list = setups + [-1] * extra if self.pooled else []  # surge setups have no client of ours behind them
         n_setups = len(setup_list) + len(renewals) if self.pooled else len(batch)
         if n_setups or batch or closes:
             self.inflight[tick] = (setup_list, batch, renewals)
@@ -429,14 +467,15 @@ class ClientByClientPopulation(PopulationControls, Agent):
                 hops = self.path + ([self.target] if self.target else [])
                 self.send_flow(hops, tick, len(batch), setups=n_setups, coupled=0 if self.pooled else 1, closes=closes,
                                ct=self.connect_timeout, rt=self.request_timeout)
+        return n_setups
 
-        backlog = 0
-        if self.durable:
-            waiting_retries = sum(1 for ev in self.events if ev[2] == "retry")
-            inflight_req = sum(len(r) for _, r, _ in self.inflight.values())
-            backlog = len(self.ready) + waiting_retries + inflight_req
-        return self._end_tick(tick, res, self.n_state[WAITING], demand, len(fresh), len(batch) + res["at_once"], n_setups,
-                              backlog)
+    def _backlog(self) -> int:
+        """Durable work not yet done: ready, waiting to retry, or in flight."""
+        if not self.durable:
+            return 0
+        waiting_retries = sum(1 for ev in self.events if ev[2] == "retry")
+        inflight_req = sum(len(r) for _, r, _ in self.inflight.values())
+        return len(self.ready) + waiting_retries + inflight_req
 
     # -- outcomes ------------------------------------------------------------------------------
     def _retry_or_give_up(self, tick: int, cid: int, attempt: int, detected: float, res: dict,

@@ -138,7 +138,6 @@ class Service(Agent):
         self.broken = 0.0
         self.capacity_factor = 1.0
         self.throttle: float | None = None  # requests per second admitted; None: no throttle
-        self.read_wiring(spec)
 
     @operation(example={})
     def op_restore_dns(self, tick: int) -> None:
@@ -567,7 +566,7 @@ class Service(Agent):
         elif not offered and (self.queue is None or not self.queue.live):
             self.last_ratio = ready
         ratio = self.last_ratio * held
-        for sub in self.health_subscribers:
+        for sub in self.wiring.health_subscribers:
             self.send(sub, "health", {"ratio": ratio, "wait_s": wait_s}, tick)
         metrics = {
             "offered": offered,

@@ -10,7 +10,7 @@ import pytest
 
 import orchestrator
 from helpers import window as clock_window
-from agents import Service, WorldInfo, agent_rng
+from agents import UNWIRED, Service, WorldInfo, agent_rng
 from orchestrator.errors import InvalidRunbook
 from orchestrator.playbook.loader import load_playbook
 
@@ -89,7 +89,7 @@ def test_a_throttle_to_zero_is_no_progress_and_a_negative_one_is_rejected(runboo
     with pytest.raises(InvalidRunbook, match=r"rules\[0\]\.do\.params\.rate: got -5; expected a number >= 0 "
                                              r"\(it is argument rate of throttle\)"):
         orchestrator.run(LH, runbook=negative, seed=1)  # refused before the run, from the operation's declared range
-    service = Service("manager", load_playbook(LH).data["services"][1], agent_rng(1, "manager"), WorldInfo(dt=1.0, start_s=0.0, seed=1))
+    service = Service("manager", load_playbook(LH).data["services"][1] | {"_wiring": UNWIRED}, agent_rng(1, "manager"), WorldInfo(dt=1.0, start_s=0.0, seed=1))
     service.handle_apply(0, {"op": "throttle", "args": {"rate": -5}, "by": "console"})  # from outside a playbook
     assert service.throttle is None
     assert service.finish({}).events[0]["event"] == "apply_rejected"

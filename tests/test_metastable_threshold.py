@@ -145,3 +145,23 @@ def test_littles_law_holds_on_a_queue_at_steady_state(tick):
     mean_wait = waited / done
     assert rate == pytest.approx(9.0, rel=0.05)
     assert np.mean(backlog) == pytest.approx(rate * mean_wait, rel=0.05), (np.mean(backlog), rate, mean_wait)
+
+
+def test_the_exact_simulation_holds_the_mm1k_mean_queue_when_nobody_times_out():
+    """The reference itself against a closed form: with a timeout nobody reaches it is an
+    M/M/1/K queue, whose mean number in the system is rho/(1 - rho) - (K + 1) rho^(K + 1) /
+    (1 - rho^(K + 1))."""
+    lam, rho, k = 8.0, 8.0 / des.MU, des.LIMIT
+    closed_form = rho / (1 - rho) - (k + 1) * rho ** (k + 1) / (1 - rho ** (k + 1))
+    series = des.queue_series(1e9, 1, 30_000.0, rates=((float("inf"), lam),))
+    assert series[100:].mean() == pytest.approx(closed_form, rel=0.05)
+
+
+def test_the_exact_simulation_empties_and_stays_empty_once_arrivals_stop():
+    """Twice the service rate fills the queue; no arrivals at all after second 200 drain it
+    (the retries run out), and the series still reaches its horizon once nothing is left
+    to happen."""
+    series = des.queue_series(10.0, 1, 600.0, rates=((200.0, 20.0), (float("inf"), 0.0)))
+    assert len(series) == 600
+    assert series[150:200].max() == des.LIMIT
+    assert not series[-100:].any()

@@ -47,8 +47,8 @@ def test_the_world_plan_wires_every_shard():
     assert "control-plane" not in names and {"control-plane#0", "control-plane#1", "control-plane#2"} <= set(names)
     spec = {a.name: a.spec for a in plan.agents}
     # the services that depend on control-plane hear from every shard; the bridge knows every shard's connections
-    assert all(spec[f"control-plane#{i}"]["_wiring"]["health_subscribers"] == ["ec2-api", "api-gateway"] for i in range(3))
-    assert sum(spec["bridge"]["_wiring"]["initial_connections"][f"internal-clients#{i}"] for i in range(3)) == 85000
+    assert all(spec[f"control-plane#{i}"]["_wiring"].health_subscribers == ("ec2-api", "api-gateway") for i in range(3))
+    assert sum(spec["bridge"]["_wiring"].initial_connections[f"internal-clients#{i}"] for i in range(3)) == 85000
     assert ("internal-clients", "error_ratio") in plan.columns() and ("internal-clients#2", "error_ratio") in plan.columns()
 
 

@@ -4,13 +4,15 @@ telemetry, who the operators are). Hosting-independent."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from agents import AGENT_CLASSES, WorldInfo
+from agents import AGENT_CLASSES, Wiring, WorldInfo
 from agents.shards import merge_metrics, metrics_needed, shard_specs, source_of
 from orchestrator.playbook.loader import Playbook
 
 OPERATOR = "operator"
+MONITORING = "monitoring"
+DEPLOYMENT = "deployment"
 
 
 @dataclass
@@ -95,29 +97,31 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
     sharded = {pop: [(s["name"], s["clients"] / sum(x["clients"] for x in parts)) for s in parts]
                for pop, parts in split.items() if len(parts) > 1}
 
-    def wired(item: dict, logical: str | None = None) -> dict:
-        spec = dict(item)
-        reports = telemetry.get(logical or item["name"], [])
-        spec["_wiring"] = {"health_subscribers": subscribers.get(logical or item["name"], []), "monitor": "monitoring",
-                           "telemetry": metrics_needed(reports) if logical else reports, "telemetry_every": every}
-        return spec
+    # Every agent is wired to the same world; what differs is its own dependants and telemetry.
+    world = Wiring(health_subscribers=(), monitor=MONITORING, telemetry=(), telemetry_every=every,
+                   operators=(OPERATOR,), deployment=DEPLOYMENT, shards=sharded, initial_connections={})
+
+    def wired(spec: dict, name: str, logical: str | None = None, **own) -> dict:
+        """``spec`` with its wiring; ``logical``: the population a shard is part of."""
+        reports = telemetry.get(logical or name, [])
+        return spec | {"_wiring": replace(world, health_subscribers=tuple(subscribers.get(logical or name, [])),
+                                          telemetry=tuple(metrics_needed(reports) if logical else reports), **own)}
+
+    def add(kind: str, name: str, spec: dict, **how) -> None:
+        plan.agents.append(AgentPlan(kind, name, wired(spec, name, **how)))
 
     plan = WorldPlan(info=info, ticks=int(round(total / dt)), shards={p: members[p] for p in sharded})
-    plan.agents.append(AgentPlan("automation", "triggers", {"triggers": data["triggers"], "faults": data["faults"],
-                                                               "_wiring": {"shards": sharded}}))
+    add("automation", "triggers", {"triggers": data["triggers"], "faults": data["faults"]})
     for d in data["devices"]:
-        spec = wired(d)
-        spec["_wiring"]["initial_connections"] = initial.get(d["name"], {})
-        plan.agents.append(AgentPlan("device", d["name"], spec))
-    plan.agents += [AgentPlan("service", s["name"], wired(s)) for s in data["services"]]
-    plan.agents += [AgentPlan("population", s["name"], wired(s, p["name"] if len(split[p["name"]]) > 1 else None))
-                    for p in data["populations"] for s in split[p["name"]]]
-    plan.agents.append(AgentPlan("monitoring", "monitoring", mon | {"_wiring": {"operators": [OPERATOR], "shards": sharded}}))
-    plan.agents.append(AgentPlan("deployment", "deployment", data["deployment"] | {"catalogue": data["mitigations"],
-                                                                                    "_wiring": {"shards": sharded}}))
-    plan.agents.append(AgentPlan("status", "status", data["status"]))
+        add("device", d["name"], d, initial_connections=initial.get(d["name"], {}))
+    for s in data["services"]:
+        add("service", s["name"], s)
+    for p in data["populations"]:
+        for s in split[p["name"]]:
+            add("population", s["name"], s, logical=p["name"] if len(split[p["name"]]) > 1 else None)
+    add("monitoring", MONITORING, mon)
+    add("deployment", DEPLOYMENT, data["deployment"] | {"catalogue": data["mitigations"]})
+    add("status", "status", data["status"])
     rules = (runbook or {}).get("rules") or []
-    kind = "operator:console" if console else "operator:runbook" if rules else "operator:none"
-    plan.agents.append(AgentPlan(kind, OPERATOR,
-                                 {"rules": rules, "_wiring": {"deployment": "deployment"}}))
+    add("operator:console" if console else "operator:runbook" if rules else "operator:none", OPERATOR, {"rules": rules})
     return plan

@@ -45,7 +45,7 @@ def take_over(run: WorldRun, rules: list[dict]) -> None:
     """Replace the world's operator by one that follows ``rules``, with what the old one knew."""
     host = run.host
     old = host.agents[OPERATOR]
-    spec = {"rules": rules, "_wiring": {"deployment": old.dispatcher}}
+    spec = {"rules": rules, "_wiring": old.wiring}
     new = build_agent("operator:runbook", OPERATOR, spec, run.plan.info)
     new.take_over(old)
     host.agents[OPERATOR] = new
