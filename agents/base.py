@@ -25,6 +25,9 @@ PROTOCOL_VERSION = 4
 #: fault), each stamped by the hosting with the tick that consumes it.
 OUTSIDE = "outside"
 
+#: The unit of a share from 0 to 1 in an agent's METRICS; consoles and pages draw it from 0 to 100%.
+RATIO = "ratio"
+
 #: How the requests a fault (toxic) hits fail: their callers wait out their timeout, or are refused at once.
 FAULT_KINDS = ("timeout", "error")
 

@@ -1,6 +1,7 @@
 """Small helpers shared by the tests: build and step worlds in process."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 import os
 import re
 import shutil
@@ -65,6 +66,34 @@ def chromium() -> str:
             pytest.fail("chromium is missing: .ci/run installs it")
         pytest.skip("chromium is not installed (.ci/run installs it)")
     return browser
+
+
+@contextmanager
+def webdriver(tmp_path: Path, name: str = "browser"):
+    """Headless Chromium driven through Debian's chromedriver (.ci/run installs both), with
+    its console log kept; quits at the end."""
+    from selenium import webdriver as wd
+    from selenium.webdriver.chrome.service import Service
+
+    browser = chromium()
+    driver_path = shutil.which("chromedriver")
+    if driver_path is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromedriver is missing: .ci/run installs Debian's chromium-driver")
+        pytest.skip("chromedriver is not installed (.ci/run installs Debian's chromium-driver)")
+    opts = wd.ChromeOptions()
+    opts.binary_location = browser
+    # The closed network refuses Chromium's own background connections: keep it from making them.
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={tmp_path / f'profile-{name}'}"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = wd.Chrome(options=opts, service=Service(driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def dump_dom(browser, url, tmp_path, budget_ms):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from orchestrator.live.console_view import (GAP, completion_words, format_value, parse_command, render_act_result,
+from orchestrator.live.console_view import (BLOCKS, GAP, completion_words, format_value, parse_command, render_act_result,
                                        render_catalogue, render_feed_entry, render_status, sparkline)
 
 pytestmark = [pytest.mark.slow, pytest.mark.live]  # a live session and its console in a terminal
@@ -72,6 +72,14 @@ def test_sparkline_marks_gaps_and_scales():
     assert sparkline([]) == ""
     assert sparkline([3.0, 3.0]) == "▄▄" and sparkline([0.0, 0.0]) == "▁▁"
     assert len(sparkline(list(range(100)), width=20)) == 20
+
+
+def test_sparklines_of_ratios_have_a_fixed_scale_so_small_error_ratios_stay_low():
+    low, high = sparkline([0.003] * 5, unit="ratio"), sparkline([0.99] * 5, unit="ratio")
+    assert low == BLOCKS[0] * 5 and high == BLOCKS[-1] * 5
+    assert sparkline([0.003, 0.004], unit="ratio") == BLOCKS[0] * 2  # not stretched to the whole height
+    assert sparkline([0.0, 1.5], unit="ratio") == BLOCKS[0] + BLOCKS[-1]  # above 100% the scale grows
+    assert "now at the right" in render_status(_state())
 
 
 def test_status_shows_header_metrics_alerts_actions_logs_messages():

@@ -361,12 +361,13 @@ def test_with_curve_keys_only_clients_with_the_server_key_get_answers(tmp_path):
 def test_the_scoreboard_page_of_a_real_session_shows_both_teams_and_follows_the_worlds(tmp_path):
     """The page served by the session's own web server, read twice by headless Chromium
     while two worlds run: both teams shown, and the simulated clock moves on."""
-    from orchestrator.live.scoreboard_web import start_web
+    from orchestrator.live.web import WebServer
     from helpers import chromium, dump_dom, shown
 
     browser = chromium()
     with live(tmp_path, speed=100.0, duration=4 * 3600, start=True) as (session, server):
-        web, url = start_web(lambda: server.board_json, 0)
+        web = WebServer(server.address, lambda: server.board_json, port=0)
+        url = web.url
         try:
             time.sleep(1.0)
             first = shown(dump_dom(browser, url, tmp_path, 1500)[0])

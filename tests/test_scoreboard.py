@@ -14,7 +14,7 @@ import pytest
 from helpers import chromium, dump_dom, shown
 from orchestrator.errors import GamedayError
 from orchestrator.live.scoreboard_view import render_board
-from orchestrator.live.scoreboard_web import start_web
+from orchestrator.live.web import CSP, WebServer
 
 
 def board(state="running", clock="07:48:56", lag_s=0.0, consoles=True):
@@ -58,7 +58,7 @@ def test_the_final_ranking_lag_and_a_board_without_consoles():
 
 # -- the web server -------------------------------------------------------------------------------
 class FakeBoard:
-    """get_json for start_web: each call a later clock; alpha's impact grows and alpha
+    """The web server's board: each call a later clock; alpha's impact grows and alpha
     drops from first to second place after the first call; the session ends at call
     ``end_at``; calls after ``fail_after`` raise."""
 
@@ -93,11 +93,11 @@ def web():
     started = []
 
     def start(get_json):
-        started.append(start_web(get_json, 0))
-        return started[-1]
+        started.append(WebServer("tcp://127.0.0.1:1", get_json, port=0))  # no session: the board is all it serves
+        return started[-1], started[-1].url
 
     yield start
-    for server, _ in started:
+    for server in started:
         server.shutdown()
 
 
@@ -112,12 +112,15 @@ def get(url):
 def test_the_server_serves_the_page_and_the_board_and_nothing_else(web, capfd):
     fake = FakeBoard()
     server, url = web(fake)
-    assert server.server_address[0] == "127.0.0.1" and url == f"http://127.0.0.1:{server.server_address[1]}/"
+    assert url == f"http://127.0.0.1:{server.port}/"
     status, headers, page = get(url)
     assert status == 200 and headers["Content-Type"].startswith("text/html")
-    assert 'fetch("/scoreboard.json"' in page and "textContent" in page and "innerHTML" not in page
-    assert "http://" not in page and "https://" not in page  # self-contained
-    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", page)
+    assert headers["Content-Security-Policy"] == CSP and "'unsafe-inline'" not in CSP
+    scripts = [get(url + src.lstrip("/"))[2] for src in re.findall(r'<script src="([^"]+)"', page)]
+    assert 'fetch("/scoreboard.json"' in scripts[-1] and all("innerHTML" not in s for s in scripts)
+    assert "textContent" in scripts[0]
+    assert all("http://" not in s and "https://" not in s for s in [page] + scripts)  # self-contained
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:|/static/)""", page)  # nothing from elsewhere
     first = get(url + "scoreboard.json")
     second = get(url + "scoreboard.json?t=1")
     for status, headers, body in (first, second):
@@ -125,7 +128,8 @@ def test_the_server_serves_the_page_and_the_board_and_nothing_else(web, capfd):
         assert headers["Cache-Control"] == "no-store"
     assert json.loads(first[2])["session"]["clock"] == "07:00:01"
     assert json.loads(second[2])["session"]["clock"] == "07:00:02"
-    for path in ("nope", "index.html", "scoreboard.json/x", "../etc/passwd"):
+    for path in ("nope", "index.html", "scoreboard.json/x", "../etc/passwd", "static/web.py", "static/../web.py",
+                 "static/team.html", "static/"):
         assert get(url + path)[0] == 404, path
     assert capfd.readouterr().err == ""  # no request log
 
@@ -133,9 +137,9 @@ def test_the_server_serves_the_page_and_the_board_and_nothing_else(web, capfd):
 def test_a_failing_board_is_a_503_and_shutdown_frees_the_port(web):
     server, url = web(FakeBoard(fail_after=0))
     assert get(url + "scoreboard.json")[0] == 503
-    port = server.server_address[1]
+    port = server.port
     with pytest.raises(GamedayError, match="--web-port"):
-        start_web(lambda: "{}", port)  # in use
+        WebServer("tcp://127.0.0.1:1", lambda: "{}", port=port)  # in use
     server.shutdown()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()

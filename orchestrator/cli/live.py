@@ -73,14 +73,19 @@ server_options = stacked(
 @click.option("--start/--wait", "start_now", default=False, show_default=True,
               help="Start the clock at once, or wait for `gameday facilitate start`.")
 @click.option("--web-port", type=click.IntRange(min=0, max=65535), default=7701, show_default=True,
-              help="Serve the scoreboard page on http://127.0.0.1:PORT/ (0: a free port).")
-@click.option("--web/--no-web", default=True, show_default=True, help="Serve the scoreboard page.")
+              help="Serve the pages (the teams' consoles and the scoreboard) on this port (0: a free one).")
+@click.option("--web-host", default="127.0.0.1", show_default=True,
+              help="Where the pages are served. A non-loopback address needs --tls-cert and --tls-key.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="The pages' TLS certificate (PEM; "
+              "`gameday keys DIR --tls` makes a self-signed one): serves HTTPS.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="The private key of --tls-cert (PEM).")
+@click.option("--web/--no-web", default=True, show_default=True, help="Serve the pages.")
 @click.option("--linger", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to keep answering consoles after the session ends, so they show the final state.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="At the end, write each team's after-action report and the session report.")
 def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting, placement,
-          address, start_now, web_port, web, linger, report):
+          address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report):
     """Host a live game day: one world per team, the same scenario and seed for all.
 
     Prints the command each team joins with (its own token), the facilitator's and
@@ -95,6 +100,13 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
     from orchestrator.live.session import Session, check_teams
 
     check_bind(bind, curve_secret)
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together: give both, or neither")
+    if web:
+        from orchestrator.live.web import check_web_bind, tls_context
+
+        check_web_bind(web_host, bool(tls_cert))
+        tls = tls_context(tls_cert, tls_key) if tls_cert else None
     check_teams(list(teams))
     out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
     check_out_dir(out)
@@ -116,13 +128,13 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
         server = LiveServer(session, bind, curve_secret)
         server.write_tokens()
         session.write_info("waiting", server=server.address)
-        url = None
         if web:
-            from orchestrator.live.scoreboard_web import start_web
+            from orchestrator.live.web import WebServer
 
-            web_server, url = start_web(lambda: server.board_json, web_port)
-            session.write_info("waiting", web=url)
-        _announce(session, server, seed, speed, url, with_key=bool(curve_secret))
+            web_server = WebServer(server.address, lambda: server.board_json, web_host, web_port, tls, server.public_key)
+            server.on_change = web_server.changed
+            session.write_info("waiting", web=web_server.url)
+        _announce(session, server, seed, speed, web_server, with_key=bool(curve_secret))
         if start_now:
             session.start()
         else:
@@ -142,7 +154,7 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
     click.echo(f"session directory: {session.dir}")
 
 
-def _announce(session, server, seed, speed, web_url: str | None, with_key: bool) -> None:
+def _announce(session, server, seed, speed, web, with_key: bool) -> None:
     """The session's line, then the command each role joins with."""
     key_opt = " --server-key server.key" if with_key else ""
     click.echo(f"session {session.dir}: {session.pb.name}, seed {seed}, {len(session.teams)} teams, "
@@ -150,11 +162,13 @@ def _announce(session, server, seed, speed, web_url: str | None, with_key: bool)
     for team in session.teams:
         click.echo(f"  team {team}: gameday console --server {server.address} --team {team} "
                    f"--token {server.token_of('team', team)}{key_opt}")
+        if web is not None:
+            click.echo(f"    or in a browser: {web.link(team, server.token_of('team', team))}")
     click.echo(f"  facilitator: gameday facilitate --server {server.address} --token "
                f"{server.token_of('facilitator')}{key_opt} start|pause|resume|speed X|inject FAULT|message TEXT|end")
     click.echo(f"  scoreboard: gameday scoreboard --server {server.address} --token {server.token_of('viewer')}{key_opt}")
-    if web_url:
-        click.echo(f"  scoreboard page: {web_url}")
+    if web is not None:
+        click.echo(f"  scoreboard page: {web.url}")
 
 
 def _write_reports(session_dir: Path, teams) -> None:
@@ -299,11 +313,22 @@ def scoreboard(server, token, server_key, session_dir, once, every):
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False))
-def keys(directory):
+@click.option("--tls", is_flag=True, help="Also a self-signed TLS certificate for the pages: web.crt and web.key "
+              "(for `gameday serve --tls-cert --tls-key`).")
+@click.option("--tls-host", "tls_hosts", multiple=True, metavar="HOST",
+              help="A name or address the pages are reached at (repeatable); localhost and 127.0.0.1 always are.")
+def keys(directory, tls, tls_hosts):
     """Generate the server's CURVE key pair in DIRECTORY: server.key (public: give it to
-    the consoles) and server.key_secret (for `gameday serve --curve-secret`)."""
+    the consoles) and server.key_secret (for `gameday serve --curve-secret`); with
+    --tls, a self-signed certificate for the pages too."""
     from orchestrator.live.server import generate_keys
 
     public, secret = generate_keys(Path(directory))
     click.echo(f"public key (for consoles, --server-key): {public}\nsecret key (for serve, --curve-secret): {secret}")
+    if tls or tls_hosts:
+        from orchestrator.live.tls import make_self_signed
+
+        cert, key, fingerprint = make_self_signed(Path(directory), list(tls_hosts))
+        click.echo(f"TLS certificate (for serve, --tls-cert): {cert}\nTLS key (for serve, --tls-key): {key}\n"
+                   f"certificate fingerprint (SHA-256, for the browsers' warning): {fingerprint}")
 

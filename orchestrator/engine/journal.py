@@ -15,7 +15,6 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-from agents import AGENT_CLASSES
 from reports import rundir
 from orchestrator.errors import RunDirectoryError
 from reports.timefmt import format_clock
@@ -67,13 +66,10 @@ class RunWriter:
         (self.dir / rundir.PLAYBOOK).write_text(playbook_text, encoding="utf-8")
         (self.dir / rundir.RUNBOOK).write_text(runbook_text, encoding="utf-8")
         self.columns = plan.columns()
-        kinds = {a.name: a.kind for a in plan.agents}
-        kinds |= {pop: kinds[shards[0]] for pop, shards in plan.shards.items()}  # merged from its shards
         write_json_atomic(self.dir / rundir.COLUMNS, {
             "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
             "clock": "simulated clock time (HH:MM[:SS])",
-            **{f"{a}.{m}": {"agent": a, "kind": kinds[a], "metric": m, "unit": AGENT_CLASSES[kinds[a]].METRICS[m][0],
-                            "meaning": AGENT_CLASSES[kinds[a]].METRICS[m][1]} for a, m in self.columns}})
+            **{f"{a}.{m}": plan.metric_info(f"{a}.{m}") for a, m in self.columns}})
         write_json_atomic(self.dir / rundir.META, self.meta)
         self.events = open(self.dir / rundir.EVENTS, "w", encoding="utf-8")
         self.metrics = open(self.dir / rundir.METRICS, "w", encoding="utf-8")

@@ -40,6 +40,18 @@ class WorldPlan:
             out += [(a.name, m) for m in AGENT_CLASSES[a.kind].METRICS]
         return out
 
+    def kinds(self) -> dict[str, str]:
+        """Agent -> its kind, a sharded population's merged name included."""
+        kinds = {a.name: a.kind for a in self.agents}
+        return kinds | {pop: kinds[shards[0]] for pop, shards in self.shards.items()}
+
+    def metric_info(self, metric: str) -> dict:
+        """``AGENT.METRIC`` -> its agent, the agent's kind, the metric, its unit and meaning."""
+        agent, name = metric.split(".", 1)
+        kind = self.kinds()[agent]
+        unit, meaning = AGENT_CLASSES[kind].METRICS[name]
+        return {"agent": agent, "kind": kind, "metric": name, "unit": unit, "meaning": meaning}
+
     def merge_shards(self, metrics: dict[str, dict[str, float]]) -> tuple[dict, dict]:
         """(the world's metrics with each sharded population merged from its shards and
         the shards left out, the same with the shards too)."""

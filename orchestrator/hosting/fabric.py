@@ -238,3 +238,46 @@ class RequestClient:
 
     def close(self) -> None:
         self.ctx.destroy(linger=0)  # closes the socket too; term() alone waits for open sockets
+
+
+class AsyncRequestClient:
+    """A ``RequestClient`` for an asyncio loop: one web page's way to the session's
+    ``RequestServer``, exactly as a terminal console's. One request at a time; a reply
+    that does not come in time reopens the socket (Lazy Pirate) and returns None."""
+
+    def __init__(self, ctx, endpoint: str, timeout_s: float, server_public: bytes | None = None):
+        self.ctx, self.endpoint, self.timeout_ms, self.server_public = ctx, endpoint, int(timeout_s * 1000), server_public
+        self.sock = None
+        self._open()
+
+    @staticmethod
+    def context():
+        """The context every page's client of one web server shares (asyncio sockets)."""
+        import zmq.asyncio
+
+        return zmq.asyncio.Context()
+
+    def _open(self) -> None:
+        s = self.ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        if self.server_public is not None:
+            public, secret = zmq.curve_keypair()
+            s.curve_serverkey, s.curve_publickey, s.curve_secretkey = self.server_public, public, secret
+        s.connect(self.endpoint)
+        self.sock = s
+
+    async def call(self, frame: bytes) -> bytes | None:
+        """The reply to ``frame``, or None if none came within the timeout."""
+        try:
+            if await self.sock.poll(self.timeout_ms, zmq.POLLOUT):
+                await self.sock.send(frame)
+                if await self.sock.poll(self.timeout_ms):
+                    return await self.sock.recv()
+        except zmq.ZMQError:
+            pass
+        self.sock.close(linger=0)
+        self._open()
+        return None
+
+    def close(self) -> None:
+        self.sock.close(linger=0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import shlex
 
+from agents.base import RATIO
 from orchestrator.live.protocol import kept_pace
 from reports.timefmt import format_clock, format_duration, parse_clock
 
@@ -69,14 +70,16 @@ def format_value(metric: str, value) -> str:
     return f"{value:.3g}"
 
 
-def sparkline(history: list, width: int = SPARK_WIDTH) -> str:
-    """The last ``width`` samples as block characters, scaled to their own range;
-    None (no fresh sample) shows as a gap mark so an outage is visible."""
+def sparkline(history: list, width: int = SPARK_WIDTH, unit: str | None = None) -> str:
+    """The last ``width`` samples as block characters, the newest at the right end. A
+    ratio is drawn on a fixed scale from 0 to 100% (0.3% errors stay low, 99% high),
+    anything else on its own range; None (no fresh sample) shows as a gap mark so an
+    outage is visible."""
     samples = list(history)[-width:]
     known = [v for v in samples if v is not None]
     if not known:
         return GAP * len(samples)
-    lo, hi = min(known), max(known)
+    lo, hi = (0.0, max(1.0, *known)) if unit == RATIO else (min(known), max(known))
     out = []
     for v in samples:
         if v is None:
@@ -124,7 +127,8 @@ def render_header(state: dict | None, disconnected: bool = False) -> str:
 
 
 def _metric_lines(metrics: list[dict]) -> list[str]:
-    lines = [f"{'OBSERVED METRICS':<34}{'value':>12}  {'age':<10}trend (gap {GAP} = no fresh sample)"]
+    lines = [f"{'OBSERVED METRICS':<34}{'value':>12}  {'age':<10}trend, now at the right (ratios 0-100%; "
+             f"{GAP} no fresh sample)"]
     for m in metrics:
         value = format_value(m["metric"], m.get("value"))
         if m.get("value") is None:
@@ -133,7 +137,7 @@ def _metric_lines(metrics: list[dict]) -> list[str]:
             age = f"stale {format_age(m.get('age_s'))}"
         else:
             age = format_age(m.get("age_s"))
-        lines.append(f"  {m['metric']:<32}{value:>12}  {age:<10}{sparkline(m.get('history') or [])}")
+        lines.append(f"  {m['metric']:<32}{value:>12}  {age:<10}{sparkline(m.get('history') or [], unit=m.get('unit'))}")
     return lines
 
 

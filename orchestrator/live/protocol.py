@@ -39,7 +39,7 @@ ROLES = {
 ARGS: dict[str, dict[str, tuple[str, bool]]] = {
     "hello": {"team": ("str", False), "role": ("str", False)},
     "ping": {},
-    "state": {"since": ("int", False), "team": ("str", False)},
+    "state": {"since": ("int", False), "series_since": ("int", False), "team": ("str", False)},
     "act": {"action": ("str", True), "params": ("map", False), "by": ("str", False)},
     "scoreboard": {},
     "status": {},

@@ -33,6 +33,7 @@ BURST = 60
 REPLIES_KEPT = 2000  # per token: how many answered request ids are remembered
 CONSOLE_GONE_S = 5.0  # a console not heard from for this long is shown as disconnected
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+READS = ("state", "scoreboard", "ping", "status", "hello")  # requests that change nothing
 
 
 class InsecureBind(GamedayError):
@@ -107,6 +108,8 @@ class LiveServer:
                          "repeats": 0, "internal_errors": 0}
         curve = load_key(curve_secret, secret=True) if curve_secret else None
         self.server_key: str | None = curve[0].decode() if curve else None
+        self.public_key: bytes | None = curve[0] if curve else None
+        self.on_change = lambda: None  # told when the session has stepped or a request changed it (the web pages)
         host, port = parse_bind(bind)
         try:
             self.sock = RequestServer(host, port, lp.MAX_FRAME * 2, curve)
@@ -151,6 +154,7 @@ class LiveServer:
             due = self.session.due()
             if due is not None and time.monotonic() >= due:
                 self.session.step()
+                self.on_change()
             self.publish()
 
     def publish(self, force: bool = False) -> None:
@@ -213,8 +217,9 @@ class LiveServer:
             self.counters["internal_errors"] += 1
             log.error("gameday serve: internal error on %s: %s: %s", req["op"], type(e).__name__, e)
             out = lp.reply(req["id"], error=lp.ProtocolError("internal", f"the server failed on {req['op']}: {e}"))
-        if req["op"] not in ("state", "scoreboard", "ping", "status"):  # reads are cheap to redo; keep the cache small
+        if req["op"] not in READS:  # reads are cheap to redo; keep the cache small
             kept[req["id"]] = out
+            self.on_change()
             while len(kept) > REPLIES_KEPT:
                 kept.popitem(last=False)
         self._send(ident, out)
@@ -248,7 +253,8 @@ class LiveServer:
             target = team or args.get("team")
             if target not in s.teams:
                 raise lp.ProtocolError("bad_request", f"team: got {target!r}; expected one of {', '.join(s.teams)}")
-            return s.team_state(target, int(args.get("since", 0)))
+            series = args.get("series_since")
+            return s.team_state(target, int(args.get("since", 0)), None if series is None else int(series))
         if op == "act":
             return s.act(team, args["action"], args.get("params"), args.get("by") or self.consoles[ident]["by"] or "console",
                          f"{team}:{req['id']}")

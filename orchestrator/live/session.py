@@ -72,12 +72,16 @@ class TeamView:
         self.dt, self.start_s = run.plan.info.dt, run.plan.info.start_s
         self.stale_after = float(data["monitoring"]["stale_after"])
         self.observe = list(data["monitoring"]["observe"])
+        self.units = {m: run.plan.metric_info(m)["unit"] for m in self.observe}
         self.catalogue = [{"name": m["name"], "description": m["description"], "params": m["params"],
                            "lead_time_s": m["lead_time"], "steps": m["steps"] if m["deploy"] else 0,
                            "deploy": m["deploy"], "risk": m["risk"]} for m in data["mitigations"]]
         self.view: dict[str, list] = {}  # metric -> [value, age_s] as last published
         self.view_tick: int | None = None
         self.history: dict[str, deque] = {m: deque(maxlen=HISTORY) for m in self.observe}
+        #: every view the operators were shown: [seconds after midnight, value or None (no fresh
+        #: sample) per observed metric]; numbered like the feed, for charts that lose nothing
+        self.series: list[list] = []
         self.alarms: list[str] = []
         self.actions: dict[str, dict] = {}  # action id -> what the team knows of it
         self.commands: dict[str, str] = {}  # console command id -> action id
@@ -135,6 +139,7 @@ class TeamView:
             seen = self.view.get(m)
             fresh = seen is not None and seen[1] <= self.stale_after
             self.history[m].append(seen[0] if fresh else None)
+        self.series.append([self.start_s + tick * self.dt, [self.history[m][-1] for m in self.observe]])
         alarms = list(body["alarms"])
         for a in sorted(set(alarms) - set(self.alarms)):
             self._feed(tick, "alert", f"ALERT {a}")
@@ -152,14 +157,19 @@ class TeamView:
         for m in self.observe:
             seen = self.view.get(m)
             age = None if seen is None else seen[1] + (tick - (self.view_tick or 0)) * self.dt
-            out.append({"metric": m, "value": None if seen is None else seen[0], "age_s": age,
+            out.append({"metric": m, "unit": self.units[m], "value": None if seen is None else seen[0], "age_s": age,
                         "stale": age is None or age > self.stale_after, "history": list(self.history[m])})
         return out
 
-    def state(self, tick: int, since: int) -> dict:
-        return {"team": self.team, "metrics": self.metrics(tick), "alarms": self.alarms,
-                "actions": list(self.actions.values()), "logs": self.logs[-5:], "messages": self.messages[-5:],
-                "feed": self.feed[since:], "feed_next": len(self.feed)}
+    def state(self, tick: int, since: int, series_since: int | None = None) -> dict:
+        """What the consoles show; ``since``: the first feed entry not yet seen;
+        ``series_since``: the first view not yet charted (None: no series)."""
+        out = {"team": self.team, "metrics": self.metrics(tick), "alarms": self.alarms,
+               "actions": list(self.actions.values()), "logs": self.logs[-5:], "messages": self.messages[-5:],
+               "feed": self.feed[since:], "feed_next": len(self.feed)}
+        if series_since is not None:
+            out |= {"series": self.series[series_since:], "series_next": len(self.series)}
+        return out
 
 
 @dataclass
@@ -357,9 +367,9 @@ class Session:
                 "playbook": self.pb.name,
                 "seed": self.seed, "teams": list(self.teams)}
 
-    def team_state(self, team: str, since: int = 0) -> dict:
+    def team_state(self, team: str, since: int = 0, series_since: int | None = None) -> dict:
         t = self.teams[team]
-        return {"session": self.summary(), "catalogue": t.view.catalogue, **t.view.state(self.tick, since)}
+        return {"session": self.summary(), "catalogue": t.view.catalogue, **t.view.state(self.tick, since, series_since)}
 
     def scoreboard(self) -> dict:
         rows = [team_row(t.name, t.run.scorer.score(), t.run.scorer.last_tick >= 0) for t in self.teams.values()]

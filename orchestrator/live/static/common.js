@@ -1,0 +1,78 @@
+"use strict";
+// What every page of a live game day shares: building elements (data goes in through
+// textContent only, never parsed as HTML), the simulated clock, and a WebSocket to the
+// server that reconnects by itself.
+const gd = {};
+
+gd.$ = (id) => document.getElementById(id);
+
+gd.el = function (tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = text;
+  if (cls) e.className = cls;
+  return e;
+};
+
+// Seconds after midnight as HH:MM (or HH:MM:SS).
+gd.clock = function (s, withSeconds) {
+  const t = Math.round(s);
+  const h = Math.floor(t / 3600) % 24, m = Math.floor(t / 60) % 60, sec = t % 60;
+  const two = (n) => String(n).padStart(2, "0");
+  return two(h) + ":" + two(m) + (withSeconds ? ":" + two(sec) : "");
+};
+
+gd.newId = () => (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
+
+// The page's token: from the link's fragment (kept for reloads in this tab only, and
+// taken out of the address bar), or from an earlier load of this tab.
+gd.token = function () {
+  const fromLink = decodeURIComponent(location.hash.slice(1));
+  if (fromLink) {
+    sessionStorage.setItem("gameday-token:" + location.pathname, fromLink);
+    history.replaceState(null, "", location.pathname);
+  }
+  return sessionStorage.getItem("gameday-token:" + location.pathname) || "";
+};
+
+// A connection to the server's gateway. hello() gives the first message (sent on every
+// (re)connection); onMessage gets every message; onState(up) is told when it connects
+// and when it loses the connection. Requests not yet answered are sent again, with the
+// same id, when it reconnects: the server runs each id once.
+gd.Connection = class {
+  constructor(hello, onMessage, onState) {
+    this.hello = hello; this.onMessage = onMessage; this.onState = onState;
+    this.pending = new Map();  // id -> request, sent and not yet answered
+    this.denied = false; this.delay = 250; this.ws = null;
+    this.connect();
+  }
+  connect() {
+    const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws");
+    this.ws = ws;
+    ws.onopen = () => {
+      this.delay = 250;
+      ws.send(JSON.stringify(this.hello()));
+      for (const req of this.pending.values()) ws.send(JSON.stringify(req));
+      this.onState(true);
+    };
+    ws.onmessage = (ev) => {
+      const msg = JSON.parse(ev.data);
+      if (msg.type === "reply" && msg.id) this.pending.delete(msg.id);
+      this.onMessage(msg);
+    };
+    ws.onclose = () => {
+      if (this.ws !== ws) return;
+      this.onState(false);
+      if (!this.denied) {
+        setTimeout(() => this.connect(), this.delay);
+        this.delay = Math.min(this.delay * 2, 4000);
+      }
+    };
+  }
+  request(op, args) {
+    const req = {id: gd.newId(), op: op, args: args || {}};
+    this.pending.set(req.id, req);
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(req));
+    return req.id;
+  }
+  deny() { this.denied = true; if (this.ws) this.ws.close(); }
+};

@@ -1,0 +1,253 @@
+"use strict";
+// A team's console in the browser: the same state and the same commands as the terminal
+// console, pushed by the server over a WebSocket (see orchestrator/live/web.py).
+const COLORS = ["#5ab0ff", "#ffb347", "#7ddc7d", "#ff7a9a", "#c59cff", "#ffd75e"];
+
+const team = {
+  name: decodeURIComponent(location.pathname.split("/").pop()),
+  feed: [],          // every feed entry, in order (entry n at index n)
+  xs: [],            // the simulated clock of every view charted
+  ys: [],            // per observed metric, its value in each view (null: no fresh sample)
+  charts: [],        // per observed metric: {plot, panel, value}
+  catalogue: null,
+  results: {},       // request id -> the form's result element
+  state: null,
+};
+window.gamedayTeam = team;  // for whoever looks (the browser test does)
+
+function formatValue(m, v) {
+  if (v === null || v === undefined) return "NO DATA";
+  if (typeof v !== "number") return String(v);
+  if (m.unit === "ratio") return (v * 100).toFixed(1) + "%";
+  if (m.unit === "ms") return Math.abs(v) >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toFixed(1) + " ms";
+  if (Math.abs(v) >= 1e6) return (v / 1e6).toFixed(2) + "M";
+  return Number.isInteger(v) ? v.toLocaleString("en") : v.toPrecision(3);
+}
+
+const COMPACT = new Intl.NumberFormat("en", {notation: "compact", maximumFractionDigits: 1});
+
+function formatAge(s) {
+  if (s === null || s === undefined) return "never";
+  s = Math.round(s);
+  if (s < 90) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m";
+  return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+}
+
+// -- charts: one panel per observed metric, grouped by the part of the world it comes from --
+function makeCharts(metrics) {
+  const root = gd.$("charts");
+  const groups = {};
+  metrics.forEach((m, i) => {
+    const agent = m.metric.split(".")[0];
+    if (!groups[agent]) {
+      const g = gd.el("div", null, "group");
+      g.appendChild(gd.el("h3", agent));
+      const grid = gd.el("div", null, "charts");
+      g.appendChild(grid);
+      root.appendChild(g);
+      groups[agent] = grid;
+    }
+    const panel = gd.el("div", null, "panel");
+    panel.dataset.metric = m.metric;
+    const title = gd.el("div", null, "title");
+    title.appendChild(gd.el("span", m.metric.slice(agent.length + 1)));
+    const value = gd.el("span", "", "value");
+    title.appendChild(value);
+    panel.appendChild(title);
+    const plotBox = gd.el("div");
+    panel.appendChild(plotBox);
+    groups[agent].appendChild(panel);
+    const ratio = m.unit === "ratio";
+    const opts = {
+      width: Math.max(260, panel.clientWidth - 10), height: 150, legend: {show: false},
+      cursor: {drag: {x: false, y: false}},
+      scales: {x: {time: false}, y: ratio ? {range: (u, lo, hi) => [0, Math.max(1, hi || 0)]} : {}},
+      axes: [
+        {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, values: (u, vals) => vals.map((v) => gd.clock(v))},
+        {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, size: 55,
+         values: (u, vals) => vals.map((v) => ratio ? Math.round(v * 100) + "%" : m.unit === "ms" ? formatValue(m, v)
+                                                                                      : COMPACT.format(v))},
+      ],
+      series: [{}, {stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, points: {show: false}}],
+    };
+    team.ys.push([]);
+    const plot = new uPlot(opts, [team.xs, team.ys[i]], plotBox);
+    team.charts.push({plot, panel, value});
+  });
+}
+
+function chart(st) {
+  if (!team.charts.length) makeCharts(st.metrics);
+  for (const [x, values] of st.series || []) {
+    team.xs.push(x);
+    values.forEach((v, i) => team.ys[i].push(v));
+  }
+  st.metrics.forEach((m, i) => {
+    const c = team.charts[i];
+    c.value.textContent = formatValue(m, m.value) + (m.value === null ? "" : " · " + (m.stale ? "stale " : "") +
+                                                    formatAge(m.age_s));
+    c.panel.classList.toggle("stale", !!m.stale);
+    if ((st.series || []).length) c.plot.setData([team.xs, team.ys[i]]);
+    c.panel.dataset.points = String(team.xs.length);
+  });
+}
+
+// -- the mitigation catalogue, as forms ----------------------------------------------------------
+function paramInput(name, dflt) {
+  const label = gd.el("label", name);
+  const input = gd.el("input");
+  input.name = name;
+  if (typeof dflt === "boolean") { input.type = "checkbox"; input.checked = dflt; }
+  else if (typeof dflt === "number") { input.type = "number"; input.step = "any"; input.value = String(dflt); }
+  else { input.type = "text"; input.value = dflt === null || dflt === undefined ? "" : String(dflt); }
+  input.dataset.kind = typeof dflt;
+  label.appendChild(input);
+  return label;
+}
+
+function readParams(form) {
+  const params = {};
+  for (const input of form.querySelectorAll("input[name]")) {
+    const kind = input.dataset.kind;
+    params[input.name] = kind === "boolean" ? input.checked : kind === "number" ? Number(input.value) : input.value;
+  }
+  return params;
+}
+
+function makeCatalogue(catalogue) {
+  const root = gd.$("catalogue");
+  for (const m of catalogue) {
+    const form = gd.el("form", null, "mitigation");
+    form.dataset.action = m.name;
+    form.appendChild(gd.el("h3", m.name));
+    form.appendChild(gd.el("p", m.description, "muted"));
+    const how = ["lead time " + formatAge(m.lead_time_s)];
+    how.push(m.deploy ? m.steps + " deployment steps" : "no deployment");
+    if (m.risk) how.push("risk: " + (typeof m.risk === "object" ? JSON.stringify(m.risk) : m.risk));
+    form.appendChild(gd.el("p", how.join(" · "), "muted"));
+    for (const [name, dflt] of Object.entries(m.params || {})) form.appendChild(paramInput(name, dflt));
+    const button = gd.el("button", "Request");
+    button.type = "submit";
+    form.appendChild(button);
+    const result = gd.el("span", "", "result");
+    form.appendChild(result);
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const args = {action: m.name, params: readParams(form)};
+      const who = gd.$("who").value.trim();
+      if (who) args.by = who;
+      button.disabled = true;
+      result.textContent = "sending";
+      result.className = "result";
+      const id = conn.request("act", args);
+      team.results[id] = {result, button};
+    });
+    root.appendChild(form);
+  }
+}
+
+function answered(msg) {
+  const form = team.results[msg.id];
+  if (!form) return;
+  delete team.results[msg.id];
+  form.button.disabled = false;
+  if (msg.ok) {
+    form.result.textContent = "requested at " + msg.result.clock;
+  } else {
+    form.result.textContent = "refused: " + msg.error.message;
+    form.result.className = "result error";
+  }
+}
+
+// -- the rest of the state ------------------------------------------------------------------------
+function list(id, items, make) {
+  const ul = gd.$(id);
+  const fresh = ul.cloneNode(false);
+  for (const item of items) fresh.appendChild(make(item));
+  ul.replaceWith(fresh);
+}
+
+function actionItem(a) {
+  const li = gd.el("li");
+  li.dataset.command = a.command || "";
+  li.dataset.state = a.state;
+  li.appendChild(gd.el("strong", a.action));
+  const params = Object.entries(a.params || {}).map(([k, v]) => k + "=" + v).join(" ");
+  if (params) li.appendChild(gd.el("span", " " + params, "muted"));
+  li.appendChild(gd.el("span", " · " + a.state + " · asked " + a.asked + (a.by ? " by " + a.by : "")));
+  if (a.steps) {
+    const p = gd.el("progress");
+    p.max = a.steps; p.value = a.steps_done;
+    li.appendChild(gd.el("span", " "));
+    li.appendChild(p);
+    li.appendChild(gd.el("span", " " + a.steps_done + "/" + a.steps + " steps" +
+                          (a.failed_steps ? ", " + a.failed_steps + " failed" : "")));
+  }
+  if (a.ready) li.appendChild(gd.el("span", " · ready " + a.ready, "muted"));
+  if (a.effective) li.appendChild(gd.el("span", " · in effect " + a.effective));
+  return li;
+}
+
+function render(st) {
+  team.state = st;
+  const s = st.session;
+  gd.$("title").textContent = "team " + st.team;
+  gd.$("clock").textContent = s.clock + " / " + s.end_clock;
+  gd.$("state").textContent = s.state;
+  gd.$("state").className = s.state;
+  const speed = typeof s.speed === "number" ? s.speed + "x" : s.speed;
+  gd.$("meta").textContent = s.playbook + ", seed " + s.seed + ", speed " + speed;
+  gd.$("main").hidden = false;
+  if (!team.catalogue) { team.catalogue = st.catalogue; makeCatalogue(st.catalogue); }
+  chart(st);
+  list("alerts", st.alarms.length ? st.alarms : ["none firing"],
+       (a) => gd.el("li", a, st.alarms.length ? "alert" : "muted"));
+  list("actions", st.actions.slice().reverse(), actionItem);
+  list("messages", st.messages.slice().reverse(), (m) => gd.el("li", m.clock + "  " + m.text));
+  list("logs", st.logs.slice().reverse(), (l) => gd.el("li", "asked " + l.asked + ", answered " + l.arrived + ": " +
+    Object.entries(l.values).map(([k, v]) => k + " " + v.value + " (age " + formatAge(v.age_s) + ")").join(", ")));
+  const feed = gd.$("feed");
+  for (const e of st.feed) {
+    if (e.n !== team.feed.length) continue;  // had it already
+    team.feed.push(e);
+    const li = gd.el("li", e.clock + "  " + e.text, e.kind === "alert" ? "alert" : "");
+    li.dataset.n = String(e.n);
+    feed.insertBefore(li, feed.firstChild);
+  }
+}
+
+// -- the connection --------------------------------------------------------------------------------
+const token = gd.token();
+gd.$("who").value = sessionStorage.getItem("gameday-who") || "";
+gd.$("who").addEventListener("change", () => sessionStorage.setItem("gameday-who", gd.$("who").value.trim()));
+
+const conn = new gd.Connection(
+  () => ({id: gd.newId(), op: "hello", token: token, since: team.feed.length, series_since: team.xs.length,
+          args: {team: team.name, by: gd.$("who").value.trim()}}),
+  (msg) => {
+    if (msg.type === "state") { render(msg.result); return; }
+    if (msg.type !== "reply") return;
+    if (!msg.ok && (msg.error.code === "unauthorized" || msg.error.code === "forbidden")) {
+      refuse("This link's token does not open team " + team.name + "'s console. Ask the facilitator for your " +
+             "team's link.");
+      return;
+    }
+    if (msg.result && msg.result.role && msg.result.role !== "team") {
+      refuse("This token is not a team's; it opens another page.");
+      return;
+    }
+    answered(msg);
+  },
+  (up) => {
+    document.body.classList.toggle("lost", !up);
+    gd.$("status").textContent = up ? "" : "connection lost, reconnecting (nothing is lost meanwhile)";
+  });
+function refuse(text) {
+  conn.deny();
+  sessionStorage.removeItem("gameday-token:" + location.pathname);  // a wrong token is not tried again
+  gd.$("main").remove();
+  document.body.appendChild(gd.el("p", text, "denied error"));
+  gd.$("state").textContent = "no access";
+}
+if (!token) refuse("This link has no token. Ask the facilitator for your team's link.");

@@ -1,0 +1,265 @@
+"""The browser side of a live game day, in real headless Chromium driven by chromedriver:
+two teams play through their pages on one server (forms, progress, charts), a page that
+loses its connection catches up with nothing lost and no command run twice, a wrong or
+another team's token sees nothing, and the scoreboard page ranks the teams as their
+scores say. Screenshots of the pages go to tests/screenshots/ for people to look at."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from helpers import webdriver
+from orchestrator.hosting.host import HostingOptions
+from orchestrator.live.client import LiveClient
+from orchestrator.live.server import LiveServer
+from orchestrator.live.session import Session
+from orchestrator.live.web import WebServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.live, pytest.mark.browser]
+
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+
+
+class CuttableProxy:
+    """A TCP relay in front of the web server, so that a test can hold the answers a
+    browser would get and then cut its connections, as a network would."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.holding = threading.Event()
+        self.refusing = threading.Event()
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refusing.is_set():  # the network is down
+                down.close()
+                continue
+            up = socket.create_connection(self.upstream)
+            with self.lock:
+                self.conns += [down, up]
+            threading.Thread(target=self._pump, args=(down, up, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if answers and self.holding.is_set():
+                    continue  # lost on the way, as on a network that went away
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def down(self) -> None:
+        """The network goes away: every connection is cut, and new ones are refused."""
+        self.refusing.set()
+        self.cut()
+
+    def up(self) -> None:
+        self.holding.clear()
+        self.refusing.clear()
+
+    def cut(self) -> None:
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+@contextmanager
+def served(tmp_path, teams=("red", "blue"), speed=120.0, duration=3 * 3600.0):
+    session = Session(tmp_path / "session", list(teams), duration=duration, speed=speed, hosting=HostingOptions())
+    server = LiveServer(session, "tcp://127.0.0.1:0")
+    web = WebServer(server.address, lambda: server.board_json, port=0)
+    server.on_change = web.changed
+    stop = threading.Event()
+    thread = threading.Thread(target=server.run, kwargs={"linger_s": 3600, "should_stop": stop.is_set}, daemon=True)
+    thread.start()
+    try:
+        yield session, server, web
+    finally:
+        stop.set()
+        thread.join(30)
+        web.shutdown()
+        session.close()
+        server.close()
+
+
+def wait_for(what, timeout=30.0, every=0.1):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = what()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout} s: {what.__doc__ or what}")
+
+
+def page(driver, script: str):
+    return driver.execute_script("const t = window.gamedayTeam; return " + script)
+
+
+def request_action(driver, action: str, **params) -> None:
+    form = driver.find_element("css selector", f'form[data-action="{action}"]')
+    for name, value in params.items():
+        field = form.find_element("css selector", f'input[name="{name}"]')
+        field.clear()
+        field.send_keys(str(value))
+    form.find_element("css selector", "button").click()
+
+
+def shown_action(driver, action: str) -> dict | None:
+    """The action's line on the page: its state and its progress bar."""
+    return driver.execute_script("""
+        for (const li of document.querySelectorAll('#actions li')) {
+          if (li.querySelector('strong').textContent !== arguments[0]) continue;
+          const p = li.querySelector('progress');
+          return {state: li.dataset.state, command: li.dataset.command, text: li.textContent,
+                  steps: p ? p.max : null, done: p ? p.value : null};
+        }
+        return null;""", action)
+
+
+def requested(session, team: str, action: str) -> list[dict]:
+    """The team's world's operator has been asked for ``action`` (once per command it ran)."""
+    return [a for a in list(session.teams[team].view.actions.values()) if a["action"] == action]
+
+
+def injected(run_dir: Path, action: str) -> list[dict]:
+    return [e for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
+            if e["event"] == "injected" and e["body"].get("action") == action]
+
+
+def no_console_errors(driver, network_cut: bool = False) -> None:
+    """No script error and no refused resource (a Content-Security-Policy violation
+    included); a page whose network was cut has the failed reconnections in its log."""
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"
+              and not (network_cut and e["source"] == "network" and "WebSocket" in e["message"])]
+    assert not errors, errors
+
+
+def screenshot(driver, name: str) -> None:
+    """The whole page, from its top."""
+    SCREENSHOTS.mkdir(exist_ok=True)
+    height = driver.execute_script("window.scrollTo(0, 0); return document.documentElement.scrollHeight")
+    driver.set_window_size(1400, min(max(height, 800), 4000))
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    driver.set_window_size(1400, 1000)
+    print(f"\nscreenshot: {SCREENSHOTS / name}.png")
+
+
+def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_running_a_command_twice(tmp_path):
+    with served(tmp_path) as (session, server, web), webdriver(tmp_path, "red") as red, \
+            webdriver(tmp_path, "blue") as blue:
+        proxy = CuttableProxy(web.port)
+        try:
+            red.get(f"http://127.0.0.1:{proxy.port}/team/red#{server.token_of('team', 'red')}")
+            blue.get(web.link("blue", server.token_of("team", "blue")))
+            for d in (red, blue):
+                wait_for(lambda: page(d, "t.charts.length") == len(session.teams["red"].view.observe))
+            assert "#" not in red.current_url  # the token left the address bar
+            session.start()
+
+            # Each team acts through its page's forms and follows its action to the end.
+            request_action(red, "move_dns_off_bridge")
+            request_action(blue, "isolate_top_talker", devices=3)
+            red_action = wait_for(lambda: (a := shown_action(red, "move_dns_off_bridge")) and a["state"] == "started" and a)
+            assert red_action["steps"] == 2 and "ready" in red_action["text"]
+            wait_for(lambda: (shown_action(red, "move_dns_off_bridge") or {}).get("state") == "effective")
+            wait_for(lambda: (shown_action(blue, "isolate_top_talker") or {}).get("state") == "effective")
+            assert "devices=3" in shown_action(blue, "isolate_top_talker")["text"]
+            assert shown_action(blue, "move_dns_off_bridge") is None  # red's world is not blue's
+            assert requested(session, "blue", "isolate_top_talker")[0]["params"] == {"devices": 3}
+            points = page(red, "t.xs.length")
+            wait_for(lambda: page(red, "t.xs.length") > points + 5)  # the charts follow the world
+            assert page(red, "t.ys.every((ys) => ys.length === t.xs.length)")
+            screenshot(blue, "team-console")
+
+            # Red's connection goes: its next command reaches the server, the answer does not.
+            proxy.holding.set()
+            request_action(red, "enable_protection")
+            wait_for(lambda: requested(session, "red", "enable_protection"))
+            proxy.down()
+            repeats = server.counters["repeats"]
+            time.sleep(1.5)  # the world goes on meanwhile: a couple of simulated minutes
+            wait_for(lambda: "connection lost" in red.find_element("id", "status").text)
+            proxy.up()
+            wait_for(lambda: red.find_element("id", "status").text == "")
+            result = red.find_element("css selector", 'form[data-action="enable_protection"] .result')
+            wait_for(lambda: result.text.startswith("requested at"))
+            assert server.counters["repeats"] > repeats  # resent after the cut, answered from the server's record
+            assert len(requested(session, "red", "enable_protection")) == 1
+            wait_for(lambda: (shown_action(red, "enable_protection") or {}).get("state") == "effective")
+
+            # Everything it missed is on the page, in order, once.
+            view = session.teams["red"].view
+            wait_for(lambda: page(red, "t.feed.length") >= len(view.feed))
+            feed = page(red, "t.feed.map((e) => e.text)")
+            assert feed == [e["text"] for e in view.feed][:len(feed)]
+            xs = page(red, "t.xs")
+            assert xs == [x for x, _ in session.teams["red"].view.series[:len(xs)]]
+            assert all(b > a for a, b in zip(xs, xs[1:]))
+            screenshot(red, "team-console-after-reconnecting")
+            no_console_errors(red, network_cut=True)
+            no_console_errors(blue)
+        finally:
+            proxy.close()
+    assert len(injected(tmp_path / "session" / "teams" / "red", "enable_protection")) == 1  # in the run, once
+
+
+def test_a_wrong_or_another_teams_token_sees_nothing_and_the_scoreboard_ranks_by_score(tmp_path):
+    with served(tmp_path) as (session, server, web), webdriver(tmp_path) as d:
+        session.start()
+        for link in (f"{web.url}team/red#not-a-token", web.link("red", server.token_of("team", "blue")),
+                     f"{web.url}team/red#{server.token_of('viewer')}", f"{web.url}team/red"):
+            d.get(link)
+            wait_for(lambda: d.find_elements("css selector", ".denied"))
+            assert page(d, "t.state") is None and not d.find_elements("id", "main")
+            assert d.find_element("id", "state").text == "no access"
+            assert not d.find_elements("css selector", "canvas")
+        screenshot(d, "team-console-wrong-token")
+
+        red = LiveClient(server.address, server.token_of("team", "red"))
+        red.call("act", {"action": "disable_event_delivery"})  # red acts, blue does not: their scores part
+        time.sleep(3)
+        facilitator = LiveClient(server.address, server.token_of("facilitator"))
+        facilitator.call("pause")
+        time.sleep(1)  # the board is published twice a second
+        ranking = sorted(json.loads(server.board_json)["teams"], key=lambda t: t["rank"])
+        d.get(web.url)
+        wait_for(lambda: d.find_element("id", "state").text == "paused")
+        teams = [td.text for td in d.find_elements("css selector", "td.team")]
+        assert teams == [t["team"] for t in ranking]
+        impacts = [float(td.text) for td in d.find_elements("css selector", "td.impact")]
+        assert impacts == pytest.approx([t["impact"] for t in ranking], abs=0.051)
+        screenshot(d, "scoreboard")
+        no_console_errors(d)
+        red.close()
+        facilitator.close()

@@ -1,0 +1,123 @@
+"""The pages' web server without a browser: TLS for a bind beyond loopback, the
+self-signed pair `gameday keys --tls` makes, and the WebSocket's defences (another
+site's page, a wrong token, a malformed message)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import threading
+import urllib.request
+
+import aiohttp
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.hosting.host import HostingOptions
+from orchestrator.live.server import LiveServer
+from orchestrator.live.session import Session
+from orchestrator.live.tls import make_self_signed
+from orchestrator.live.web import InsecureWebBind, WebServer, tls_context
+
+pytestmark = pytest.mark.live
+
+
+def test_a_web_bind_beyond_loopback_is_refused_without_tls(tmp_path):
+    with pytest.raises(InsecureWebBind, match=r"--web-host 0\.0\.0\.0: not a loopback address.*--tls-cert"):
+        WebServer("tcp://127.0.0.1:1", lambda: "{}", host="0.0.0.0", port=0)
+    out = CliRunner().invoke(main, ["serve", "--team", "red", "--web-host", "0.0.0.0", "--out", str(tmp_path / "s")])
+    assert out.exit_code == 2 and "not a loopback address" in out.output and "Traceback" not in out.output
+    assert not (tmp_path / "s").exists()  # refused before anything was built
+    out = CliRunner().invoke(main, ["serve", "--team", "red", "--tls-cert", "x.pem", "--out", str(tmp_path / "t")])
+    assert out.exit_code == 2 and "--tls-cert and --tls-key go together" in out.output
+
+
+def test_with_a_self_signed_pair_it_serves_https_to_a_client_that_trusts_it(tmp_path):
+    out = CliRunner().invoke(main, ["keys", str(tmp_path / "keys"), "--tls", "--tls-host", "gameday.test"])
+    assert out.exit_code == 0, out.output
+    cert, key = tmp_path / "keys" / "web.crt", tmp_path / "keys" / "web.key"
+    assert "fingerprint" in out.output and cert.exists() and (key.stat().st_mode & 0o777) == 0o600
+    web = WebServer("tcp://127.0.0.1:1", lambda: json.dumps({"hello": "tls"}), host="0.0.0.0", port=0,
+                    tls=tls_context(str(cert), str(key)))
+    try:
+        assert web.url.startswith("https://")
+        trusting = ssl.create_default_context(cafile=str(cert))
+        url = f"https://127.0.0.1:{web.port}/scoreboard.json"
+        with urllib.request.urlopen(url, context=trusting, timeout=10) as r:
+            assert json.loads(r.read()) == {"hello": "tls"}
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            urllib.request.urlopen(url, context=ssl.create_default_context(), timeout=10)  # not trusted: refused
+        with pytest.raises(Exception):
+            urllib.request.urlopen(f"http://127.0.0.1:{web.port}/scoreboard.json", timeout=10)  # no plain HTTP
+    finally:
+        web.shutdown()
+
+
+def test_a_certificate_that_cannot_be_read_is_a_clear_error(tmp_path):
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    with pytest.raises(Exception, match=r"--tls-cert .*bad\.pem.*cannot load the certificate"):
+        tls_context(str(tmp_path / "bad.pem"), str(tmp_path / "bad.pem"))
+    cert, key, _ = make_self_signed(tmp_path / "k", [])
+    assert tls_context(str(cert), str(key)) is not None
+
+
+@pytest.fixture
+def served(tmp_path):
+    session = Session(tmp_path / "session", ["red", "blue"], duration=600, speed=None, hosting=HostingOptions())
+    server = LiveServer(session, "tcp://127.0.0.1:0")
+    web = WebServer(server.address, lambda: server.board_json, port=0)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.run, kwargs={"linger_s": 3600, "should_stop": stop.is_set}, daemon=True)
+    thread.start()
+    yield server, web
+    stop.set()
+    thread.join(30)
+    web.shutdown()
+    session.close()
+    server.close()
+
+
+def talk(web, messages, origin=None, read=1):
+    """Open the WebSocket (with ``origin``), send ``messages``, return what comes back."""
+    async def go():
+        headers = {"Origin": origin} if origin else {}
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(f"ws://127.0.0.1:{web.port}/ws", headers=headers) as ws:
+                for m in messages:
+                    await ws.send_str(m if isinstance(m, str) else json.dumps(m))
+                got = []
+                while len(got) < read:
+                    msg = await ws.receive(timeout=10)
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    got.append(json.loads(msg.data))
+                return got
+    return asyncio.run(go())
+
+
+def test_another_sites_page_cannot_open_the_websocket(served):
+    _, web = served
+    with pytest.raises(aiohttp.WSServerHandshakeError) as e:
+        talk(web, [], origin="http://evil.example")
+    assert e.value.status == 403
+
+
+def test_a_wrong_or_another_teams_token_gets_nothing_and_the_socket_closes(served):
+    server, web = served
+    for token, team in (("nope", "red"), (server.token_of("team", "blue"), "red")):
+        got = talk(web, [{"id": "h", "op": "hello", "token": token, "args": {"team": team}},
+                         {"id": "s", "op": "state", "args": {}}], read=3)
+        assert len(got) == 1 and not got[0]["ok"] and got[0]["error"]["code"] in ("unauthorized", "forbidden")
+    good = talk(web, [{"id": "h", "op": "hello", "token": server.token_of("team", "red"), "args": {"team": "red"}},
+                      {"id": "s", "op": "state", "args": {"team": "blue"}}], read=2)
+    replies = {m.get("id"): m for m in good if m["type"] == "reply"}
+    assert replies["h"]["ok"] and replies["h"]["result"]["team"] == "red"
+    assert not replies["s"]["ok"] and replies["s"]["error"]["code"] == "forbidden"  # red's token, blue's world
+
+
+def test_a_malformed_message_is_answered_and_the_page_goes_on(served):
+    server, web = served
+    got = talk(web, ["not json", {"id": "h", "op": "hello", "token": server.token_of("team", "red"),
+                                  "args": {"team": "red"}}], read=2)
+    assert got[0]["error"]["code"] == "malformed" and got[1]["ok"]
