@@ -263,3 +263,53 @@ def test_a_wrong_or_another_teams_token_sees_nothing_and_the_scoreboard_ranks_by
         no_console_errors(d)
         red.close()
         facilitator.close()
+
+
+def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_scoreboard_marks_it(tmp_path):
+    with served(tmp_path, speed=240.0) as (session, server, web), webdriver(tmp_path, "facilitator") as fac, \
+            webdriver(tmp_path, "blue") as blue:
+        fac.get(web.facilitator_link(server.token_of("facilitator")))
+        blue.get(web.link("blue", server.token_of("team", "blue")))
+        wait_for(lambda: len(fac.find_elements("css selector", "#rows tr")) == 2)
+        assert "#" not in fac.current_url
+        ticks = lambda: [t.run.host.tick for t in session.teams.values()]  # noqa: E731
+
+        fac.find_element("id", "start").click()
+        wait_for(lambda: session.state == "running" and min(ticks()) > 60)
+        fac.find_element("id", "pause").click()
+        wait_for(lambda: session.state == "paused")
+        paused_at = ticks()
+        time.sleep(1.0)
+        assert ticks() == paused_at  # both worlds stand still
+        wait_for(lambda: blue.find_element("id", "state").text == "paused")
+        fac.find_element("id", "resume").click()
+        wait_for(lambda: all(now > then + 60 for now, then in zip(ticks(), paused_at)))
+
+        # A fault for red only, with its parameter changed, and a message for everyone.
+        Select = __import__("selenium.webdriver.support.select", fromlist=["Select"]).Select
+        Select(fac.find_element("id", "fault")).select_by_value("second_surge")
+        fac.find_element("css selector", '.teams[data-for="inject"] input[value="blue"]').click()
+        fac.find_element("css selector", "#inject button").click()
+        wait_for(lambda: fac.find_element("css selector", "#inject .result").text == "inject: done")
+        fac.find_element("id", "message-text").send_keys("the status page is down too")
+        fac.find_element("css selector", "#message button").click()
+        wait_for(lambda: "the status page is down too" in blue.find_element("id", "messages").text)
+        wait_for(lambda: any(m[1] == "fault" for m in session.teams["red"].view.marks))
+        assert not any(m[1] == "fault" for m in session.teams["blue"].view.marks)
+
+        fac.find_element("id", "end").click()  # armed, not ended: one click is not enough
+        time.sleep(0.5)
+        assert session.state == "running"
+        screenshot(fac, "facilitator")
+
+        blue.get(web.url)  # the scoreboard: each team's loop health over time, with its marks
+        wait_for(lambda: len(blue.find_elements("css selector", "#health .panel")) == 2)
+        red_panel = blue.find_element("css selector", '#health .panel[data-team="red"]')
+        wait_for(lambda: int(red_panel.get_attribute("data-points")) > 2 and
+                 int(red_panel.get_attribute("data-marks")) >= 1)
+        assert "fault second_surge" in red_panel.text
+        screenshot(blue, "scoreboard-with-health")
+        fac.find_element("id", "end").click()
+        wait_for(lambda: session.state == "ended")
+        no_console_errors(fac)
+        no_console_errors(blue)

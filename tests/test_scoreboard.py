@@ -116,7 +116,9 @@ def test_the_server_serves_the_page_and_the_board_and_nothing_else(web, capfd):
     status, headers, page = get(url)
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     assert headers["Content-Security-Policy"] == CSP and "'unsafe-inline'" not in CSP
-    scripts = [get(url + src.lstrip("/"))[2] for src in re.findall(r'<script src="([^"]+)"', page)]
+    sources = re.findall(r'<script src="([^"]+)"', page)
+    assert "/static/uPlot.iife.min.js" in sources  # the charting library, from this server (its notice names its home)
+    scripts = [get(url + src.lstrip("/"))[2] for src in sources if "uPlot" not in src]
     assert 'fetch("/scoreboard.json"' in scripts[-1] and all("innerHTML" not in s for s in scripts)
     assert "textContent" in scripts[0]
     assert all("http://" not in s and "https://" not in s for s in [page] + scripts)  # self-contained

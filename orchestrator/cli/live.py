@@ -166,6 +166,8 @@ def _announce(session, server, seed, speed, web, with_key: bool) -> None:
             click.echo(f"    or in a browser: {web.link(team, server.token_of('team', team))}")
     click.echo(f"  facilitator: gameday facilitate --server {server.address} --token "
                f"{server.token_of('facilitator')}{key_opt} start|pause|resume|speed X|inject FAULT|message TEXT|end")
+    if web is not None:
+        click.echo(f"    or in a browser: {web.facilitator_link(server.token_of('facilitator'))}")
     click.echo(f"  scoreboard: gameday scoreboard --server {server.address} --token {server.token_of('viewer')}{key_opt}")
     if web is not None:
         click.echo(f"  scoreboard page: {web.url}")

@@ -191,9 +191,10 @@ class Scorer:
 
         armed = self.trigger_tick is not None
         loop = self.sc["loop"]
+        setup, amp, useful = self._loop_quantities()
         conds = {
-            "loop_broken": self.setup.ratio(1.0) >= loop["setup_success_min"] and self.amp.ratio(1.0) <= loop["amplification_max"]
-            and (not self.loop_services or self.useful.ratio(self._idle_share()) >= loop["useful_work_min"]),
+            "loop_broken": setup >= loop["setup_success_min"] and amp <= loop["amplification_max"]
+            and (useful is None or useful >= loop["useful_work_min"]),
             "devices_healthy": all(self.dev_util[d].ratio(0.0) <= self.sc["healthy"]["utilisation_max"]
                                    and self.dev_ok[d].ratio(1.0) >= self.sc["healthy"]["success_min"] for d in self.healthy_devices),
         }
@@ -213,6 +214,26 @@ class Scorer:
                 out.append({"tick": tick, "agent": "scorer", "event": event, "milestone": name,
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
+
+    def _loop_quantities(self) -> tuple[float, float, float | None]:
+        """Over the last minute: setup success on the loop's devices, attempts per fresh
+        request of its populations, useful share of its services' work (None: no services)."""
+        useful = self.useful.ratio(self._idle_share()) if self.loop_services else None
+        return self.setup.ratio(1.0), self.amp.ratio(1.0), useful
+
+    def loop_health(self) -> float:
+        """How far the loop is from broken, from 0 to 1: each quantity the loop_broken
+        milestone reads, as a share of its bound (setup success over its minimum, the
+        amplification bound over the amplification, useful work over its minimum), the
+        worst of them, capped at 1. 1: every quantity within bounds (held for the
+        milestone's hold, the loop is broken)."""
+        loop = self.sc["loop"]
+        setup, amp, useful = self._loop_quantities()
+        shares = [setup / loop["setup_success_min"] if loop["setup_success_min"] > 0 else 1.0,
+                  loop["amplification_max"] / amp if amp > 0 else 1.0]
+        if useful is not None:
+            shares.append(useful / loop["useful_work_min"] if loop["useful_work_min"] > 0 else 1.0)
+        return max(0.0, min(1.0, *shares))
 
     def _idle_share(self) -> float:
         """The useful share to count for loop services that did no work over the window:

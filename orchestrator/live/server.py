@@ -33,7 +33,7 @@ BURST = 60
 REPLIES_KEPT = 2000  # per token: how many answered request ids are remembered
 CONSOLE_GONE_S = 5.0  # a console not heard from for this long is shown as disconnected
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
-READS = ("state", "scoreboard", "ping", "status", "hello")  # requests that change nothing
+READS = ("state", "scoreboard", "ping", "status", "hello", "overview")  # requests that change nothing
 
 
 class InsecureBind(GamedayError):
@@ -264,6 +264,8 @@ class LiveServer:
             return board
         if op == "status":
             return {"session": s.summary(), "consoles": self.connected(), "counters": dict(self.counters)}
+        if op == "overview":
+            return s.overview() | {"consoles": self.connected(), "counters": dict(self.counters)}
         if op == "start":
             return s.start()
         if op == "pause":

@@ -28,6 +28,7 @@ from orchestrator.engine.world import OPERATOR
 
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 HISTORY = 60  # observed samples kept per metric for sparklines
+HEALTH_EVERY_S = 60.0  # simulated seconds between two points of a team's loop health on the scoreboard
 MAX_SPEED = 10_000.0
 MAX_LAG_S = 2.0  # further behind than this, the clock gives up catching up (no burst of ticks on the consoles)
 WAITING, RUNNING, PAUSED, ENDED = "waiting", "running", "paused", "ended"
@@ -82,6 +83,9 @@ class TeamView:
         #: every view the operators were shown: [seconds after midnight, value or None (no fresh
         #: sample) per observed metric]; numbered like the feed, for charts that lose nothing
         self.series: list[list] = []
+        self.health: list[list] = []  # [seconds after midnight, loop health 0..1], every HEALTH_EVERY_S
+        self.marks: list[list] = []  # [seconds after midnight, "action" | "fault" | "relapse" | "milestone", what]
+        self.health_every = max(1, round(HEALTH_EVERY_S / self.dt))
         self.alarms: list[str] = []
         self.actions: dict[str, dict] = {}  # action id -> what the team knows of it
         self.commands: dict[str, str] = {}  # console command id -> action id
@@ -95,8 +99,14 @@ class TeamView:
     def _feed(self, tick: int, kind: str, text: str) -> None:
         self.feed.append({"n": len(self.feed), "tick": tick, "clock": self.clock(tick), "kind": kind, "text": text})
 
-    def update(self, tick: int, outbound: list, events: list[dict]) -> None:
+    def update(self, tick: int, outbound: list, events: list[dict], loop_health: float) -> None:
+        at = self.start_s + tick * self.dt
+        if tick % self.health_every == 0:
+            self.health.append([at, round(loop_health, 4)])
         for e in events:
+            mark = _mark(e)
+            if mark is not None:  # a milestone or relapse, at the tick it holds or failed from
+                self.marks.append([self.start_s + e.get("at_tick", tick) * self.dt, *mark])
             if e["agent"] == OPERATOR and e["event"] == "action_requested":
                 a = {"id": e["id"], "action": e["action"], "params": e["params"], "command": e.get("command"),
                      "by": e.get("reason", "").removeprefix("console ").strip(), "state": "requested",
@@ -253,7 +263,7 @@ class Session:
             t.run.begin()
         for t in self.teams.values():
             res = t.run.finish()
-            t.view.update(res.tick, res.outbound, res.events)
+            t.view.update(res.tick, res.outbound, res.events, t.run.scorer.loop_health())
         self.tick += 1
         if not self.pace_marks or now - self.pace_marks[-1][0] >= 0.5:
             self.pace_marks.append((now, self.tick))
@@ -372,11 +382,28 @@ class Session:
         return {"session": self.summary(), "catalogue": t.view.catalogue, **t.view.state(self.tick, since, series_since)}
 
     def scoreboard(self) -> dict:
+        """The ranking, with each team's loop health over time and the marks on it (its
+        actions, the faults injected into its world, its loop breaking and re-forming)."""
         rows = [team_row(t.name, t.run.scorer.score(), t.run.scorer.last_tick >= 0) for t in self.teams.values()]
         rows.sort(key=lambda r: r.pop("_key"))
         for i, r in enumerate(rows, 1):
             r["rank"] = i
+            view = self.teams[r["team"]].view
+            r["health"], r["marks"] = view.health, view.marks
         return {"session": self.summary(), "teams": rows}
+
+    def overview(self) -> dict:
+        """The facilitator's glance: the board, and per team what its people see now
+        (alerts firing, actions not yet in effect, the latest message or update)."""
+        board = self.scoreboard()
+        for r in board["teams"]:
+            view = self.teams[r["team"]].view
+            r["alarms"] = list(view.alarms)
+            r["in_flight"] = [a["action"] for a in view.actions.values() if a["state"] != "effective"]
+            r["last_feed"] = view.feed[-1]["clock"] + " " + view.feed[-1]["text"] if view.feed else ""
+        board["faults"] = [{"name": f["name"], "description": f["description"], "params": f["params"]}
+                           for f in self.faults.values()]
+        return board
 
     # -- the end ------------------------------------------------------------------------------------
     def close(self) -> dict:
@@ -389,6 +416,17 @@ class Session:
         write_json_atomic(self.dir / rundir.RANKING, board)
         self.write_info("ended", simulated_until=self.clock_text())
         return board
+
+
+def _mark(e: dict) -> tuple[str, str] | None:
+    """What the scoreboard marks on a team's health chart for one of its world's events."""
+    if e["agent"] == OPERATOR and e["event"] == "action_requested":
+        return "action", e["action"]
+    if e["event"] == "injected" and e.get("by") == "facilitator" and e["body"].get("op") == "inject":
+        return "fault", e["body"]["args"]["fault"]
+    if e["event"] in ("relapse", "milestone") and e.get("milestone") == "loop_broken":
+        return e["event"], "loop re-formed" if e["event"] == "relapse" else "loop broken"
+    return None
 
 
 def team_row(team: str, sc: dict, started: bool) -> dict:

@@ -37,8 +37,9 @@ from orchestrator.live import protocol as lp
 STATIC = Path(__file__).parent / "static"
 #: the files a page may load; nothing else under STATIC is served
 STATIC_FILES = {"team.js": "text/javascript", "scoreboard.js": "text/javascript", "common.js": "text/javascript",
+                "facilitator.js": "text/javascript",
                 "gameday.css": "text/css", "uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"}
-PAGES = {"team": "team.html", "scoreboard": "scoreboard.html"}
+PAGES = {"team": "team.html", "scoreboard": "scoreboard.html", "facilitator": "facilitator.html"}
 
 # Only this server's own files and WebSocket; no inline script or style, no frames, no forms posted anywhere.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -50,6 +51,8 @@ REPLY_TIMEOUT_S = 10.0  # a session stepping many worlds can be slow to answer; 
 MIN_PUSH_INTERVAL_S = 0.25  # at most four state pushes a second per page, whatever the speed
 IDLE_PUSH_S = 1.0  # pushed at least this often: ages grow and the session's state changes without a tick
 MAX_MESSAGE = 64 * 1024  # from a page; as the live protocol's frames
+#: role -> (the request whose answer is pushed to its pages, the pushed message's type)
+WATCHED = {"team": ("state", "state"), "facilitator": ("overview", "overview")}
 
 
 class InsecureWebBind(GamedayError):
@@ -102,6 +105,9 @@ class WebServer:
         """A team's join link: the token rides in the fragment, never sent to a server."""
         return f"{self.url}team/{team}#{token}"
 
+    def facilitator_link(self, token: str) -> str:
+        return f"{self.url}facilitator#{token}"
+
     # -- the loop's thread ------------------------------------------------------------------------
     def _serve(self, port: int) -> None:
         asyncio.set_event_loop(self.loop)
@@ -109,6 +115,7 @@ class WebServer:
         app.router.add_get("/", self._scoreboard_page)
         app.router.add_get("/scoreboard.json", self._board)
         app.router.add_get("/team/{team}", self._team_page)
+        app.router.add_get("/facilitator", self._facilitator_page)
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/ws", self._socket)
         self.runner = web.AppRunner(app, access_log=None)  # URLs hold no tokens, but nobody needs a line per poll
@@ -131,6 +138,9 @@ class WebServer:
 
     async def _team_page(self, request):
         return _file(PAGES["team"], "text/html; charset=utf-8")
+
+    async def _facilitator_page(self, request):
+        return _file(PAGES["facilitator"], "text/html; charset=utf-8")
 
     async def _static(self, request):
         name = request.match_info["name"]
@@ -240,8 +250,9 @@ class _Page:
                     await self.send({"type": "reply", **reply})
                     if not reply["ok"]:
                         break  # a wrong token sees nothing, and gets nothing more
-                    if reply["result"]["role"] == "team":
-                        watcher = asyncio.ensure_future(self.watch())
+                    watched = WATCHED.get(reply["result"]["role"])
+                    if watched is not None:
+                        watcher = asyncio.ensure_future(self.watch(*watched))
                     continue
                 reply = await self.call(rid, op, args)
                 await self.send({"type": "reply", **reply})
@@ -250,21 +261,23 @@ class _Page:
             if watcher is not None:
                 watcher.cancel()
 
-    async def watch(self) -> None:
-        """Push the team's state whenever the session changed (at most every
-        MIN_PUSH_INTERVAL_S), and at least every IDLE_PUSH_S."""
+    async def watch(self, op: str, kind: str) -> None:
+        """Push what the page shows (``op``'s result, as a ``kind`` message) whenever the
+        session changed (at most every MIN_PUSH_INTERVAL_S), and at least every IDLE_PUSH_S.
+        A team's page is sent only the feed entries and chart points it has not had."""
         while not self.ws.closed:
             try:
                 await asyncio.wait_for(self.wake.wait(), IDLE_PUSH_S)
             except asyncio.TimeoutError:
                 pass
             self.wake.clear()
-            reply = await self.call(f"watch-{self.nonce}-{next(self._ids)}", "state",
-                                    {"since": self.since, "series_since": self.series_since})
+            args = {"since": self.since, "series_since": self.series_since} if op == "state" else {}
+            reply = await self.call(f"watch-{self.nonce}-{next(self._ids)}", op, args)
             if reply["ok"]:
-                st = reply["result"]
-                self.since, self.series_since = st["feed_next"], st["series_next"]
-                await self.send({"type": "state", "result": st})
+                result = reply["result"]
+                if op == "state":
+                    self.since, self.series_since = result["feed_next"], result["series_next"]
+                await self.send({"type": kind, "result": result})
             await asyncio.sleep(MIN_PUSH_INTERVAL_S)
 
     def close(self) -> None:

@@ -21,6 +21,9 @@ gd.clock = function (s, withSeconds) {
   return two(h) + ":" + two(m) + (withSeconds ? ":" + two(sec) : "");
 };
 
+// A chart's clock axis: seconds shown while it spans less than a quarter of an hour.
+gd.clockAxis = (u, vals) => vals.map((v) => gd.clock(v, u.scales.x.max - u.scales.x.min < 900));
+
 gd.newId = () => (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
 
 // The page's token: from the link's fragment (kept for reloads in this tab only, and

@@ -1,6 +1,58 @@
 "use strict";
-// The projector's scoreboard: fetches /scoreboard.json once a second and redraws its table.
+// The projector's scoreboard: fetches /scoreboard.json once a second and redraws its
+// table, and under it each team's loop health over time (what the loop_broken milestone
+// reads, 100%: every quantity of the loop within bounds) with its actions, the faults
+// injected into its world, and its loop breaking and re-forming marked on it.
 const POLL_MS = 1000;
+const MARK_COLORS = {action: "#5ab0ff", fault: "#ff5a5a", relapse: "#ffb347", milestone: "#7ddc7d"};
+const charts = {};  // team -> {plot, panel, legend, marks}
+
+function drawMarks(u, marks) {
+  const ctx = u.ctx;
+  ctx.save();
+  ctx.lineWidth = 2 * devicePixelRatio;
+  for (const [x, kind] of marks) {
+    const px = u.valToPos(x, "x", true);
+    ctx.strokeStyle = MARK_COLORS[kind] || "#ffffff";
+    ctx.setLineDash(kind === "fault" ? [6, 4] : []);
+    ctx.beginPath();
+    ctx.moveTo(px, u.bbox.top);
+    ctx.lineTo(px, u.bbox.top + u.bbox.height);
+    ctx.stroke();
+  }
+  ctx.restore();
+}
+
+function healthChart(t) {
+  let c = charts[t.team];
+  if (!c) {
+    const panel = gd.el("div", null, "panel");
+    panel.dataset.team = t.team;
+    panel.appendChild(gd.el("h3", t.team));
+    const box = gd.el("div");
+    panel.appendChild(box);
+    const legend = gd.el("div", "", "legend");
+    panel.appendChild(legend);
+    gd.$("health").appendChild(panel);
+    c = {panel, legend, marks: []};
+    c.plot = new uPlot({
+      width: Math.max(280, panel.clientWidth - 10), height: 160, legend: {show: false}, cursor: {show: false},
+      scales: {x: {time: false}, y: {range: [0, 1]}},
+      axes: [{stroke: "#a8b3bd", grid: {stroke: "#242c34"}, values: gd.clockAxis},
+             {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, size: 50,
+              values: (u, vals) => vals.map((v) => Math.round(v * 100) + "%")}],
+      series: [{}, {stroke: "#7ddc7d", fill: "rgba(125,220,125,0.12)", width: 2, spanGaps: false, points: {show: false}}],
+      hooks: {draw: [(u) => drawMarks(u, c.marks)]},
+    }, [[], []], box);
+    charts[t.team] = c;
+  }
+  const health = t.health || [];
+  c.marks = t.marks || [];
+  c.plot.setData([health.map((p) => p[0]), health.map((p) => p[1])]);
+  c.panel.dataset.points = String(health.length);
+  c.panel.dataset.marks = String(c.marks.length);
+  c.legend.textContent = c.marks.slice(-4).map(([x, kind, what]) => gd.clock(x) + " " + kind + " " + what).join(" · ");
+}
 
 function cell(tr, value, numeric, cls) {
   tr.appendChild(gd.el("td", value, [numeric ? "num" : "", cls || ""].join(" ").trim() || undefined));
@@ -38,6 +90,7 @@ function render(board) {
     body.appendChild(tr);
   }
   gd.$("rows").replaceWith(body);  // one swap: the projector never shows a half-drawn table
+  for (const t of board.teams || []) healthChart(t);
   gd.$("status").textContent = ended ? "the session has ended" : "";
   return ended;
 }

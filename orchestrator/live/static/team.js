@@ -64,7 +64,7 @@ function makeCharts(metrics) {
       cursor: {drag: {x: false, y: false}},
       scales: {x: {time: false}, y: ratio ? {range: (u, lo, hi) => [0, Math.max(1, hi || 0)]} : {}},
       axes: [
-        {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, values: (u, vals) => vals.map((v) => gd.clock(v))},
+        {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, values: gd.clockAxis},
         {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, size: 55,
          values: (u, vals) => vals.map((v) => ratio ? Math.round(v * 100) + "%" : m.unit === "ms" ? formatValue(m, v)
                                                                                       : COMPACT.format(v))},

@@ -1,0 +1,143 @@
+"use strict";
+// The facilitator's page: the session's controls and every team at a glance, over the
+// same requests as `gameday facilitate` (see orchestrator/live/web.py).
+const fac = {overview: null, faults: null, teams: [], results: {}};
+window.gamedayFacilitator = fac;
+
+function send(op, args, resultEl, button) {
+  if (button) button.disabled = true;
+  resultEl.textContent = "sending";
+  resultEl.className = "result";
+  const id = conn.request(op, args);
+  fac.results[id] = {resultEl, button, op};
+}
+
+function answered(msg) {
+  const r = fac.results[msg.id];
+  if (!r) return;
+  delete fac.results[msg.id];
+  if (r.button) r.button.disabled = false;
+  r.resultEl.textContent = msg.ok ? r.op + ": done" : r.op + " refused: " + msg.error.message;
+  r.resultEl.className = msg.ok ? "result" : "result error";
+}
+
+function teamBoxes(container) {
+  container.replaceChildren();
+  for (const team of fac.teams) {
+    const label = gd.el("label", team);
+    const box = gd.el("input");
+    box.type = "checkbox"; box.checked = true; box.value = team;
+    label.prepend(box);
+    container.appendChild(label);
+  }
+}
+
+function chosenTeams(form) {
+  return Array.from(form.querySelectorAll(".teams input:checked")).map((b) => b.value);
+}
+
+function showFault() {
+  const f = fac.faults.find((x) => x.name === gd.$("fault").value);
+  gd.$("fault-description").textContent = f ? f.description : "";
+  const box = gd.$("fault-params");
+  box.replaceChildren();
+  for (const [name, dflt] of Object.entries((f && f.params) || {})) {
+    const label = gd.el("label", name);
+    const input = gd.el("input");
+    input.name = name;
+    input.type = typeof dflt === "number" ? "number" : "text";
+    if (typeof dflt === "number") input.step = "any";
+    input.value = String(dflt);
+    input.dataset.kind = typeof dflt;
+    label.appendChild(input);
+    box.appendChild(label);
+  }
+}
+
+function setUp(ov) {
+  fac.faults = ov.faults;
+  fac.teams = ov.session.teams;
+  const select = gd.$("fault");
+  for (const f of ov.faults) select.appendChild(gd.el("option", f.name)).value = f.name;
+  select.addEventListener("change", showFault);
+  showFault();
+  for (const c of document.querySelectorAll(".teams")) teamBoxes(c);
+  const out = gd.$("control-result");
+  for (const op of ["start", "pause", "resume"]) gd.$(op).addEventListener("click", (ev) => send(op, {}, out, ev.target));
+  gd.$("set-speed").addEventListener("click", (ev) => send("speed", {speed: Number(gd.$("speed").value)}, out, ev.target));
+  const end = gd.$("end");
+  end.addEventListener("click", () => {  // twice, so that one slip of the hand does not end a game day
+    if (end.dataset.armed) send("end", {}, out, end);
+    else { end.dataset.armed = "1"; end.textContent = "Really end it? Click again"; }
+  });
+  gd.$("inject").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const params = {};
+    for (const input of gd.$("fault-params").querySelectorAll("input")) {
+      params[input.name] = input.dataset.kind === "number" ? Number(input.value) : input.value;
+    }
+    send("inject", {fault: select.value, params: params, teams: chosenTeams(ev.target)},
+         ev.target.querySelector(".result"), ev.target.querySelector("button"));
+  });
+  gd.$("message").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    send("message", {text: gd.$("message-text").value, teams: chosenTeams(ev.target)},
+         ev.target.querySelector(".result"), ev.target.querySelector("button"));
+  });
+}
+
+function render(ov) {
+  if (!fac.overview) setUp(ov);
+  fac.overview = ov;
+  const s = ov.session;
+  gd.$("clock").textContent = s.clock + " / " + s.end_clock;
+  gd.$("state").textContent = s.state;
+  gd.$("state").className = s.state;
+  const speed = typeof s.speed === "number" ? s.speed + "x" : s.speed;
+  gd.$("meta").textContent = s.playbook + ", seed " + s.seed + ", speed " + speed +
+    (s.pace ? ", really " + Math.round(s.pace) + "x" : "");
+  gd.$("main").hidden = false;
+  const body = gd.el("tbody");
+  body.id = "rows";
+  for (const t of ov.teams) {
+    const tr = gd.el("tr");
+    tr.dataset.team = t.team;
+    const cells = [[String(t.rank), "num"], [t.team, "team"], [t.loop], [t.backlog],
+                   [typeof t.impact === "number" ? t.impact.toFixed(1) : "-", "num"], [String(t.actions), "num"],
+                   [t.in_flight.join(", ") || "-"], [t.alarms.join(", ") || "-", t.alarms.length ? "alert" : ""],
+                   [String((ov.consoles || {})[t.team] || 0), "num"], [t.last_feed || "-"]];
+    for (const [text, cls] of cells) tr.appendChild(gd.el("td", text, cls || undefined));
+    body.appendChild(tr);
+  }
+  gd.$("rows").replaceWith(body);
+}
+
+const token = gd.token();
+const conn = new gd.Connection(
+  () => ({id: gd.newId(), op: "hello", token: token, args: {by: "facilitator page"}}),
+  (msg) => {
+    if (msg.type === "overview") { render(msg.result); return; }
+    if (msg.type !== "reply") return;
+    if (!msg.ok && (msg.error.code === "unauthorized" || msg.error.code === "forbidden")) {
+      refuse("This link's token does not open the facilitator's page.");
+      return;
+    }
+    if (msg.result && msg.result.role && msg.result.role !== "facilitator") {
+      refuse("This token is not the facilitator's.");
+      return;
+    }
+    answered(msg);
+  },
+  (up) => {
+    document.body.classList.toggle("lost", !up);
+    gd.$("status").textContent = up ? "" : "connection lost, reconnecting";
+  });
+
+function refuse(text) {
+  conn.deny();
+  sessionStorage.removeItem("gameday-token:" + location.pathname);
+  gd.$("main").remove();
+  document.body.appendChild(gd.el("p", text, "denied error"));
+  gd.$("state").textContent = "no access";
+}
+if (!token) refuse("This link has no token: use the facilitator's link `gameday serve` printed.");
