@@ -38,6 +38,7 @@ SESSION_JOURNAL = "journal.jsonl"  # every control, in order
 RANKING = "ranking.json"  # the final scoreboard
 TOKENS = "tokens.json"  # owner-only: the server's address and every role's token
 TEAMS = "teams"  # teams/<team>/: a run directory per team
+RESTARTS = "restarts"  # restarts/<n>/teams/: the run directories as a server that died left them
 
 
 # -- score.json (written by orchestrator/engine/scoring.py; read by reports, comparisons, forks,
@@ -128,3 +129,11 @@ def load_run(run_dir) -> RunData:
     attribution = json.loads(attribution_path.read_text(encoding="utf-8")) if attribution_path.exists() else None
     return RunData(dir=d, meta=meta, metrics=read_metrics(d), events=read_events(d), score=score,
                    attribution=attribution)
+
+
+def complete_ticks(run_dir: Path) -> int:
+    """The ticks whose metrics row was written whole: a run whose process was killed may
+    end in a row cut short, and its meta.json still says it is running."""
+    with open(Path(run_dir) / METRICS, "rb") as f:
+        rows = f.read().count(b"\n")
+    return max(0, rows - 1)  # the header

@@ -44,7 +44,7 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
         a = analyse(run)
         uris = {k: data_uri(v) for k, v in run_charts(run, a, CHARTS_PER_TEAM).items()}
         teams.append({"name": name, "a": a, "charts": uris, "report": f"../teams/{name}/report/report.md"})
-    controls = [j for j in journal if j.get("control") != "created"]
+    controls = [j for j in journal if j.get("control") not in ("created", "act")]  # the teams' commands: their sections
     env = environment()
     md = env.get_template("session.md.j2").render(info=info, ranking=ranking.get("teams", []), controls=controls, teams=teams)
     html = env.get_template("session.html.j2").render(info=info, ranking=ranking.get("teams", []), controls=controls,

@@ -56,8 +56,11 @@ server_options = stacked(
 
 @main.command()
 @playbook_argument
-@click.option("--team", "teams", multiple=True, required=True, metavar="NAME",
+@click.option("--team", "teams", multiple=True, metavar="NAME",
               help="A team (repeatable); each plays its own world of the same scenario and seed.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, exists=True), metavar="SESSION_DIR",
+              help="Go on with the session in SESSION_DIR after its server died: every world rebuilt from the "
+                   "journal, the same tokens, address and pages; paused until `gameday facilitate resume`.")
 @seed_option("Random seed, the same for every team.")
 @click.option("--speed", default="60", show_default=True, callback=speed_value,
               help="Simulated seconds per wall second (the facilitator can change it), or max.")
@@ -84,8 +87,8 @@ server_options = stacked(
               help="Seconds to keep answering consoles after the session ends, so they show the final state.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="At the end, write each team's after-action report and the session report.")
-def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting, placement,
-          address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report):
+def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting,
+          placement, address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report):
     """Host a live game day: one world per team, the same scenario and seed for all.
 
     Prints the command each team joins with (its own token), the facilitator's and
@@ -99,6 +102,17 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
     from orchestrator.live.server import LiveServer, check_bind
     from orchestrator.live.session import Session, check_teams
 
+    tokens = None
+    if resume_dir:
+        if teams:
+            raise click.UsageError("--resume takes the teams, the playbook and its options from the session's "
+                                   "journal; give no --team")
+        tokens = _session_tokens(resume_dir)
+        bind, (web_host, web_port) = tokens["server"], _web_place(resume_dir, web_host, web_port)
+        if tokens.get("server_key") and not curve_secret:
+            raise click.UsageError(f"the session in {resume_dir} was encrypted: pass its --curve-secret again")
+    elif not teams:
+        raise click.UsageError("give at least one --team NAME (or --resume SESSION_DIR)")
     check_bind(bind, curve_secret)
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together: give both, or neither")
@@ -107,13 +121,18 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
 
         check_web_bind(web_host, bool(tls_cert))
         tls = tls_context(tls_cert, tls_key) if tls_cert else None
-    check_teams(list(teams))
-    out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
-    check_out_dir(out)
-    values = variables(playbook, sets, vars_file)
-    click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
-    session = Session(out, list(teams), playbook, seed, values, duration, tick, speed,
-                      HostingOptions(hosting, placement, address))
+    if resume_dir:
+        click.echo(f"rebuilding the worlds of {resume_dir} from its journal ...", err=True)
+        session = Session.rebuild(Path(resume_dir), address)
+        speed = session.clock.speed
+    else:
+        check_teams(list(teams))
+        out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
+        check_out_dir(out)
+        values = variables(playbook, sets, vars_file)
+        click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
+        session = Session(out, list(teams), playbook, seed, values, duration, tick, speed,
+                          HostingOptions(hosting, placement, address))
     server = web_server = None
     closed = []
 
@@ -125,17 +144,21 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
             sys.stdout.flush()
 
     try:
-        server = LiveServer(session, bind, curve_secret)
+        server = LiveServer(session, bind, curve_secret, tokens=tokens)
         server.write_tokens()
-        session.write_info("waiting", server=server.address)
+        session.write_info(session.state, server=server.address)
         if web:
             from orchestrator.live.web import WebServer
 
             web_server = WebServer(server.address, lambda: server.board_json, web_host, web_port, tls, server.public_key)
             server.on_change = web_server.changed
-            session.write_info("waiting", web=web_server.url)
-        _announce(session, server, seed, speed, web_server, with_key=bool(curve_secret))
-        if start_now:
+            session.write_info(session.state, web=web_server.url)
+        _announce(session, server, session.seed, speed, web_server, with_key=bool(curve_secret))
+        if resume_dir:
+            click.echo(f"resumed at {session.clock_text()} ({session.state}); "
+                       + ("go on with `gameday facilitate resume`" if session.state == "paused" else
+                          "waiting for the facilitator to start the session"))
+        elif start_now:
             session.start()
         else:
             click.echo("waiting for the facilitator to start the session")
@@ -152,6 +175,18 @@ def serve(playbook, teams, seed, speed, bind, curve_secret, sets, vars_file, dur
     if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
         _write_reports(session.dir, session.teams)
     click.echo(f"session directory: {session.dir}")
+
+
+def _web_place(session_dir: str, host: str, port: int) -> tuple[str, int]:
+    """Where the session's pages were served (so that they reconnect by themselves), else
+    ``host`` and ``port``."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(json.loads((Path(session_dir) / rundir.SESSION_INFO).read_text(encoding="utf-8"))["web"])
+        return url.hostname, url.port
+    except (OSError, ValueError, KeyError, TypeError):
+        return host, port
 
 
 def _announce(session, server, seed, speed, web, with_key: bool) -> None:

@@ -93,16 +93,24 @@ class TokenBucket:
 
 class LiveServer:
     def __init__(self, session: Session, bind: str = "tcp://127.0.0.1:7700", curve_secret: str | None = None,
-                 rate: float = RATE_PER_S, burst: int = BURST):
+                 rate: float = RATE_PER_S, burst: int = BURST, tokens: dict | None = None):
+        """``tokens``: a tokens.json's, for a session resumed with the tokens its people hold."""
         check_bind(bind, curve_secret)
         self.session = session
-        self.tokens: dict[str, tuple[str, str | None]] = {secrets.token_urlsafe(12): ("facilitator", None),
-                                                            secrets.token_urlsafe(12): ("viewer", None)}
-        for team in session.teams:
-            self.tokens[secrets.token_urlsafe(12)] = ("team", team)
+        if tokens is None:
+            self.tokens: dict[str, tuple[str, str | None]] = {secrets.token_urlsafe(12): ("facilitator", None),
+                                                                secrets.token_urlsafe(12): ("viewer", None)}
+            for team in session.teams:
+                self.tokens[secrets.token_urlsafe(12)] = ("team", team)
+        else:
+            self.tokens = {tokens["facilitator"]: ("facilitator", None), tokens["viewer"]: ("viewer", None)}
+            self.tokens |= {tokens["teams"][team]: ("team", team) for team in session.teams}
         self.rate, self.burst = rate, burst
         self.buckets: dict[str, TokenBucket] = {}
         self.answered: dict[str, OrderedDict] = {}
+        for command, result in session.answers.items():  # a resumed session: a command resent is not run twice
+            team, rid = command.split(":", 1)
+            self.answered.setdefault(self.token_of("team", team), OrderedDict())[rid] = lp.reply(rid, result)
         self.consoles: dict[bytes, dict] = {}  # connection identity -> team, who, last heard
         self.counters = {"requests": 0, "malformed": 0, "unauthorized": 0, "forbidden": 0, "rate_limited": 0,
                          "repeats": 0, "internal_errors": 0}

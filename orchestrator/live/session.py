@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from collections import deque
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reports import rundir
-from orchestrator.errors import InvalidInput, Issue
+from orchestrator.errors import GamedayError, InvalidInput, Issue
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.playbook.loader import agent_names, normalised_params, param_problems
@@ -189,13 +190,20 @@ class Team:
     view: TeamView
 
 
+class NotResumable(GamedayError):
+    """A session directory that cannot be resumed."""
+
+
 class Session:
-    """The teams' worlds and the session clock; every control is journalled in the
-    session's journal and in each team's run directory."""
+    """The teams' worlds and the session clock; every control and every team's command
+    is journalled in the session's journal (before it is answered) and in each team's run
+    directory. ``Session.rebuild`` makes a session again from its journal after its
+    server died (``gameday serve --resume``)."""
 
     def __init__(self, out: Path, teams: list[str], playbook: str = "us-east-1-2021", seed: int = 1,
                  sets: dict | None = None, duration: float | None = None, tick: float | None = None,
-                 speed: float | None = 60.0, hosting: HostingOptions = HostingOptions("ray", "single")):
+                 speed: float | None = 60.0, hosting: HostingOptions = HostingOptions("ray", "single"),
+                 _restarting: bool = False):
         check_teams(teams)
         if speed is not None and not (0 < speed <= MAX_SPEED):
             raise InvalidInput("gameday serve", "options", [Issue("--speed", speed, f"a number > 0 and <= {MAX_SPEED:g}, or max")])
@@ -204,6 +212,9 @@ class Session:
         self.teams: dict[str, Team] = {}
         self.state = WAITING
         self.journal_path = self.dir / rundir.SESSION_JOURNAL
+        self.replaying = False  # rebuilding from the journal: nothing is journalled again
+        self.restarted = False  # paused by a restart: going on leaves no trace in the teams' runs
+        self.answers: dict[str, dict] = {}  # a resumed session's commands: command id -> the answer given
         try:
             for name in teams:
                 spec = RunSpec(playbook=playbook, runbook="none", seed=seed, sets=sets, duration=duration, tick=tick,
@@ -229,8 +240,89 @@ class Session:
         self.info = {"playbook": self.pb.name, "seed": seed, "teams": list(self.teams), "speed": speed or "max",
                      "tick_s": self.dt, "start_clock": format_clock(self.start_s),
                      "end_clock": format_clock(self.start_s + self.ticks * self.dt), **hosting.meta()}
-        self._journal("created", **self.info)
+        if not _restarting:
+            path = Path(playbook)
+            options = {"playbook": str(path.resolve()) if path.exists() else playbook, "sets": sets,
+                       "duration": duration, "tick": tick, "speed": speed}
+            self._journal("created", **self.info, options=options)
         self.write_info("waiting")
+
+    # -- a restart ----------------------------------------------------------------------------
+    @classmethod
+    def rebuild(cls, out: Path, address: str | None = None) -> "Session":
+        """The session in ``out`` rebuilt after its server died: every team's world played
+        again from the journal (the facilitator's controls and the teams' commands at the
+        ticks they came) up to the last tick every world had written whole, then paused
+        for the facilitator, hosted as before (on the Ray cluster at ``address``). The
+        directories the dead server left go to restarts/N/."""
+        out = Path(out)
+        records = _read_journal(out / rundir.SESSION_JOURNAL)
+        created = next((r for r in records if r["control"] == "created" and "options" in r), None)
+        if created is None:
+            raise NotResumable(f"--resume {out}: no journal.jsonl there that a session was created in; expected "
+                               "a session directory written by `gameday serve`")
+        if any(r["control"] == "end" for r in records):
+            raise NotResumable(f"--resume {out}: that session has ended; its run directories are complete "
+                               "(report them with `gameday report`)")
+        teams = list(created["teams"])
+        try:
+            done = min(rundir.complete_ticks(out / rundir.TEAMS / t) for t in teams)
+        except OSError as e:
+            raise NotResumable(f"--resume {out}: a team's run directory cannot be read ({e})") from None
+        restart = 1 + sum(r["control"] == "restarted" for r in records)
+        aside = out / rundir.RESTARTS / str(restart)
+        aside.mkdir(parents=True, exist_ok=True)
+        os.replace(out / rundir.TEAMS, aside / rundir.TEAMS)
+        o = created["options"]
+        hosting = HostingOptions(created["hosting"], created["placement"] or HostingOptions.placement, address)
+        session = cls(out, teams, o["playbook"], created["seed"], o["sets"], o["duration"], o["tick"], o["speed"],
+                      hosting, _restarting=True)
+        session._replay(records, done)
+        session._journal("restarted", restart=restart, from_tick=done, left_in=str(aside))
+        session._pause_for_restart()
+        return session
+
+    def _replay(self, records: list[dict], done: int) -> None:
+        """Every journalled control and command again, at its tick, stepping the worlds in
+        between, up to tick ``done``; what each command was answered is kept in ``answers``."""
+        self.replaying = True
+        try:
+            for r in records:
+                if r["tick"] > done:
+                    break  # (cannot happen: a command is journalled at the tick its world steps next)
+                while self.tick < r["tick"]:
+                    self._advance()
+                self._redo(r)
+            while self.tick < done:
+                self._advance()
+        finally:
+            self.replaying = False
+
+    def _redo(self, r: dict) -> None:
+        c = r["control"]
+        if c == "restarted":
+            self._pause_for_restart()
+        elif c in ("start", "pause"):
+            getattr(self, c)()
+        elif c == "resume":
+            self.resume()
+        elif c == "speed":
+            self.set_speed(r["speed"])
+        elif c == "inject":
+            self.inject(r["fault"], r["params"], r["teams"])
+        elif c == "message":
+            self.message(r["text"], r["teams"])
+        elif c == "act":
+            self.answers[r["command"]] = self.act(r["team"], r["action"], r["params"], r["by"], r["command"])
+
+    def _pause_for_restart(self) -> None:
+        """After a restart the session waits for the facilitator; a session that was
+        running goes on with ``resume``, which the teams' runs do not record, so that they
+        end as they would have without the restart."""
+        if self.state == RUNNING:
+            self.state, self.restarted = PAUSED, True
+        for t in self.teams.values():
+            t.view.note(self.tick, "session", "the server restarted; the game day goes on when the facilitator says")
 
     def write_info(self, status: str, **more) -> None:
         """session.json: what the session is and where to reach it (the server adds that)."""
@@ -259,19 +351,24 @@ class Session:
         if self.lag_s > MAX_LAG_S:  # the worlds cannot keep this speed: go on from here at the pace they manage
             self.clock.rebase(self.tick, now)
             self.behind += 1
+        self._advance()
+        if not self.pace_marks or now - self.pace_marks[-1][0] >= 0.5:
+            self.pace_marks.append((now, self.tick))
+
+    def _advance(self) -> None:
         for t in self.teams.values():
             t.run.begin()
         for t in self.teams.values():
             res = t.run.finish()
             t.view.update(res.tick, res.outbound, res.events, t.run.scorer.loop_health())
         self.tick += 1
-        if not self.pace_marks or now - self.pace_marks[-1][0] >= 0.5:
-            self.pace_marks.append((now, self.tick))
         if self.tick >= self.ticks:
             self.end(reason="the scenario's duration is over")
 
     # -- the facilitator's controls -------------------------------------------------------------
     def _journal(self, control: str, **data) -> None:
+        if self.replaying:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         rec = {"wall": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tick": getattr(self, "tick", 0), "control": control, **data}
         with open(self.journal_path, "a", encoding="utf-8") as f:
@@ -317,6 +414,14 @@ class Session:
         return self._move(RUNNING, PAUSED, "pause", "session_paused", "paused by the facilitator")
 
     def resume(self) -> dict:
+        if self.restarted:  # paused by a restart, not by the facilitator: the teams' runs go on as if it never was
+            self._require(PAUSED)
+            self.state, self.restarted = RUNNING, False
+            self._rebase()
+            self._journal("resume", after_restart=True)
+            for t in self.teams.values():
+                t.view.note(self.tick, "session", "resumed after the server's restart")
+            return self.summary()
         return self._move(PAUSED, RUNNING, "resume", "session_resumed", "resumed")
 
     def set_speed(self, speed: float) -> dict:
@@ -367,6 +472,7 @@ class Session:
         t = self.teams[team]
         tick = t.run.inject("console_command", OPERATOR, {"id": command_id, "action": action, "params": params, "by": by},
                             by=by)
+        self._journal("act", team=team, action=action, params=params, by=by, command=command_id)  # before it is answered
         return {"command": command_id, "action": action, "params": params, "tick": tick, "clock": t.view.clock(tick)}
 
     # -- what is shown ----------------------------------------------------------------------------
@@ -466,3 +572,21 @@ def _check_params(what: str, owner: dict, given: dict, kinds: dict) -> dict:
     if too_long:
         raise ProtocolError("bad_request", f"{what}: parameter {too_long[0]}: expected text of at most 500 characters")
     return dict(owner["params"]) | normalised_params(owner, given, kinds)
+
+
+def _read_journal(path: Path) -> list[dict]:
+    """A session's journal; a last line cut short (the server killed while writing it) was
+    never answered, and is left out."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise NotResumable(f"--resume {path.parent}: cannot read its journal ({e.strerror or e}); expected a session "
+                           "directory written by `gameday serve`") from None
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            if i < len(lines) - 1:
+                raise NotResumable(f"{path}: line {i + 1} is not JSON; the journal is damaged") from None
+    return out

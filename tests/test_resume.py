@@ -1,0 +1,236 @@
+"""A session survives its server: ``Session.rebuild`` (``gameday serve --resume``) makes
+every team's world again from the session's journal, and a session interrupted, resumed
+and driven by the same commands ends with run directories identical to those of a
+session never interrupted (wall times apart); last, a real `gameday serve` killed with
+SIGKILL, resumed, with a console and a page that reconnect by themselves."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import serve, webdriver
+from orchestrator.hosting.host import HostingOptions
+from orchestrator.live.client import LiveClient
+from orchestrator.live.server import LiveServer
+from orchestrator.live.session import NotResumable, Session
+from reports import rundir
+
+pytestmark = pytest.mark.live
+
+#: (tick, control, arguments): what the facilitator and the teams do, at the ticks they do it
+SCRIPT = [
+    (0, "start", {}),
+    (40, "act", {"team": "red", "action": "move_dns_off_bridge", "params": {}, "by": "ana", "command_id": "red:1"}),
+    (90, "pause", {}),
+    (90, "message", {"text": "keep going", "teams": None}),
+    (90, "resume", {}),
+    (150, "inject", {"fault": "second_surge", "params": {"seconds": 120}, "teams": ["blue"]}),
+    (300, "act", {"team": "blue", "action": "enable_protection", "params": {}, "by": "bo", "command_id": "blue:7"}),
+    (420, "speed", {"speed": 120}),
+    (500, "act", {"team": "red", "action": "restart_devices", "params": {"seconds": 60}, "by": "ana",
+                  "command_id": "red:2"}),
+]
+TICKS = 700
+WALL = ("started_at", "wall_seconds")
+
+
+def make(out: Path) -> Session:
+    return Session(out, ["red", "blue"], duration=TICKS, speed=60.0, hosting=HostingOptions())
+
+
+def drive(session: Session, until: int, then_its_commands: bool = False, done_at: int | None = None) -> None:
+    """The script's steps from the session's tick up to ``until`` (and those of tick
+    ``until`` itself, answered but not yet stepped, if ``then_its_commands``), but not
+    those of tick ``done_at`` (done before a restart)."""
+    for tick, control, args in SCRIPT:
+        if tick < session.tick or tick > until or (tick == until and not then_its_commands) or tick == done_at:
+            continue
+        while session.tick < tick:
+            session._advance()
+        {"start": session.start, "pause": session.pause, "resume": session.resume, "message": session.message,
+         "inject": session.inject, "speed": session.set_speed, "act": session.act}[control](**args)
+    while session.tick < min(until, TICKS) and session.state != "ended":
+        session._advance()
+
+
+def run_files(team_dir: Path) -> dict:
+    meta = json.loads((team_dir / rundir.META).read_text())
+    return {"metrics": (team_dir / rundir.METRICS).read_bytes(), "events": (team_dir / rundir.EVENTS).read_bytes(),
+            "score": (team_dir / rundir.SCORE).read_bytes(),
+            "meta": {k: v for k, v in meta.items() if k not in WALL and k != "session"}}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted") / "session"
+    s = make(out)
+    drive(s, TICKS)
+    s.close()
+    return out
+
+
+@pytest.mark.parametrize("killed_at,after_its_commands", [(1, False), (90, True), (300, True), (333, False)])
+def test_a_session_rebuilt_from_its_journal_ends_as_if_never_interrupted(uninterrupted, tmp_path, killed_at,
+                                                                         after_its_commands):
+    """Killed (abandoned mid-session, its files as they are) at a tick, maybe right after
+    answering commands for a tick its worlds had not stepped yet; rebuilt, resumed by the
+    facilitator if it was running, driven on: the same run directories."""
+    out = tmp_path / "session"
+    dead = make(out)
+    drive(dead, killed_at, after_its_commands)  # then its server is gone: nothing closed beyond what it wrote
+    before = {t: list(dead.teams[t].view.feed) for t in dead.teams}
+    s = Session.rebuild(out)
+    try:
+        assert s.tick == killed_at and s.state == "paused"
+        assert s.restarted == (dead.state == "running")  # paused by the facilitator stays so
+        for t in s.teams:  # what the consoles had, numbered as they had it, so they ask on from where they were
+            assert [e["text"] for e in s.teams[t].view.feed[:len(before[t])]] == [e["text"] for e in before[t]]
+        assert (out / "restarts" / "1" / "teams" / "red" / "metrics.csv").exists()
+        if s.state == "paused":
+            s.resume()
+        drive(s, TICKS, done_at=killed_at if after_its_commands else None)
+    finally:
+        s.close()
+    for team in ("red", "blue"):
+        assert run_files(out / "teams" / team) == run_files(uninterrupted / "teams" / team), team
+    journal = [json.loads(line) for line in (out / rundir.SESSION_JOURNAL).read_text().splitlines()]
+    restarts = [r for r in journal if r["control"] == "restarted"]
+    assert len(restarts) == 1 and restarts[0]["from_tick"] == killed_at
+
+
+def test_a_command_answered_before_the_restart_is_answered_again_not_run_again(tmp_path):
+    out = tmp_path / "session"
+    dead = make(out)
+    drive(dead, 45)  # red's command at tick 40 has been answered
+    s = Session.rebuild(out)
+    server = LiveServer(s, "tcp://127.0.0.1:0", tokens={"facilitator": "f", "viewer": "v", "teams": {"red": "r", "blue": "b"}})
+    try:
+        assert s.answers["red:1"]["action"] == "move_dns_off_bridge" and s.answers["red:1"]["tick"] == 40
+        assert "1" in server.answered["r"]  # the resent request id "1" of red's token gets its first answer
+        assert server.tokens["r"] == ("team", "red")
+    finally:
+        server.close()
+        s.close()
+
+
+def test_twice_killed_twice_rebuilt(uninterrupted, tmp_path):
+    out = tmp_path / "session"
+    dead = make(out)
+    drive(dead, 120)
+    s = Session.rebuild(out)
+    s.resume()
+    drive(s, 400)
+    s = Session.rebuild(out)  # the second server dies too
+    assert s.tick == 400 and (out / "restarts" / "2" / "teams").is_dir()
+    s.resume()
+    drive(s, TICKS)
+    s.close()
+    for team in ("red", "blue"):
+        assert run_files(out / "teams" / team) == run_files(uninterrupted / "teams" / team), team
+
+
+def test_what_cannot_be_resumed_says_why(tmp_path):
+    with pytest.raises(NotResumable, match="no journal.jsonl there|cannot read its journal"):
+        Session.rebuild(tmp_path)
+    out = tmp_path / "ended"
+    s = make(out)
+    drive(s, 10)
+    s.close()  # ended
+    with pytest.raises(NotResumable, match="that session has ended"):
+        Session.rebuild(out)
+
+
+def same_commands(records: list[dict], out: Path) -> Path:
+    """An uninterrupted in-process session driven by the controls and commands of a
+    session's journal, at their ticks (what the restarts added left out)."""
+    created = records[0]
+    o = created["options"]
+    s = Session(out, created["teams"], o["playbook"], created["seed"], o["sets"], o["duration"], o["tick"], o["speed"],
+                HostingOptions())
+    calls = {"start": lambda r: s.start(), "pause": lambda r: s.pause(), "resume": lambda r: s.resume(),
+             "speed": lambda r: s.set_speed(r["speed"]), "inject": lambda r: s.inject(r["fault"], r["params"], r["teams"]),
+             "message": lambda r: s.message(r["text"], r["teams"]), "end": lambda r: s.end(r["reason"]),
+             "act": lambda r: s.act(r["team"], r["action"], r["params"], r["by"], r["command"])}
+    for r in records[1:]:
+        if r["control"] in ("restarted", "created") or r.get("after_restart"):
+            continue
+        while s.tick < r["tick"]:
+            s._advance()
+        calls[r["control"]](r)
+    s.close()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_and_page_come_back(tmp_path):
+    out = tmp_path / "session"
+    proc, tokens = serve(["--team", "red", "--team", "blue", "--hosting", "inprocess", "--bind", "tcp://127.0.0.1:0",
+                          "--web-port", "0", "--speed", "150", "--duration", "2h", "--no-report", "--linger", "1",
+                          "--start"], out)
+    resumed = None
+    fac = LiveClient(tokens["server"], tokens["facilitator"], timeout_s=1.0, retries=60)
+    red = LiveClient(tokens["server"], tokens["teams"]["red"], timeout_s=1.0, retries=60)
+    try:
+        for _ in range(100):
+            web = json.loads((out / rundir.SESSION_INFO).read_text()).get("web")
+            if web:
+                break
+            time.sleep(0.1)
+        with webdriver(tmp_path) as blue:
+            blue.get(f"{web}team/blue#{tokens['teams']['blue']}")
+            until(lambda: blue.execute_script("return window.gamedayTeam.charts.length") > 0)
+            red.call("act", {"action": "move_dns_off_bridge"})
+            until(lambda: fac.call("status")["session"]["tick"] > 300)
+            fac.call("message", {"text": "hold on", "teams": ["blue"]})
+            seen = red.call("state", {"since": 0})["feed_next"]
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            killed = time.monotonic()
+            until(lambda: "connection lost" in blue.find_element("id", "status").text)
+
+            resumed = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--resume", str(out),
+                                        "--no-report", "--linger", "1"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True)
+            assert fac.call("resume")["state"] == "running"  # the same client, the same token: it reconnected
+            print(f"\nfrom SIGKILL to a resumed, running session: {time.monotonic() - killed:.1f} s")
+            st = red.call("state", {"since": seen})  # the console asks on from where it was
+            assert [e["n"] for e in st["feed"]] == list(range(seen, st["feed_next"]))
+            assert any("server restarted" in e["text"] for e in st["feed"])
+            until(lambda: blue.find_element("id", "status").text == "" and
+                  blue.find_element("id", "state").text == "running")  # the page came back by itself
+            until(lambda: "server restarted" in blue.find_element("id", "feed").text)
+            assert "hold on" in blue.find_element("id", "messages").text  # from before the kill, not lost
+            before = fac.call("status")["session"]["tick"]
+            until(lambda: fac.call("status")["session"]["tick"] > before + 100)
+            red.call("act", {"action": "enable_protection"})
+            fac.call("end")
+        assert resumed.wait(60) == 0, resumed.stderr.read()
+    finally:
+        for p in (proc, resumed):
+            if p is not None and p.poll() is None:
+                p.kill()
+        fac.close()
+        red.close()
+    records = [json.loads(line) for line in (out / rundir.SESSION_JOURNAL).read_text().splitlines()]
+    assert [r["control"] for r in records].count("restarted") == 1
+    assert (out / "restarts" / "1" / "teams" / "red" / "events.jsonl").exists()  # what the killed server left
+    reference = same_commands(records, tmp_path / "uninterrupted")
+    for team in ("red", "blue"):
+        assert run_files(out / "teams" / team) == run_files(reference / "teams" / team), team
+
+
+def until(what, timeout=60.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if what():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s")
