@@ -76,7 +76,12 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("killed_at,after_its_commands", [(1, False), (90, True), (300, True), (333, False)])
+SLOW = pytest.mark.slow  # one case in the fast subset, the others in the full run
+
+
+@pytest.mark.parametrize("killed_at,after_its_commands", [pytest.param(1, False, marks=SLOW), (90, True),
+                                                          pytest.param(300, True, marks=SLOW),
+                                                          pytest.param(333, False, marks=SLOW)])
 def test_a_session_rebuilt_from_its_journal_ends_as_if_never_interrupted(uninterrupted, tmp_path, killed_at,
                                                                          after_its_commands):
     """Killed (abandoned mid-session, its files as they are) at a tick, maybe right after
@@ -120,6 +125,7 @@ def test_a_command_answered_before_the_restart_is_answered_again_not_run_again(t
         s.close()
 
 
+@pytest.mark.slow
 def test_twice_killed_twice_rebuilt(uninterrupted, tmp_path):
     out = tmp_path / "session"
     dead = make(out)

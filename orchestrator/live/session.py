@@ -234,6 +234,7 @@ class Session:
         self.kinds = agent_names(self.pb.data)
         self.clock = LiveClock(self.dt, speed)
         self.tick = 0  # the next tick every world steps
+        self.stepped_at: float | None = None  # wall clock (time.time) of the last tick stepped live
         self.lag_s = 0.0  # how far the last tick ran behind its due time
         self.behind = 0  # times the clock gave up catching up (the speed asked for was too high)
         self.pace_marks: deque = deque(maxlen=10)  # (wall, tick) every half second: the pace really kept
@@ -352,6 +353,7 @@ class Session:
             self.clock.rebase(self.tick, now)
             self.behind += 1
         self._advance()
+        self.stepped_at = time.time()  # wall clock: what a page shows is this old (benchmarks/bench_pages.py)
         if not self.pace_marks or now - self.pace_marks[-1][0] >= 0.5:
             self.pace_marks.append((now, self.tick))
 
@@ -479,7 +481,7 @@ class Session:
     def summary(self) -> dict:
         return {"state": self.state, "clock": self.clock_text(), "tick": self.tick, "speed": self.clock.speed or "max",
                 "end_clock": self.info["end_clock"], "lag_s": round(self.lag_s, 3), "fell_behind": self.behind,
-                "pace": None if self.pace() is None else round(self.pace(), 1),
+                "pace": None if self.pace() is None else round(self.pace(), 1), "stepped_at": self.stepped_at,
                 "playbook": self.pb.name,
                 "seed": self.seed, "teams": list(self.teams)}
 
