@@ -38,6 +38,7 @@ SESSION_JOURNAL = "journal.jsonl"  # every control, in order
 RANKING = "ranking.json"  # the final scoreboard
 TOKENS = "tokens.json"  # owner-only: the server's address and every role's token
 TEAMS = "teams"  # teams/<team>/: a run directory per team
+SESSION_LOCK = ".lock"  # held by the server serving the session
 RESTARTS = "restarts"  # restarts/<n>/teams/: the run directories as a server that died left them
 
 

@@ -97,7 +97,8 @@ class CuttableProxy:
 def served(tmp_path, teams=("red", "blue"), speed=120.0, duration=3 * 3600.0):
     session = Session(tmp_path / "session", list(teams), duration=duration, speed=speed, hosting=HostingOptions())
     server = LiveServer(session, "tcp://127.0.0.1:0")
-    web = WebServer(server.address, lambda: server.board_json, port=0)
+    web = WebServer(server.address, lambda: server.board_json, port=0,
+                    board_access=lambda token: (server.holder(token) or ("",))[0] in ("viewer", "facilitator"))
     server.on_change = web.changed
     stop = threading.Event()
     thread = threading.Thread(target=server.run, kwargs={"linger_s": 3600, "should_stop": stop.is_set}, daemon=True)
@@ -251,9 +252,13 @@ def test_a_wrong_or_another_teams_token_sees_nothing_and_the_scoreboard_ranks_by
         time.sleep(3)
         facilitator = LiveClient(server.address, server.token_of("facilitator"))
         facilitator.call("pause")
-        time.sleep(1)  # the board is published twice a second
+        wait_for(lambda: json.loads(server.board_json)["session"]["state"] == "paused")
         ranking = sorted(json.loads(server.board_json)["teams"], key=lambda t: t["rank"])
-        d.get(web.url)
+        d.get(web.url)  # without the viewer's token: nothing
+        wait_for(lambda: d.find_element("id", "state").text == "no access")
+        assert not d.find_elements("css selector", "td.team")
+        assert any("401" in e["message"] for e in d.get_log("browser"))  # refused (and the log read, so emptied)
+        d.get(web.scoreboard_link(server.token_of("viewer")))
         wait_for(lambda: d.find_element("id", "state").text == "paused")
         teams = [td.text for td in d.find_elements("css selector", "td.team")]
         assert teams == [t["team"] for t in ranking]
@@ -302,7 +307,7 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         assert session.state == "running"
         screenshot(fac, "facilitator")
 
-        blue.get(web.url)  # the scoreboard: each team's loop health over time, with its marks
+        blue.get(web.scoreboard_link(server.token_of("viewer")))  # each team's loop health over time, with its marks
         wait_for(lambda: len(blue.find_elements("css selector", "#health .panel")) == 2)
         red_panel = blue.find_element("css selector", '#health .panel[data-team="red"]')
         wait_for(lambda: int(red_panel.get_attribute("data-points")) > 2 and

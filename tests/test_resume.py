@@ -45,6 +45,12 @@ def make(out: Path) -> Session:
     return Session(out, ["red", "blue"], duration=TICKS, speed=60.0, hosting=HostingOptions())
 
 
+def killed(session: Session) -> None:
+    """Its server is gone: nothing closed or flushed beyond what it wrote; the system
+    drops the process's lock on the session directory."""
+    session._lock.close()
+
+
 def drive(session: Session, until: int, then_its_commands: bool = False, done_at: int | None = None) -> None:
     """The script's steps from the session's tick up to ``until`` (and those of tick
     ``until`` itself, answered but not yet stepped, if ``then_its_commands``), but not
@@ -89,7 +95,8 @@ def test_a_session_rebuilt_from_its_journal_ends_as_if_never_interrupted(uninter
     facilitator if it was running, driven on: the same run directories."""
     out = tmp_path / "session"
     dead = make(out)
-    drive(dead, killed_at, after_its_commands)  # then its server is gone: nothing closed beyond what it wrote
+    drive(dead, killed_at, after_its_commands)
+    killed(dead)
     before = {t: list(dead.teams[t].view.feed) for t in dead.teams}
     s = Session.rebuild(out)
     try:
@@ -114,6 +121,7 @@ def test_a_command_answered_before_the_restart_is_answered_again_not_run_again(t
     out = tmp_path / "session"
     dead = make(out)
     drive(dead, 45)  # red's command at tick 40 has been answered
+    killed(dead)
     s = Session.rebuild(out)
     server = LiveServer(s, "tcp://127.0.0.1:0", tokens={"facilitator": "f", "viewer": "v", "teams": {"red": "r", "blue": "b"}})
     try:
@@ -130,9 +138,11 @@ def test_twice_killed_twice_rebuilt(uninterrupted, tmp_path):
     out = tmp_path / "session"
     dead = make(out)
     drive(dead, 120)
+    killed(dead)
     s = Session.rebuild(out)
     s.resume()
     drive(s, 400)
+    killed(s)
     s = Session.rebuild(out)  # the second server dies too
     assert s.tick == 400 and (out / "restarts" / "2" / "teams").is_dir()
     s.resume()
@@ -240,3 +250,71 @@ def until(what, timeout=60.0):
             return
         time.sleep(0.1)
     raise AssertionError(f"not within {timeout} s")
+
+
+def _scripted(out: Path, kill_at: int | None, playbook: str = "us-east-1-2021", sets: dict | None = None,
+              pause_at: int | None = None, start_at: int = 0, chdir=None) -> Path:
+    """A short session: started at ``start_at``, a command at tick 20, paused at
+    ``pause_at`` and resumed 30 ticks later; killed when it reaches ``kill_at`` (None:
+    never) and rebuilt (from another directory, with ``chdir``), then played to its end."""
+    s = Session(out, ["red"], playbook, 3, sets, duration=240, speed=60.0, hosting=HostingOptions())
+    steps = [(start_at, lambda: s.start()), (20, lambda: s.act("red", "enable_protection", {}, "ana", "red:1"))]
+    if pause_at is not None:
+        steps += [(pause_at, lambda: s.pause()), (pause_at + 30, lambda: s.resume())]
+
+    def restart_if_due() -> None:
+        nonlocal s, kill_at
+        if kill_at is None or s.tick != kill_at:
+            return
+        kill_at = None
+        was = s.state
+        killed(s)
+        if chdir:
+            chdir()
+        s = Session.rebuild(out)
+        assert s.state == ("paused" if was == "running" else was) and s.restarted == (was == "running")
+        if s.restarted:
+            s.resume()
+
+    for at, do in sorted(steps, key=lambda x: x[0]):
+        restart_if_due()
+        while s.tick < at:
+            s._advance()
+            restart_if_due()
+        do()
+    while s.state != "ended":
+        s._advance()
+        restart_if_due()
+    s.close()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["before the start", "while paused", "a playbook path and --set values"])
+def test_a_session_killed_before_its_start_or_while_paused_or_with_its_own_options_comes_back_as_it_was(
+        tmp_path, monkeypatch, case):
+    ROOT = Path(__file__).resolve().parents[1]
+    kw = {"before the start": dict(start_at=10, kill_at=5),
+          "while paused": dict(pause_at=50, kill_at=60),
+          "a playbook path and --set values": dict(kill_at=70, sets={"bridge_devices": 9},
+                                                    playbook=str(Path("playbooks/us-east-1-2021.yaml.j2")))}[case]
+    monkeypatch.chdir(ROOT)
+    reference = _scripted(tmp_path / "reference", None, **{k: v for k, v in kw.items() if k != "kill_at"})
+    resumed = _scripted(tmp_path / "resumed", chdir=lambda: monkeypatch.chdir(tmp_path), **kw)
+    assert run_files(resumed / "teams" / "red") == run_files(reference / "teams" / "red")
+
+
+def test_a_session_still_served_cannot_be_resumed_and_a_cut_journal_line_is_dropped(tmp_path):
+    out = tmp_path / "session"
+    alive = make(out)
+    drive(alive, 50)
+    with pytest.raises(NotResumable, match="another `gameday serve` is serving this session"):
+        Session.rebuild(out)
+    assert (out / "teams" / "red").is_dir() and not (out / "restarts").exists()  # nothing moved
+    killed(alive)
+    with open(out / rundir.SESSION_JOURNAL, "a") as f:
+        f.write('{"wall": "2026-12-02T00:00:00", "tick": 50, "control": "mes')  # killed while writing it
+    s = Session.rebuild(out)
+    s.close()
+    for line in (out / rundir.SESSION_JOURNAL).read_text().splitlines():
+        json.loads(line)  # the restart's record on a line of its own

@@ -121,3 +121,32 @@ def test_a_malformed_message_is_answered_and_the_page_goes_on(served):
     got = talk(web, ["not json", {"id": "h", "op": "hello", "token": server.token_of("team", "red"),
                                   "args": {"team": "red"}}], read=2)
     assert got[0]["error"]["code"] == "malformed" and got[1]["ok"]
+
+
+def test_a_token_is_found_by_comparing_it_with_every_token_and_strange_ones_are_refused(served):
+    server, _ = served
+    token = server.token_of("team", "red")
+    assert server.holder(token) == ("team", "red") and server.holder(server.token_of("facilitator")) == ("facilitator", None)
+    for wrong in (token[:-1], token + "x", "é" * len(token), "", "\udcff"):
+        assert server.holder(wrong) is None, wrong
+
+
+def test_the_scoreboard_needs_the_viewers_token_and_a_foreign_host_name_gets_nothing(served):
+    server, _ = served
+    web = WebServer(server.address, lambda: server.board_json, port=0,
+                    board_access=lambda token: (server.holder(token) or ("",))[0] in ("viewer", "facilitator"))
+    try:
+        url = f"http://127.0.0.1:{web.port}/scoreboard.json"
+        def status(headers):
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+        assert status({}) == 401 and status({"Authorization": "Bearer nope"}) == 401
+        assert status({"Authorization": f"Bearer {server.token_of('team', 'red')}"}) == 401  # a team's is not enough
+        assert status({"Authorization": f"Bearer {server.token_of('viewer')}"}) == 200
+        # a page of another site whose name resolves here (DNS rebinding) names its own host
+        assert status({"Authorization": f"Bearer {server.token_of('viewer')}", "Host": f"evil.example:{web.port}"}) == 421
+    finally:
+        web.shutdown()

@@ -150,7 +150,9 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
         if web:
             from orchestrator.live.web import WebServer
 
-            web_server = WebServer(server.address, lambda: server.board_json, web_host, web_port, tls, server.public_key)
+            web_server = WebServer(_connectable(server.address), lambda: server.board_json, web_host, web_port, tls,
+                                   server.public_key, board_access=lambda token: (server.holder(token) or ("",))[0]
+                                   in ("viewer", "facilitator"))
             server.on_change = web_server.changed
             session.write_info(session.state, web=web_server.url)
         _announce(session, server, session.seed, speed, web_server, with_key=bool(curve_secret))
@@ -164,6 +166,14 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
             click.echo("waiting for the facilitator to start the session")
         sys.stdout.flush()
         server.run(linger_s=linger, on_end=finish)
+    except KeyboardInterrupt:
+        raise  # Ctrl-C ends the game day: the ranking is written
+    except BaseException:
+        if not closed:  # a failure is not an end: `gameday serve --resume` can go on
+            closed.append(True)
+            session.interrupt()
+            click.echo(f"the server failed; go on with `gameday serve --resume {session.dir}`", err=True)
+        raise
     finally:
         try:
             finish()
@@ -175,6 +185,14 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
     if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
         _write_reports(session.dir, session.teams)
     click.echo(f"session directory: {session.dir}")
+
+
+def _connectable(address: str) -> str:
+    """The session's address as this process connects to it: a wildcard bind over loopback."""
+    for wildcard in ("tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"):
+        if address.startswith(wildcard):
+            return "tcp://127.0.0.1:" + address[len(wildcard):]
+    return address
 
 
 def _web_place(session_dir: str, host: str, port: int) -> tuple[str, int]:
@@ -205,7 +223,7 @@ def _announce(session, server, seed, speed, web, with_key: bool) -> None:
         click.echo(f"    or in a browser: {web.facilitator_link(server.token_of('facilitator'))}")
     click.echo(f"  scoreboard: gameday scoreboard --server {server.address} --token {server.token_of('viewer')}{key_opt}")
     if web is not None:
-        click.echo(f"  scoreboard page: {web.url}")
+        click.echo(f"  scoreboard page: {web.scoreboard_link(server.token_of('viewer'))}")
 
 
 def _write_reports(session_dir: Path, teams) -> None:

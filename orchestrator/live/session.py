@@ -208,6 +208,10 @@ class Session:
         if speed is not None and not (0 < speed <= MAX_SPEED):
             raise InvalidInput("gameday serve", "options", [Issue("--speed", speed, f"a number > 0 and <= {MAX_SPEED:g}, or max")])
         self.dir = Path(out)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _hold_lock(self.dir)
+        if Path(playbook).exists():  # a file: named absolutely, so that a resume finds it from anywhere
+            playbook = str(Path(playbook).resolve())
         self.playbook, self.seed = playbook, seed
         self.teams: dict[str, Team] = {}
         self.state = WAITING
@@ -242,9 +246,7 @@ class Session:
                      "tick_s": self.dt, "start_clock": format_clock(self.start_s),
                      "end_clock": format_clock(self.start_s + self.ticks * self.dt), **hosting.meta()}
         if not _restarting:
-            path = Path(playbook)
-            options = {"playbook": str(path.resolve()) if path.exists() else playbook, "sets": sets,
-                       "duration": duration, "tick": tick, "speed": speed}
+            options = {"playbook": playbook, "sets": sets, "duration": duration, "tick": tick, "speed": speed}
             self._journal("created", **self.info, options=options)
         self.write_info("waiting")
 
@@ -257,6 +259,7 @@ class Session:
         for the facilitator, hosted as before (on the Ray cluster at ``address``). The
         directories the dead server left go to restarts/N/."""
         out = Path(out)
+        lock = _hold_lock(out)  # refused while a server still serves it
         records = _read_journal(out / rundir.SESSION_JOURNAL)
         created = next((r for r in records if r["control"] == "created" and "options" in r), None)
         if created is None:
@@ -266,22 +269,47 @@ class Session:
             raise NotResumable(f"--resume {out}: that session has ended; its run directories are complete "
                                "(report them with `gameday report`)")
         teams = list(created["teams"])
+        ticks = [r["tick"] for r in records]
+        if ticks != sorted(ticks):
+            raise NotResumable(f"--resume {out}: the journal's ticks go backwards; it is damaged")
+        # How far the worlds got: the ticks every run directory holds whole, and at least as far as the
+        # journal goes (a rebuild that failed halfway leaves shorter directories, never a shorter journal).
         try:
             done = min(rundir.complete_ticks(out / rundir.TEAMS / t) for t in teams)
-        except OSError as e:
-            raise NotResumable(f"--resume {out}: a team's run directory cannot be read ({e})") from None
+        except OSError:
+            done = 0
+        done = max(done, ticks[-1])
         restart = 1 + sum(r["control"] == "restarted" for r in records)
+        while (out / rundir.RESTARTS / str(restart)).exists():  # a rebuild that failed left its number taken
+            restart += 1
         aside = out / rundir.RESTARTS / str(restart)
-        aside.mkdir(parents=True, exist_ok=True)
-        os.replace(out / rundir.TEAMS, aside / rundir.TEAMS)
+        aside.mkdir(parents=True)
+        if (out / rundir.TEAMS).exists():
+            os.replace(out / rundir.TEAMS, aside / rundir.TEAMS)
         o = created["options"]
         hosting = HostingOptions(created["hosting"], created["placement"] or HostingOptions.placement, address)
+        lock.close()  # the session takes it again
         session = cls(out, teams, o["playbook"], created["seed"], o["sets"], o["duration"], o["tick"], o["speed"],
                       hosting, _restarting=True)
-        session._replay(records, done)
+        try:
+            session._check_same_playbook(aside)
+            session._replay(records, done)
+        except BaseException:
+            session.interrupt()
+            raise
         session._journal("restarted", restart=restart, from_tick=done, left_in=str(aside))
         session._pause_for_restart()
         return session
+
+    def _check_same_playbook(self, aside: Path) -> None:
+        """The worlds are built from the playbook as it renders now: refuse if it no longer
+        renders as the dead server's did (the file edited, gameday upgraded)."""
+        for name, t in self.teams.items():
+            before = aside / rundir.TEAMS / name / rundir.PLAYBOOK
+            now = t.run.writer.dir / rundir.PLAYBOOK
+            if before.exists() and before.read_bytes() != now.read_bytes():
+                raise NotResumable(f"--resume {self.dir}: the playbook {self.playbook} no longer renders as it did "
+                                   f"when the session began (compare {before} with {now}); the worlds would differ")
 
     def _replay(self, records: list[dict], done: int) -> None:
         """Every journalled control and command again, at its tick, stepping the worlds in
@@ -289,8 +317,6 @@ class Session:
         self.replaying = True
         try:
             for r in records:
-                if r["tick"] > done:
-                    break  # (cannot happen: a command is journalled at the tick its world steps next)
                 while self.tick < r["tick"]:
                     self._advance()
                 self._redo(r)
@@ -383,8 +409,12 @@ class Session:
             t.view.note(self.tick, "session" if event != "facilitator_message" else "message", shown)
 
     def _teams(self, names) -> list[Team]:
-        if not names:
+        """The teams named; None: every team."""
+        if names is None:
             return list(self.teams.values())
+        if not names:
+            raise ProtocolError("bad_request", "teams: an empty list; name at least one team, or leave teams out "
+                                               "for every team")
         unknown = [n for n in names if n not in self.teams]
         if unknown:
             raise ProtocolError("bad_request", f"teams: got {unknown[0]!r}; expected one of {', '.join(self.teams)}")
@@ -514,6 +544,14 @@ class Session:
         return board
 
     # -- the end ------------------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """The server fails: close every world's run directory as interrupted, without
+        ending the session, so that `gameday serve --resume` can go on with it."""
+        for t in self.teams.values():
+            t.run.close(rundir.INTERRUPTED)
+        self.write_info("interrupted", simulated_until=self.clock_text())
+        self._lock.close()
+
     def close(self) -> dict:
         """Close every world (its run directory complete), write the final ranking."""
         if self.state != ENDED:
@@ -523,6 +561,7 @@ class Session:
             t.run.close(rundir.COMPLETE if t.run.done else rundir.ENDED)
         write_json_atomic(self.dir / rundir.RANKING, board)
         self.write_info("ended", simulated_until=self.clock_text())
+        self._lock.close()
         return board
 
 
@@ -576,19 +615,38 @@ def _check_params(what: str, owner: dict, given: dict, kinds: dict) -> dict:
     return dict(owner["params"]) | normalised_params(owner, given, kinds)
 
 
+def _hold_lock(directory: Path):
+    """An exclusive lock on the session directory, held while the file stays open (the
+    system releases it when the process dies, even killed): one server per session."""
+    import fcntl
+
+    f = open(directory / rundir.SESSION_LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise NotResumable(f"{directory}: another `gameday serve` is serving this session; stop it first") from None
+    return f
+
+
 def _read_journal(path: Path) -> list[dict]:
     """A session's journal; a last line cut short (the server killed while writing it) was
-    never answered, and is left out."""
+    never answered: it is left out, and cut from the file so that what comes next starts
+    on a line of its own."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except OSError as e:
         raise NotResumable(f"--resume {path.parent}: cannot read its journal ({e.strerror or e}); expected a session "
                            "directory written by `gameday serve`") from None
+    whole = data[:data.rfind(b"\n") + 1]
+    if len(whole) < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(len(whole))
+    lines = whole.decode("utf-8").splitlines()
     out = []
     for i, line in enumerate(lines):
         try:
             out.append(json.loads(line))
         except ValueError:
-            if i < len(lines) - 1:
-                raise NotResumable(f"{path}: line {i + 1} is not JSON; the journal is damaged") from None
+            raise NotResumable(f"{path}: line {i + 1} is not JSON; the journal is damaged") from None
     return out

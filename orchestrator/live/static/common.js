@@ -24,10 +24,16 @@ gd.clock = function (s, withSeconds) {
 // A chart's clock axis: seconds shown while it spans less than a quarter of an hour.
 gd.clockAxis = (u, vals) => vals.map((v) => gd.clock(v, u.scales.x.max - u.scales.x.min < 900));
 
+// A reply that says the session has not answered yet: the request may still run, once.
+gd.unanswered = (msg) => !msg.ok && msg.error && msg.error.code === "unreachable";
+
 gd.newId = () => (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
 
 // The page's token: from the link's fragment (kept for reloads in this tab only, and
 // taken out of the address bar), or from an earlier load of this tab.
+// A link with another token pasted into this tab: load the page again with it.
+window.addEventListener("hashchange", () => location.reload());
+
 gd.token = function () {
   const fromLink = decodeURIComponent(location.hash.slice(1));
   if (fromLink) {
@@ -59,7 +65,15 @@ gd.Connection = class {
     };
     ws.onmessage = (ev) => {
       const msg = JSON.parse(ev.data);
-      if (msg.type === "reply" && msg.id) this.pending.delete(msg.id);
+      if (msg.type === "reply" && msg.id && gd.unanswered(msg)) {
+        // no answer yet (the session is busy, or its server restarting): ask again, with the same id
+        setTimeout(() => {
+          const req = this.pending.get(msg.id);
+          if (req && this.ws === ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(req));
+        }, 2000);
+      } else if (msg.type === "reply" && msg.id) {
+        this.pending.delete(msg.id);
+      }
       this.onMessage(msg);
     };
     ws.onclose = () => {

@@ -15,6 +15,7 @@ function send(op, args, resultEl, button) {
 function answered(msg) {
   const r = fac.results[msg.id];
   if (!r) return;
+  if (gd.unanswered(msg)) { r.resultEl.textContent = "no answer from the session yet; asking again"; return; }
   delete fac.results[msg.id];
   if (r.button) r.button.disabled = false;
   r.resultEl.textContent = msg.ok ? r.op + ": done" : r.op + " refused: " + msg.error.message;
@@ -72,6 +73,7 @@ function setUp(ov) {
   });
   gd.$("inject").addEventListener("submit", (ev) => {
     ev.preventDefault();
+    if (!chosenTeams(ev.target).length) { ev.target.querySelector(".result").textContent = "tick at least one team"; return; }
     const params = {};
     for (const input of gd.$("fault-params").querySelectorAll("input")) {
       params[input.name] = input.dataset.kind === "number" ? Number(input.value) : input.value;
@@ -81,6 +83,7 @@ function setUp(ov) {
   });
   gd.$("message").addEventListener("submit", (ev) => {
     ev.preventDefault();
+    if (!chosenTeams(ev.target).length) { ev.target.querySelector(".result").textContent = "tick at least one team"; return; }
     send("message", {text: gd.$("message-text").value, teams: chosenTeams(ev.target)},
          ev.target.querySelector(".result"), ev.target.querySelector("button"));
   });

@@ -4,6 +4,7 @@
 // reads, 100%: every quantity of the loop within bounds) with its actions, the faults
 // injected into its world, and its loop breaking and re-forming marked on it.
 const POLL_MS = 1000;
+const TOKEN = gd.token();
 const MARK_COLORS = {action: "#5ab0ff", fault: "#ff5a5a", relapse: "#ffb347", milestone: "#7ddc7d"};
 const charts = {};  // team -> {plot, panel, legend, marks}
 
@@ -98,7 +99,13 @@ function render(board) {
 async function poll() {
   let ended = false;
   try {
-    const r = await fetch("/scoreboard.json", {cache: "no-store"});
+    const r = await fetch("/scoreboard.json", {cache: "no-store", headers: {Authorization: "Bearer " + TOKEN}});
+    if (r.status === 401) {  // a wrong or missing token: nothing to show, nothing to retry
+      gd.$("status").textContent = "This link's token does not open the scoreboard. Use the link `gameday serve` printed.";
+      gd.$("state").textContent = "no access";
+      document.body.classList.add("lost");
+      return;
+    }
     if (!r.ok) throw new Error("HTTP " + r.status);
     const board = await r.json();
     document.body.classList.remove("lost");

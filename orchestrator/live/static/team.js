@@ -150,6 +150,7 @@ function makeCatalogue(catalogue) {
 function answered(msg) {
   const form = team.results[msg.id];
   if (!form) return;
+  if (gd.unanswered(msg)) { form.result.textContent = "no answer from the session yet; asking again"; return; }
   delete team.results[msg.id];
   form.button.disabled = false;
   if (msg.ok) {
