@@ -121,12 +121,16 @@ def test_a_command_answered_before_the_restart_is_answered_again_not_run_again(t
     out = tmp_path / "session"
     dead = make(out)
     drive(dead, 45)  # red's command at tick 40 has been answered
+    with dead.answering("_facilitator:f9"):
+        dead.message("the answer to this was lost", None)
     killed(dead)
     s = Session.rebuild(out)
     server = LiveServer(s, "tcp://127.0.0.1:0", tokens={"facilitator": "f", "viewer": "v", "teams": {"red": "r", "blue": "b"}})
     try:
         assert s.answers["red:1"]["action"] == "move_dns_off_bridge" and s.answers["red:1"]["tick"] == 40
         assert "1" in server.answered["r"]  # the resent request id "1" of red's token gets its first answer
+        assert "f9" in server.answered["f"]  # and the facilitator's message is not sent twice
+        assert [m["text"] for m in s.teams["blue"].view.messages] == ["the answer to this was lost"]
         assert server.tokens["r"] == ("team", "red")
     finally:
         server.close()
@@ -195,11 +199,8 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
     fac = LiveClient(tokens["server"], tokens["facilitator"], timeout_s=1.0, retries=60)
     red = LiveClient(tokens["server"], tokens["teams"]["red"], timeout_s=1.0, retries=60)
     try:
-        for _ in range(100):
-            web = json.loads((out / rundir.SESSION_INFO).read_text()).get("web")
-            if web:
-                break
-            time.sleep(0.1)
+        until(lambda: json.loads((out / rundir.SESSION_INFO).read_text()).get("web"))
+        web = json.loads((out / rundir.SESSION_INFO).read_text())["web"]
         with webdriver(tmp_path) as blue:
             blue.get(f"{web}team/blue#{tokens['teams']['blue']}")
             until(lambda: blue.execute_script("return window.gamedayTeam.charts.length") > 0)
@@ -214,7 +215,7 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
 
             resumed = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--resume", str(out),
                                         "--no-report", "--linger", "1"], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, text=True)
+                                       stderr=open(tmp_path / "resumed.stderr", "w"))
             assert fac.call("resume")["state"] == "running"  # the same client, the same token: it reconnected
             print(f"\nfrom SIGKILL to a resumed, running session: {time.monotonic() - killed:.1f} s")
             st = red.call("state", {"since": seen})  # the console asks on from where it was
@@ -228,7 +229,7 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
             until(lambda: fac.call("status")["session"]["tick"] > before + 100)
             red.call("act", {"action": "enable_protection"})
             fac.call("end")
-        assert resumed.wait(60) == 0, resumed.stderr.read()
+        assert resumed.wait(60) == 0, (tmp_path / "resumed.stderr").read_text()
     finally:
         for p in (proc, resumed):
             if p is not None and p.poll() is None:
@@ -237,7 +238,11 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
         red.close()
     records = [json.loads(line) for line in (out / rundir.SESSION_JOURNAL).read_text().splitlines()]
     assert [r["control"] for r in records].count("restarted") == 1
-    assert (out / "restarts" / "1" / "teams" / "red" / "events.jsonl").exists()  # what the killed server left
+    from_tick = next(r for r in records if r["control"] == "restarted")["from_tick"]
+    for team in ("red", "blue"):  # the worlds played again are the worlds the killed server had played
+        left = (out / "restarts" / "1" / "teams" / team / rundir.METRICS).read_text().splitlines()[:from_tick + 1]
+        again = (out / "teams" / team / rundir.METRICS).read_text().splitlines()[:from_tick + 1]
+        assert len(left) == from_tick + 1 and again == left
     reference = same_commands(records, tmp_path / "uninterrupted")
     for team in ("red", "blue"):
         assert run_files(out / "teams" / team) == run_files(reference / "teams" / team), team
@@ -318,3 +323,18 @@ def test_a_session_still_served_cannot_be_resumed_and_a_cut_journal_line_is_drop
     s.close()
     for line in (out / rundir.SESSION_JOURNAL).read_text().splitlines():
         json.loads(line)  # the restart's record on a line of its own
+
+
+def test_resume_takes_its_options_from_the_session_and_says_so(tmp_path):
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    for extra, named in ((["--team", "red"], "--team"), (["--seed", "4"], "--seed"),
+                         (["--speed", "10"], "--speed"), (["us-east-1-2025"], "PLAYBOOK"), (["--web-port", "9"], "--web-port")):
+        out = CliRunner().invoke(main, ["serve", "--resume", str(tmp_path), *extra])
+        assert out.exit_code == 2 and f"leave out {named}" in out.output and "Traceback" not in out.output, out.output
+    out = CliRunner().invoke(main, ["serve", "--resume", str(tmp_path)])
+    assert out.exit_code == 2 and "tokens.json" in out.output  # not a session directory: said, nothing written
+    assert list(tmp_path.iterdir()) == []
+    assert CliRunner().invoke(main, ["serve"]).exit_code == 2

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from reports import rundir
 from orchestrator.errors import NotFound
@@ -60,7 +61,8 @@ server_options = stacked(
               help="A team (repeatable); each plays its own world of the same scenario and seed.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False, exists=True), metavar="SESSION_DIR",
               help="Go on with the session in SESSION_DIR after its server died: every world rebuilt from the "
-                   "journal, the same tokens, address and pages; paused until `gameday facilitate resume`.")
+                   "journal, the same tokens, address and pages; a running session waits, paused, for `gameday "
+                   "facilitate resume` (a waiting one for start).")
 @seed_option("Random seed, the same for every team.")
 @click.option("--speed", default="60", show_default=True, callback=speed_value,
               help="Simulated seconds per wall second (the facilitator can change it), or max.")
@@ -91,10 +93,11 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
           placement, address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report):
     """Host a live game day: one world per team, the same scenario and seed for all.
 
-    Prints the command each team joins with (its own token), the facilitator's and
-    the scoreboard's. Writes a session directory: session.json, journal.jsonl (every
-    control), tokens.json (owner-only), teams/<team>/ (a run directory per team), and at
-    the end ranking.json and report/ (the session report).
+    Prints the command and the browser link each team joins with (its own token), the
+    facilitator's and the scoreboard's. Writes a session directory: session.json,
+    journal.jsonl (every control and team command), tokens.json (owner-only),
+    teams/<team>/ (a run directory per team), restarts/ after a --resume, and at the end
+    ranking.json and report/ (the session report).
     """
     from orchestrator.engine.journal import check_out_dir
     from orchestrator.hosting.host import HostingOptions
@@ -104,13 +107,19 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
 
     tokens = None
     if resume_dir:
-        if teams:
-            raise click.UsageError("--resume takes the teams, the playbook and its options from the session's "
-                                   "journal; give no --team")
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" if name != "playbook" else "PLAYBOOK" for name in RESUME_TAKES
+                 if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)]
+        if teams or given:
+            raise click.UsageError(f"--resume takes the teams, the playbook, its options and where it was served from "
+                                   f"the session itself; leave out {', '.join((['--team'] if teams else []) + given)}")
         tokens = _session_tokens(resume_dir)
-        bind, (web_host, web_port) = tokens["server"], _web_place(resume_dir, web_host, web_port)
+        bind, (scheme, web_host, web_port) = tokens["server"], _web_place(resume_dir, web_host, web_port)
         if tokens.get("server_key") and not curve_secret:
             raise click.UsageError(f"the session in {resume_dir} was encrypted: pass its --curve-secret again")
+        if web and scheme == "https" and not tls_cert:
+            raise click.UsageError(f"the session in {resume_dir} served its pages over HTTPS: pass --tls-cert and "
+                                   "--tls-key again, or its pages cannot come back")
     elif not teams:
         raise click.UsageError("give at least one --team NAME (or --resume SESSION_DIR)")
     check_bind(bind, curve_secret)
@@ -195,16 +204,21 @@ def _connectable(address: str) -> str:
     return address
 
 
-def _web_place(session_dir: str, host: str, port: int) -> tuple[str, int]:
-    """Where the session's pages were served (so that they reconnect by themselves), else
-    ``host`` and ``port``."""
+#: what `serve --resume` takes from the session, not from the command line
+RESUME_TAKES = ("playbook", "seed", "speed", "sets", "vars_file", "duration", "tick", "out", "hosting", "placement",
+                "start_now", "bind", "web_port", "web_host")
+
+
+def _web_place(session_dir: str, host: str, port: int) -> tuple[str | None, str, int]:
+    """(scheme, host, port) where the session's pages were served, so that they reconnect
+    by themselves; else no scheme, ``host`` and ``port``."""
     from urllib.parse import urlsplit
 
     try:
         url = urlsplit(json.loads((Path(session_dir) / rundir.SESSION_INFO).read_text(encoding="utf-8"))["web"])
-        return url.hostname, url.port
+        return url.scheme, url.hostname, url.port
     except (OSError, ValueError, KeyError, TypeError):
-        return host, port
+        return None, host, port
 
 
 def _announce(session, server, seed, speed, web, with_key: bool) -> None:
@@ -378,8 +392,12 @@ def keys(directory, tls, tls_hosts):
     --tls, a self-signed certificate for the pages too."""
     from orchestrator.live.server import generate_keys
 
-    public, secret = generate_keys(Path(directory))
-    click.echo(f"public key (for consoles, --server-key): {public}\nsecret key (for serve, --curve-secret): {secret}")
+    kept = (tls or tls_hosts) and (Path(directory) / "server.key_secret").exists()
+    if kept:  # handed to consoles already: a certificate for the pages does not replace them
+        click.echo(f"the CURVE key pair in {directory} is kept")
+    else:
+        public, secret = generate_keys(Path(directory))
+        click.echo(f"public key (for consoles, --server-key): {public}\nsecret key (for serve, --curve-secret): {secret}")
     if tls or tls_hosts:
         from orchestrator.live.tls import make_self_signed
 

@@ -35,6 +35,7 @@ REPLIES_KEPT = 2000  # per token: how many answered request ids are remembered
 CONSOLE_GONE_S = 5.0  # a console not heard from for this long is shown as disconnected
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 READS = ("state", "scoreboard", "ping", "status", "hello", "overview")  # requests that change nothing
+FACILITATOR_REQUESTS = "_facilitator"  # journalled as _facilitator:<request id>; no team name starts with "_"
 
 
 class InsecureBind(GamedayError):
@@ -109,9 +110,10 @@ class LiveServer:
         self.rate, self.burst = rate, burst
         self.buckets: dict[str, TokenBucket] = {}
         self.answered: dict[str, OrderedDict] = {}
-        for command, result in session.answers.items():  # a resumed session: a command resent is not run twice
-            team, rid = command.split(":", 1)
-            self.answered.setdefault(self.token_of("team", team), OrderedDict())[rid] = lp.reply(rid, result)
+        for request, result in session.answers.items():  # a resumed session: a request resent is not run twice
+            who, rid = request.split(":", 1)
+            token = self.token_of("facilitator") if who == FACILITATOR_REQUESTS else self.token_of("team", who)
+            self.answered.setdefault(token, OrderedDict())[rid] = lp.reply(rid, result)
         self.consoles: dict[bytes, dict] = {}  # connection identity -> team, who, last heard
         self.counters = {"requests": 0, "malformed": 0, "unauthorized": 0, "forbidden": 0, "rate_limited": 0,
                          "repeats": 0, "internal_errors": 0}
@@ -288,6 +290,13 @@ class LiveServer:
             return {"session": s.summary(), "consoles": self.connected(), "counters": dict(self.counters)}
         if op == "overview":
             return s.overview() | {"consoles": self.connected(), "counters": dict(self.counters)}
+        if role == "facilitator" and op not in READS:
+            with s.answering(f"{FACILITATOR_REQUESTS}:{req['id']}"):
+                return self._control(op, args)
+        raise lp.ProtocolError("malformed", f"op {op!r}")  # (parse_request refuses unknown ops first)
+
+    def _control(self, op: str, args: dict):
+        s = self.session
         if op == "start":
             return s.start()
         if op == "pause":

@@ -14,6 +14,7 @@ import os
 import re
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,10 +101,11 @@ class TeamView:
     def _feed(self, tick: int, kind: str, text: str) -> None:
         self.feed.append({"n": len(self.feed), "tick": tick, "clock": self.clock(tick), "kind": kind, "text": text})
 
-    def update(self, tick: int, outbound: list, events: list[dict], loop_health: float) -> None:
+    def update(self, tick: int, outbound: list, events: list[dict], loop_health) -> None:
+        """``loop_health()``: the world's loop health now, asked when a point is due."""
         at = self.start_s + tick * self.dt
         if tick % self.health_every == 0:
-            self.health.append([at, round(loop_health, 4)])
+            self.health.append([at, round(loop_health(), 4)])
         for e in events:
             mark = _mark(e)
             if mark is not None:  # a milestone or relapse, at the tick it holds or failed from
@@ -218,7 +220,8 @@ class Session:
         self.journal_path = self.dir / rundir.SESSION_JOURNAL
         self.replaying = False  # rebuilding from the journal: nothing is journalled again
         self.restarted = False  # paused by a restart: going on leaves no trace in the teams' runs
-        self.answers: dict[str, dict] = {}  # a resumed session's commands: command id -> the answer given
+        self.answers: dict[str, dict] = {}  # a resumed session's requests: who:request id -> the answer given
+        self.request: str | None = None  # the request being answered (see ``answering``)
         try:
             for name in teams:
                 spec = RunSpec(playbook=playbook, runbook="none", seed=seed, sets=sets, duration=duration, tick=tick,
@@ -327,20 +330,23 @@ class Session:
 
     def _redo(self, r: dict) -> None:
         c = r["control"]
+        result = None
         if c == "restarted":
             self._pause_for_restart()
         elif c in ("start", "pause"):
-            getattr(self, c)()
+            result = getattr(self, c)()
         elif c == "resume":
-            self.resume()
+            result = self.resume()
         elif c == "speed":
-            self.set_speed(r["speed"])
+            result = self.set_speed(r["speed"])
         elif c == "inject":
-            self.inject(r["fault"], r["params"], r["teams"])
+            result = self.inject(r["fault"], r["params"], r["teams"])
         elif c == "message":
-            self.message(r["text"], r["teams"])
+            result = self.message(r["text"], r["teams"])
         elif c == "act":
             self.answers[r["command"]] = self.act(r["team"], r["action"], r["params"], r["by"], r["command"])
+        if r.get("request") and result is not None:
+            self.answers[r["request"]] = result
 
     def _pause_for_restart(self) -> None:
         """After a restart the session waits for the facilitator; a session that was
@@ -388,15 +394,27 @@ class Session:
             t.run.begin()
         for t in self.teams.values():
             res = t.run.finish()
-            t.view.update(res.tick, res.outbound, res.events, t.run.scorer.loop_health())
+            t.view.update(res.tick, res.outbound, res.events, t.run.scorer.loop_health)
         self.tick += 1
         if self.tick >= self.ticks:
             self.end(reason="the scenario's duration is over")
 
     # -- the facilitator's controls -------------------------------------------------------------
+    @contextmanager
+    def answering(self, request: str):
+        """The controls made within are journalled with ``request`` (who:request id), so
+        that after a restart the same request is answered again rather than run again."""
+        self.request = request
+        try:
+            yield
+        finally:
+            self.request = None
+
     def _journal(self, control: str, **data) -> None:
         if self.replaying:
             return
+        if self.request is not None:
+            data["request"] = self.request
         self.dir.mkdir(parents=True, exist_ok=True)
         rec = {"wall": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tick": getattr(self, "tick", 0), "control": control, **data}
         with open(self.journal_path, "a", encoding="utf-8") as f:

@@ -44,6 +44,7 @@ def make_self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path, str
     cert_path, key_path = directory / CERT, directory / KEY
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a key file there before keeps its mode otherwise
     with os.fdopen(fd, "wb") as f:
         f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                   serialization.NoEncryption()))
