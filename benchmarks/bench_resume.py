@@ -38,6 +38,7 @@ def main() -> None:
                     s.act(t, "enable_protection", {}, "bench", f"{t}:1")
             s.step()
         played = time.perf_counter() - t0
+        s._lock.close()  # the server dies: the system drops its lock
         t0 = time.perf_counter()
         back = Session.rebuild(out)
         rebuilt = time.perf_counter() - t0

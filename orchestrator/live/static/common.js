@@ -34,8 +34,34 @@ gd.newId = () => (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) +
 // A link with another token pasted into this tab: load the page again with it.
 window.addEventListener("hashchange", () => location.reload());
 
+// A parameter of a mitigation or a fault as a form field, filled in with its default.
+gd.paramInput = function (name, dflt) {
+  const label = gd.el("label", name);
+  const input = gd.el("input");
+  input.name = name;
+  if (typeof dflt === "boolean") { input.type = "checkbox"; input.checked = dflt; }
+  else if (typeof dflt === "number") { input.type = "number"; input.step = "any"; input.value = String(dflt); }
+  else { input.type = "text"; input.value = dflt === null || dflt === undefined ? "" : String(dflt); }
+  input.dataset.kind = typeof dflt;
+  label.appendChild(input);
+  return label;
+};
+
+// The parameters filled in under ``root``; a field left empty is left out (its default applies).
+gd.readParams = function (root) {
+  const params = {};
+  for (const input of root.querySelectorAll("input[name]")) {
+    const kind = input.dataset.kind;
+    if (kind === "boolean") params[input.name] = input.checked;
+    else if (input.value.trim() === "") continue;
+    else params[input.name] = kind === "number" ? Number(input.value) : input.value;
+  }
+  return params;
+};
+
 gd.token = function () {
-  const fromLink = decodeURIComponent(location.hash.slice(1));
+  let fromLink = location.hash.slice(1);
+  try { fromLink = decodeURIComponent(fromLink); } catch (e) { /* not percent-encoded: as it is */ }
   if (fromLink) {
     sessionStorage.setItem("gameday-token:" + location.pathname, fromLink);
     history.replaceState(null, "", location.pathname);

@@ -42,17 +42,7 @@ function showFault() {
   gd.$("fault-description").textContent = f ? f.description : "";
   const box = gd.$("fault-params");
   box.replaceChildren();
-  for (const [name, dflt] of Object.entries((f && f.params) || {})) {
-    const label = gd.el("label", name);
-    const input = gd.el("input");
-    input.name = name;
-    input.type = typeof dflt === "number" ? "number" : "text";
-    if (typeof dflt === "number") input.step = "any";
-    input.value = String(dflt);
-    input.dataset.kind = typeof dflt;
-    label.appendChild(input);
-    box.appendChild(label);
-  }
+  for (const [name, dflt] of Object.entries((f && f.params) || {})) box.appendChild(gd.paramInput(name, dflt));
 }
 
 function setUp(ov) {
@@ -74,11 +64,7 @@ function setUp(ov) {
   gd.$("inject").addEventListener("submit", (ev) => {
     ev.preventDefault();
     if (!chosenTeams(ev.target).length) { ev.target.querySelector(".result").textContent = "tick at least one team"; return; }
-    const params = {};
-    for (const input of gd.$("fault-params").querySelectorAll("input")) {
-      params[input.name] = input.dataset.kind === "number" ? Number(input.value) : input.value;
-    }
-    send("inject", {fault: select.value, params: params, teams: chosenTeams(ev.target)},
+    send("inject", {fault: select.value, params: gd.readParams(gd.$("fault-params")), teams: chosenTeams(ev.target)},
          ev.target.querySelector(".result"), ev.target.querySelector("button"));
   });
   gd.$("message").addEventListener("submit", (ev) => {

@@ -94,27 +94,6 @@ function chart(st) {
 }
 
 // -- the mitigation catalogue, as forms ----------------------------------------------------------
-function paramInput(name, dflt) {
-  const label = gd.el("label", name);
-  const input = gd.el("input");
-  input.name = name;
-  if (typeof dflt === "boolean") { input.type = "checkbox"; input.checked = dflt; }
-  else if (typeof dflt === "number") { input.type = "number"; input.step = "any"; input.value = String(dflt); }
-  else { input.type = "text"; input.value = dflt === null || dflt === undefined ? "" : String(dflt); }
-  input.dataset.kind = typeof dflt;
-  label.appendChild(input);
-  return label;
-}
-
-function readParams(form) {
-  const params = {};
-  for (const input of form.querySelectorAll("input[name]")) {
-    const kind = input.dataset.kind;
-    params[input.name] = kind === "boolean" ? input.checked : kind === "number" ? Number(input.value) : input.value;
-  }
-  return params;
-}
-
 function makeCatalogue(catalogue) {
   const root = gd.$("catalogue");
   for (const m of catalogue) {
@@ -126,7 +105,7 @@ function makeCatalogue(catalogue) {
     how.push(m.deploy ? m.steps + " deployment steps" : "no deployment");
     if (m.risk) how.push("risk: " + (typeof m.risk === "object" ? JSON.stringify(m.risk) : m.risk));
     form.appendChild(gd.el("p", how.join(" · "), "muted"));
-    for (const [name, dflt] of Object.entries(m.params || {})) form.appendChild(paramInput(name, dflt));
+    for (const [name, dflt] of Object.entries(m.params || {})) form.appendChild(gd.paramInput(name, dflt));
     const button = gd.el("button", "Request");
     button.type = "submit";
     form.appendChild(button);
@@ -134,7 +113,7 @@ function makeCatalogue(catalogue) {
     form.appendChild(result);
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
-      const args = {action: m.name, params: readParams(form)};
+      const args = {action: m.name, params: gd.readParams(form)};
       const who = gd.$("who").value.trim();
       if (who) args.by = who;
       button.disabled = true;
