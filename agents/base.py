@@ -230,9 +230,9 @@ class Agent:
                     raise BadArgument(f"{name} {value!r}: expected {expected}")
             handler(tick, **args)
         except BadArgument as e:
-            self.event(tick, "apply_rejected", op=op, reason=str(e), by=body.get("by", ""))
+            self.event(tick, "apply_rejected", op=op, reason=str(e), by=body["by"])
             return
-        self.event(tick, "applied", op=op, args=body.get("args") or {}, by=body.get("by", ""))
+        self.event(tick, "applied", op=op, args=body.get("args") or {}, by=body["by"])
 
     # -- the contract -------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:  # pragma: no cover - abstract

@@ -109,7 +109,7 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.retries_refusal_at_once = refuses_at_once(agent)
     bugs = spec["bugs"]
     agent.bug_ignores_backoff = bool(bugs["reconnect_ignores_backoff"])
-    agent.bug_delay = float(bugs.get("reconnect_delay", agent.connect_timeout))
+    agent.bug_delay = float(bugs["reconnect_delay"])
     agent.rate_factor = 1.0
     agent.dispatch_factor = 1.0
     agent.readmission = None  # a readmission in steps under way (op_readmit)

@@ -18,7 +18,7 @@ BODY_KEYS: dict[str, tuple[str, ...]] = {
     "telemetry": ("at", "values"),
     "conn_event": ("dropped",),
     "close": ("origin", "count"),
-    "apply": ("op", "args"),
+    "apply": ("op", "args", "by"),
     "action_request": ("id", "action", "params"),
     "action_status": ("id", "action", "state"),
     "observed": ("view", "alarms"),

@@ -254,7 +254,15 @@ def validate_playbook(doc: dict, source: str) -> dict:
         issues.extend(i for i in cross if i.location not in found)
     if issues:
         raise InvalidPlaybook(source, "validate", issues)
+    _fill_derived_defaults(data)
     return data
+
+
+def _fill_derived_defaults(data: dict) -> None:
+    """The defaults that follow from another field of the same part (format.py's docs say
+    which), filled in once here so that no agent restates them."""
+    for p in data["populations"]:
+        p["bugs"].setdefault("reconnect_delay", p["connection"]["timeout"])
 
 
 def agent_names(data: dict) -> dict[str, str]:

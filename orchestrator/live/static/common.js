@@ -119,3 +119,34 @@ gd.Connection = class {
   }
   deny() { this.denied = true; if (this.ws) this.ws.close(); }
 };
+
+// The connection of a page for one role: pushed messages of type ``push`` go to
+// ``render``, replies to ``answered``. A token refused, or another role's, closes the
+// page with ``texts.wrong`` or ``texts.other`` (and is not tried again); no token at all,
+// with ``texts.none``; ``texts.lost`` says the connection is gone for now.
+gd.rolePage = function (role, hello, push, render, answered, texts) {
+  const token = gd.token();
+  let conn = null;
+  const refuse = (text) => {
+    conn.deny();
+    sessionStorage.removeItem("gameday-token:" + location.pathname);
+    gd.$("main").remove();
+    document.body.appendChild(gd.el("p", text, "denied error"));
+    gd.$("state").textContent = "no access";
+  };
+  conn = new gd.Connection(
+    () => hello(token),
+    (msg) => {
+      if (msg.type === push) { render(msg.result); return; }
+      if (msg.type !== "reply") return;
+      if (!msg.ok && (msg.error.code === "unauthorized" || msg.error.code === "forbidden")) { refuse(texts.wrong); return; }
+      if (msg.result && msg.result.role && msg.result.role !== role) { refuse(texts.other); return; }
+      answered(msg);
+    },
+    (up) => {
+      document.body.classList.toggle("lost", !up);
+      gd.$("status").textContent = up ? "" : texts.lost;
+    });
+  if (!token) refuse(texts.none);
+  return conn;
+};

@@ -101,32 +101,9 @@ function render(ov) {
   gd.$("rows").replaceWith(body);
 }
 
-const token = gd.token();
-const conn = new gd.Connection(
-  () => ({id: gd.newId(), op: "hello", token: token, args: {by: "facilitator page"}}),
-  (msg) => {
-    if (msg.type === "overview") { render(msg.result); return; }
-    if (msg.type !== "reply") return;
-    if (!msg.ok && (msg.error.code === "unauthorized" || msg.error.code === "forbidden")) {
-      refuse("This link's token does not open the facilitator's page.");
-      return;
-    }
-    if (msg.result && msg.result.role && msg.result.role !== "facilitator") {
-      refuse("This token is not the facilitator's.");
-      return;
-    }
-    answered(msg);
-  },
-  (up) => {
-    document.body.classList.toggle("lost", !up);
-    gd.$("status").textContent = up ? "" : "connection lost, reconnecting";
-  });
-
-function refuse(text) {
-  conn.deny();
-  sessionStorage.removeItem("gameday-token:" + location.pathname);
-  gd.$("main").remove();
-  document.body.appendChild(gd.el("p", text, "denied error"));
-  gd.$("state").textContent = "no access";
-}
-if (!token) refuse("This link has no token: use the facilitator's link `gameday serve` printed.");
+const conn = gd.rolePage("facilitator", (token) => ({id: gd.newId(), op: "hello", token: token,
+                                                     args: {by: "facilitator page"}}), "overview", render, answered, {
+  wrong: "This link's token does not open the facilitator's page.",
+  other: "This token is not the facilitator's.",
+  none: "This link has no token: use the facilitator's link `gameday serve` printed.",
+  lost: "connection lost, reconnecting"});

@@ -198,36 +198,13 @@ function render(st) {
 }
 
 // -- the connection --------------------------------------------------------------------------------
-const token = gd.token();
 gd.$("who").value = sessionStorage.getItem("gameday-who") || "";
 gd.$("who").addEventListener("change", () => sessionStorage.setItem("gameday-who", gd.$("who").value.trim()));
 
-const conn = new gd.Connection(
-  () => ({id: gd.newId(), op: "hello", token: token, since: team.feed.length, series_since: team.xs.length,
-          args: {team: team.name, by: gd.$("who").value.trim()}}),
-  (msg) => {
-    if (msg.type === "state") { render(msg.result); return; }
-    if (msg.type !== "reply") return;
-    if (!msg.ok && (msg.error.code === "unauthorized" || msg.error.code === "forbidden")) {
-      refuse("This link's token does not open team " + team.name + "'s console. Ask the facilitator for your " +
-             "team's link.");
-      return;
-    }
-    if (msg.result && msg.result.role && msg.result.role !== "team") {
-      refuse("This token is not a team's; it opens another page.");
-      return;
-    }
-    answered(msg);
-  },
-  (up) => {
-    document.body.classList.toggle("lost", !up);
-    gd.$("status").textContent = up ? "" : "connection lost, reconnecting (nothing is lost meanwhile)";
-  });
-function refuse(text) {
-  conn.deny();
-  sessionStorage.removeItem("gameday-token:" + location.pathname);  // a wrong token is not tried again
-  gd.$("main").remove();
-  document.body.appendChild(gd.el("p", text, "denied error"));
-  gd.$("state").textContent = "no access";
-}
-if (!token) refuse("This link has no token. Ask the facilitator for your team's link.");
+const conn = gd.rolePage("team", (token) => ({
+  id: gd.newId(), op: "hello", token: token, since: team.feed.length, series_since: team.xs.length,
+  args: {team: team.name, by: gd.$("who").value.trim()}}), "state", render, answered, {
+  wrong: "This link's token does not open team " + team.name + "'s console. Ask the facilitator for your team's link.",
+  other: "This token is not a team's; it opens another page.",
+  none: "This link has no token. Ask the facilitator for your team's link.",
+  lost: "connection lost, reconnecting (nothing is lost meanwhile)"});
