@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .draws import Draws
 from .shards import apply_to_shards
 
 #: Bumped whenever a message body changes shape; hosts refuse other versions.
@@ -163,10 +164,18 @@ def agent_rng(seed: int, name: str) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=(key,))))
 
 
+#: an agent's attributes that are not its state: what it was built with, and its generator
+#: (whose state a snapshot holds as ``__rng__``) with the ``Draws`` on it
+_NOT_STATE = ("rng", "draws", "spec", "world")
+
+
 class Agent:
     """Base class: subclasses implement ``step`` and, if mitigations can target them, ``apply``."""
 
     kind = "agent"
+    #: attributes that are caches of what the state determines: left out of snapshots (they
+    #: may hold C handles) and emptied by ``restore``
+    DERIVED: tuple[str, ...] = ()
     #: metric name -> (unit, meaning); documented in the run directory's columns.json
     METRICS: dict[str, tuple[str, str]] = {}
 
@@ -174,6 +183,7 @@ class Agent:
         self.name = name
         self.spec = spec
         self.rng = rng
+        self.draws = Draws(rng)  # the same generator, drawn on without numpy's per-call overhead
         self.world = world
         self.wiring: Wiring = spec["_wiring"]
         self._seq = 0
@@ -240,7 +250,7 @@ class Agent:
 
     def snapshot(self) -> dict:
         """The agent's whole state, RNG included, as a deep copy."""
-        state = {k: copy.deepcopy(v) for k, v in self.__dict__.items() if k not in ("rng", "spec", "world")}
+        state = {k: copy.deepcopy(v) for k, v in self.__dict__.items() if k not in _NOT_STATE and k not in self.DERIVED}
         state["__rng__"] = copy.deepcopy(self.rng.bit_generator.state)
         return state
 
@@ -248,3 +258,5 @@ class Agent:
         state = copy.deepcopy(state)
         self.rng.bit_generator.state = state.pop("__rng__")
         self.__dict__.update(state)
+        for name in self.DERIVED:
+            getattr(self, name).clear()

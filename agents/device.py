@@ -20,8 +20,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .arith import np_sum
 from .base import FAULT_KINDS, Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .shards import source_of
+
+
+def _added(values) -> float:
+    """Python's sum from left to right, as it adds numpy floats (on plain floats, Python
+    3.12's ``sum`` compensates rounding and gives other results)."""
+    total = 0.0
+    for v in values:
+        total += v
+    return total
 
 
 def fair_shares(demands: list[float], capacity: float) -> list[float]:
@@ -44,22 +54,25 @@ def fair_shares(demands: list[float], capacity: float) -> list[float]:
 
 
 class _Offer(NamedTuple):
-    """A tick's flows as arrays: what each offers and what an item of it costs."""
-    setups: np.ndarray
-    requests: np.ndarray
-    coupled: np.ndarray  # a coupled flow's item is a setup and a request (UDP-style)
-    unit: np.ndarray  # 0 for coupled flows (their requests are counted in their setups), else 1
-    item_cost_s: np.ndarray  # work units of one setup item
-    work: np.ndarray  # work units offered
+    """A tick's flows, one value per flow: what each offers and what an item of it costs
+    (sums of these are ``np_sum``'s, as when they were arrays)."""
+    setups: list[float]
+    requests: list[float]
+    coupled: list[bool]  # a coupled flow's item is a setup and a request (UDP-style)
+    unit: list[float]  # 0 for coupled flows (their requests are counted in their setups), else 1
+    item_cost_s: list[float]  # work units of one setup item
+    work: list[float]  # work units offered
 
     @classmethod
     def of(cls, flows: list[Message], c_setup: float, c_request: float) -> _Offer:
-        setups = np.array([f.body["setups"] for f in flows], dtype=float)
-        requests = np.array([f.body["requests"] for f in flows], dtype=float)
-        coupled = np.array([f.body["coupled"] for f in flows], dtype=bool)
-        unit = np.where(coupled, 0.0, 1.0)
-        item_cost_s = np.where(coupled, c_setup + c_request, c_setup)
-        return cls(setups, requests, coupled, unit, item_cost_s, setups * item_cost_s + requests * c_request * unit)
+        setups = [float(f.body["setups"]) for f in flows]
+        requests = [float(f.body["requests"]) for f in flows]
+        coupled = [bool(f.body["coupled"]) for f in flows]
+        unit = [0.0 if c else 1.0 for c in coupled]
+        coupled_cost = c_setup + c_request
+        item_cost_s = [coupled_cost if c else c_setup for c in coupled]
+        work = [s * c + r * c_request * u for s, c, r, u in zip(setups, item_cost_s, requests, unit)]
+        return cls(setups, requests, coupled, unit, item_cost_s, work)
 
 
 class DevicePool(Agent):
@@ -99,7 +112,8 @@ class DevicePool(Agent):
         self.queue = 0.0  # work units waiting
         self.fault: dict | None = None  # a fault (toxic) an operation applied: share, kind, latency, until
         self.established: dict[str, int] = dict(self.wiring.initial_connections)
-        self.half_open = np.zeros(self.half_open_ticks, dtype=np.int64)  # ring of half-open entries by expiry
+        self.half_open = [0] * self.half_open_ticks  # ring of half-open entries by expiry
+        self.half_open_total = 0
         self.ring_pos = 0
         self.down_until = -1
 
@@ -129,7 +143,8 @@ class DevicePool(Agent):
             if n:
                 self.send(src, "conn_event", {"dropped": n, "reason": "restart"}, tick)
         self.established = {}
-        self.half_open[:] = 0
+        self.half_open = [0] * self.half_open_ticks
+        self.half_open_total = 0
         self.queue = 0.0
 
     @operation(example={"share": 0.1, "kind": "timeout", "latency": 0.5, "rate": 50000.0, "duration": 300.0},
@@ -170,6 +185,7 @@ class DevicePool(Agent):
 
         # Half-open entries expire.
         self.ring_pos = (self.ring_pos + 1) % self.half_open_ticks
+        self.half_open_total -= self.half_open[self.ring_pos]
         self.half_open[self.ring_pos] = 0
 
         down = tick < self.down_until or self.count <= 0
@@ -186,17 +202,17 @@ class DevicePool(Agent):
 
         offer = _Offer.of(flows, self.c_setup, self.c_request)
         adm_s, adm_r = self._admit(flows, offer, budget, rate)
-        rej_s = offer.setups - adm_s
-        rej_r = offer.requests * offer.unit - adm_r
-        rejected = float(rej_s.sum() + rej_r.sum())
+        setups, requests, unit, coupled = offer.setups, offer.requests, offer.unit, offer.coupled
+        rej_s = [s - a for s, a in zip(setups, adm_s)]
+        rej_r = [r * u - a for r, u, a in zip(requests, unit, adm_r)]
+        rejected = np_sum(rej_s) + np_sum(rej_r)
         keep, processed, delay = self._queue(offer, adm_s, adm_r, rejected, budget, rate, down)
-        dropped = float((adm_s + adm_r).sum()) * (1 - keep)
+        dropped = np_sum([s + r for s, r in zip(adm_s, adm_r)]) * (1 - keep)
         s_ok_all, r_ok_all, wasted = self._resolve(tick, flows, offer, rej_s, rej_r, keep, delay, down)
 
-        setups, requests, unit, coupled = offer.setups, offer.requests, offer.unit, offer.coupled
-        offered = float(offer.work.sum())
-        setups_offered = float(setups.sum())
-        req_offered = float((requests * unit).sum() + setups[coupled].sum())
+        offered = np_sum(offer.work)
+        setups_offered = np_sum(setups)
+        req_offered = np_sum([r * u for r, u in zip(requests, unit)]) + np_sum([s for s, c in zip(setups, coupled) if c])
         table_cap = self.count * self.table_per_device
         metrics = {
             "devices": 0 if down else self.count,
@@ -209,7 +225,7 @@ class DevicePool(Agent):
             "rejected": rejected,
             "dropped": dropped,
             "wasted_work_ratio": min(1.0, wasted / processed) if processed else 0.0,
-            "table_used_ratio": (sum(self.established.values()) + int(self.half_open.sum())) / table_cap if table_cap else 1.0,
+            "table_used_ratio": (sum(self.established.values()) + self.half_open_total) / table_cap if table_cap else 1.0,
             "connections": sum(self.established.values()),
             "dropped_by_action": dropped_by_action,
         }
@@ -229,29 +245,30 @@ class DevicePool(Agent):
                 self.handle_apply(tick, msg.body)
         return flows
 
-    def _admit(self, flows: list[Message], offer: _Offer, budget: float, rate: float) -> tuple[np.ndarray, np.ndarray]:
+    def _admit(self, flows: list[Message], offer: _Offer, budget: float, rate: float) -> tuple[list[float], list[float]]:
         """(setups, requests) admitted of each flow: the connection table first, then
         protection. Rejections are cheap and fast."""
         setups, requests, unit, item_cost_s = offer.setups, offer.requests, offer.unit, offer.item_cost_s
-        adm_s = setups.copy()
-        adm_r = requests * unit
-        used = sum(self.established.values()) + int(self.half_open.sum())
+        adm_s = list(setups)
+        adm_r = [r * u for r, u in zip(requests, unit)]
+        used = sum(self.established.values()) + self.half_open_total
         free = max(0.0, self.count * self.table_per_device - used)
-        total_setups = setups.sum()
+        total_setups = np_sum(setups)
         if total_setups > free and total_setups > 0:
-            adm_s = setups * (free / total_setups)
+            share = free / total_setups
+            adm_s = [s * share for s in setups]
         if self.protection and len(flows) and budget > 0:
             # Admit only what can be served this tick without the queue growing past
             # ``protection_queue`` seconds, shared max-min fairly between sources.
-            adm_work = adm_s * item_cost_s + adm_r * self.c_request
-            reject_cost = float(((setups - adm_s) + (requests * unit)).sum()) * self.c_reject
+            adm_work = [s * c + r * self.c_request for s, c, r in zip(adm_s, item_cost_s, adm_r)]
+            reject_cost = np_sum([(s - a) + r * u for s, a, r, u in zip(setups, adm_s, requests, unit)]) * self.c_reject
             room = budget + self.protection_queue * rate - self.queue - reject_cost
             # A source is a population, however many shards send its flows.
             sources: dict[str, list[int]] = {}
             for i, f in enumerate(flows):
                 sources.setdefault(source_of(f.body["origin"]), []).append(i)
             groups = list(sources.values())
-            demand = [float(sum(adm_work[i] for i in g)) if len(g) > 1 else adm_work[g[0]] for g in groups]
+            demand = [_added(adm_work[i] for i in g) if len(g) > 1 else adm_work[g[0]] for g in groups]
             shares = fair_shares(demand, max(0.0, room))
             for g, want, share in zip(groups, demand, shares):
                 if want > share:
@@ -261,11 +278,12 @@ class DevicePool(Agent):
                         adm_r[i] *= frac
         return adm_s, adm_r
 
-    def _queue(self, offer: _Offer, adm_s: np.ndarray, adm_r: np.ndarray, rejected: float, budget: float,
+    def _queue(self, offer: _Offer, adm_s: list[float], adm_r: list[float], rejected: float, budget: float,
                rate: float, down: bool) -> tuple[float, float, float]:
         """(share of the admitted items the buffer keeps, work processed, mean delay): what
         does not fit in the buffer is dropped (callers see a timeout)."""
-        w_adm = float((adm_s * offer.item_cost_s + adm_r * self.c_request).sum()) + rejected * self.c_reject
+        w_adm = np_sum([s * c + r * self.c_request for s, c, r in zip(adm_s, offer.item_cost_s, adm_r)]) \
+            + rejected * self.c_reject
         if down:
             keep = 0.0
         else:
@@ -282,7 +300,7 @@ class DevicePool(Agent):
             delay = self.base_latency / (1.0 - rho) + (q_before + max(0.0, w_in - budget) / 2) / rate
         return keep, processed, delay
 
-    def _resolve(self, tick: int, flows: list[Message], offer: _Offer, rej_s: np.ndarray, rej_r: np.ndarray,
+    def _resolve(self, tick: int, flows: list[Message], offer: _Offer, rej_s: list[float], rej_r: list[float],
                  keep: float, delay: float, down: bool) -> tuple[int, int, float]:
         """Each flow's whole items: rejected, then kept by the buffer, then answered in time
         with the M/M/1-like chance P(delay <= timeout) = 1 - exp(-timeout / mean delay);
@@ -304,8 +322,9 @@ class DevicePool(Agent):
             n_s, n_r = self._some(n_setups - s_rej, keep), self._some(n_reqs - r_rej, keep)
             if coupled[i]:
                 # One item is a setup plus a request (UDP-style flow); it holds an entry until it times out.
-                ok = int(self.rng.binomial(n_s, pr)) if n_s else 0
+                ok = self.draws.binomial(n_s, pr)
                 self.half_open[expiry] += n_s
+                self.half_open_total += n_s
                 wasted += (n_s - ok) * (self.c_setup + self.c_request)
                 s_ok_all += ok
                 r_ok_all += ok
@@ -316,10 +335,11 @@ class DevicePool(Agent):
                 res = {"s_ok": 0, "s_fail": 0, "s_rej": 0, "r_ok": ok, "r_rej": s_rej,
                        "r_fail": max(0, total - ok - s_rej)}
             else:
-                s_ok = int(self.rng.binomial(n_s, ps)) if n_s else 0
-                r_ok = int(self.rng.binomial(n_r, pr)) if n_r else 0
+                s_ok = self.draws.binomial(n_s, ps)
+                r_ok = self.draws.binomial(n_r, pr)
                 self.established[origin] = self.established.get(origin, 0) + s_ok
                 self.half_open[expiry] += n_s - s_ok
+                self.half_open_total += n_s - s_ok
                 wasted += (n_s - s_ok) * self.c_setup + (n_r - r_ok) * self.c_request
                 s_ok_all += s_ok
                 r_ok_all += r_ok
@@ -337,7 +357,7 @@ class DevicePool(Agent):
         """How many of n items an event with probability p hits."""
         if n <= 0 or p <= 0.0:
             return 0
-        return n if p >= 1.0 else int(self.rng.binomial(n, p))
+        return n if p >= 1.0 else self.draws.binomial(n, p)
 
     def _forward(self, b: dict, res: dict, delay: float, tick: int) -> None:
         """Pass what got through to the next hop, or report the outcome to the origin."""

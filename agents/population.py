@@ -20,10 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
-from .draws import draw_without_replacement
 from .retry import BACKOFFS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
-from .wheel import TimingWheel
+from .wheel import Delay, TimingWheel, delay
 
 WORKS = ("perishable", "durable")  # perishable work fails for good after max_attempts; durable work is kept
 MODES = ("pooled", "per_request")  # clients hold connections, or every request is a flow of its own
@@ -343,17 +342,25 @@ class PopulationControls:
                             "extra": float(extra_setups_per_second)})
 
 
-def _padded(counts: np.ndarray, classes: int) -> np.ndarray:
+def _padded(counts: list[int], classes: int) -> list[int]:
     """Counts per class, with zeros for classes added."""
-    return np.pad(counts, (0, classes - len(counts))) if len(counts) < classes else counts
+    return counts + [0] * (classes - len(counts)) if len(counts) < classes else counts
+
+
+def _plus(a: list[int], b: list[int]) -> list[int]:
+    return [x + y for x, y in zip(a, b)]
+
+
+def _minus(a: list[int], b: list[int]) -> list[int]:
+    return [x - y for x, y in zip(a, b)]
 
 
 @dataclass
 class Batch:
     """What one tick sent, waiting for its result."""
 
-    setups: np.ndarray  # connection attempts per back-off class
-    requests: np.ndarray  # request attempts per attempt class
+    setups: list[int]  # connection attempts per back-off class
+    requests: list[int]  # request attempts per attempt class
     extra: int  # surge setups, with no client of ours behind them
     renewals: int  # setups of connected clients replacing a connection at the end of its lifetime
     released: int  # of the requests, retries that waited for their clients' new connections ...
@@ -364,7 +371,12 @@ class Batch:
 
 
 class Population(PopulationControls, Agent):
+    """Counts per attempt class are plain lists (a handful of classes): the tick's
+    arithmetic on them is Python's, and every draw goes through ``draws`` so that it is
+    the one numpy would make on the same counts."""
+
     kind = "population"
+    DERIVED = ("_offset_cache",)
     METRICS = {
         "clients": ("count", "clients in the population"),
         "connected": ("count", "clients holding an established connection (pooled mode)"),
@@ -396,14 +408,14 @@ class Population(PopulationControls, Agent):
         horizon = self._horizon()
         self.conn_wheel = TimingWheel(horizon, self.reconnect.attempt_classes() + 1)
         self.req_wheel = TimingWheel(horizon, self.retry.attempt_classes() + 1)
-        self.ready = np.zeros(self.req_wheel.classes, dtype=np.int64)  # durable work ready to dispatch
+        self.ready = [0] * self.req_wheel.classes  # durable work ready to dispatch
         # Connected clients by back-off class: class 0 have proven their connection with a
         # successful request; the others connected after k failed attempts and keep that
         # back-off state until a request succeeds (a well-tested back-off does not reset
         # on connect alone).
-        self.conn_by_class = np.zeros(self.conn_wheel.classes, dtype=np.int64)
+        self.conn_by_class = [0] * self.conn_wheel.classes
         self.conn_by_class[0] = self.clients if self.pooled else 0
-        self.n_connected = int(self.conn_by_class[0])  # == conn_by_class.sum(), kept to avoid summing
+        self.n_connected = self.conn_by_class[0]  # == sum(conn_by_class), kept to avoid summing
         self.inflight: dict[int, Batch] = {}  # by the tick it was sent
         self.inflight_requests = 0  # their requests, counted as they go (a long queue holds thousands of batches)
         # Retries of requests whose failure made their client drop its connection (pooled,
@@ -416,8 +428,8 @@ class Population(PopulationControls, Agent):
         # client is connected again.
         self.orphan_wheel = TimingWheel(horizon, self.retry.attempt_classes() + 1)
         self.orphans_back = 0
-        self.parked = np.zeros(self.orphan_wheel.classes, dtype=np.int64)
-        self.released = np.zeros(self.orphan_wheel.classes, dtype=np.int64)  # parked, client reconnected: send now
+        self.parked = [0] * self.orphan_wheel.classes
+        self.released = [0] * self.orphan_wheel.classes  # parked, client reconnected: send now
         self.released_by = 0  # the clients that reconnected with them
         self.dep_health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         self.surges: list[dict] = []
@@ -431,12 +443,12 @@ class Population(PopulationControls, Agent):
     def _mode_changed(self, tick: int, ticks: int) -> None:
         if not self.pooled:  # every connection closes; retries waiting for one go out as requests
             self.pending_closes += self.n_connected
-            self.conn_by_class = np.zeros_like(self.conn_by_class)
+            self.conn_by_class = [0] * len(self.conn_by_class)
             self.n_connected = 0
             self.conn_wheel.clear()
             self.req_wheel.take_from(self.orphan_wheel)
-            self.req_wheel.schedule_classes(1, self.parked + self.released, 0)
-            self.parked, self.released = np.zeros_like(self.parked), np.zeros_like(self.released)
+            self.req_wheel.schedule_classes(1, _plus(self.parked, self.released), 0)
+            self.parked, self.released = [0] * len(self.parked), [0] * len(self.released)
             self.released_by = self.orphans_back = 0
             for b in self.inflight.values():
                 b.holding = 0.0
@@ -448,7 +460,7 @@ class Population(PopulationControls, Agent):
     def _send_waiting_work(self, tick: int) -> None:
         """Work no longer durable: what waited for dispatch goes out next tick."""
         self.req_wheel.schedule_classes(1, self.ready, 0)
-        self.ready = np.zeros_like(self.ready)
+        self.ready = [0] * len(self.ready)
 
     def _horizon(self) -> int:
         """Ticks ahead the wheels reach: the longest delay plus the timeout that precedes it."""
@@ -490,13 +502,11 @@ class Population(PopulationControls, Agent):
         so do pooled clients' retries parked until they reconnect). What is given up is an
         error for good."""
         keep = 1.0 - share_or_rate("fraction", fraction, 1.0)
-        slots = self.req_wheel.slots
-        kept = self.rng.binomial(slots, keep)
-        gone = int(slots.sum() - kept.sum())
-        self.req_wheel.slots, self.req_wheel.pending = kept, self.req_wheel.pending - gone
-        ready = self.rng.binomial(self.ready, keep)
-        gone += int(self.ready.sum() - ready.sum())
-        self.ready = ready
+        gone = self.req_wheel.thin(self.rng, keep)
+        ready = np.array(self.ready, dtype=np.int64)
+        kept = self.rng.binomial(ready, keep)
+        gone += int(ready.sum() - kept.sum())
+        self.ready = kept.tolist()
         self.given_up += gone
         self.event(tick, "backlog_dropped", requests=gone)
 
@@ -510,13 +520,13 @@ class Population(PopulationControls, Agent):
     def connected(self) -> int:
         return self.n_connected
 
-    def _take_connected(self, n: int) -> np.ndarray:
+    def _take_connected(self, n: int) -> list[int]:
         """Remove n connected clients, drawn at random over back-off classes."""
         n = min(n, self.n_connected)
         if n <= 0:
-            return np.zeros_like(self.conn_by_class)
-        taken = draw_without_replacement(self.rng, self.conn_by_class, n)
-        self.conn_by_class -= taken
+            return [0] * len(self.conn_by_class)
+        taken = self.draws.split(self.conn_by_class, n)
+        self.conn_by_class = _minus(self.conn_by_class, taken)
         self.n_connected -= n
         return taken
 
@@ -535,79 +545,77 @@ class Population(PopulationControls, Agent):
     def _owners_left(self, n: int, pool: int) -> None:
         """``n`` of ``pool`` connected clients lost their connections, owners of orphan retries alike."""
         if self.orphans_back and n > 0 and pool > 0:
-            self.orphans_back -= int(self.rng.binomial(self.orphans_back, min(1.0, n / pool)))
+            self.orphans_back -= self.draws.binomial(self.orphans_back, min(1.0, n / pool))
 
     def _break_connections(self, n: int) -> None:
         pool = self.n_connected
-        n = int(self._take_connected(n).sum())
+        n = sum(self._take_connected(n))
         self._left(n, pool)
         self._owners_left(n, pool)
         self.conn_wheel.schedule_one(1, n, 0)
         self.broken += n
 
     # -- helpers ----------------------------------------------------------------------
-    def _offsets(self, policy: RetryPolicy, attempt: int, lag: float, ignore_backoff: bool):
+    def _offsets(self, policy: RetryPolicy, attempt: int, lag: float, ignore_backoff: bool) -> Delay:
         key = (id(policy), attempt, lag, ignore_backoff)
         hit = self._offset_cache.get(key)
         if hit is None:
             if ignore_backoff:  # the latent bug: re-establish after a fixed short delay, whatever the attempt
                 slot = max(1, math.ceil((self.bug_delay - lag) / self.world.dt - 1e-9))
-                hit = (np.array([slot]), np.array([1.0]))
+                hit = delay(np.array([slot]), np.array([1.0]), self.draws.prepare)
             else:
-                hit = policy.offsets(attempt, self.world.dt, lag)
+                hit = delay(*policy.offsets(attempt, self.world.dt, lag), self.draws.prepare)
             self._offset_cache[key] = hit
         return hit
 
-    def _offset_table(self, policy: RetryPolicy, lag: float, classes: int):
-        """Every class's delay distribution in one (classes x slots) table, padded with zeros."""
+    def _offset_table(self, policy: RetryPolicy, lag: float, classes: int) -> list[Delay]:
+        """Every class's delay distribution padded with zeros to one width, as the rows of a
+        table (a multinomial draw over a padded row is not the one over the row)."""
         key = (id(policy), "table", lag, classes)
         hit = self._offset_cache.get(key)
         if hit is None:
             rows = [self._offsets(policy, k, lag, False) for k in range(classes)]
-            width = max(len(o) for o, _ in rows)
-            offsets = np.ones((classes, width), dtype=np.int64)
-            probs = np.zeros((classes, width))
-            for k, (o, p) in enumerate(rows):
-                offsets[k, :len(o)] = o
-                offsets[k, len(o):] = o[-1]
-                probs[k, :len(p)] = p
-            hit = (offsets, probs)
+            width = max(len(d.offsets) for d in rows)
+            hit = []
+            for d in rows:
+                pad = width - len(d.offsets)
+                hit.append(delay(np.append(d.offsets, [d.offsets[-1]] * pad), np.append(d.probs, [0.0] * pad),
+                                 self.draws.prepare))
             self._offset_cache[key] = hit
         return hit
 
-    def _schedule(self, wheel: TimingWheel, policy: RetryPolicy, per_class: np.ndarray, lag: float,
+    def _schedule(self, wheel: TimingWheel, policy: RetryPolicy, per_class: list[int], lag: float,
                   ignore_backoff: bool = False, shift: int = 1) -> None:
         """Schedule failures of attempt class k as attempt class k + shift."""
         lag = round(lag, 6)
         if ignore_backoff:
             # The bug's delay does not depend on the attempt: one slot for every class.
-            offsets, _ = self._offsets(policy, 0, lag, True)
-            wheel.schedule_classes(int(offsets[0]), per_class, shift)
+            wheel.schedule_classes(self._offsets(policy, 0, lag, True).first, per_class, shift)
             return
-        rows = per_class.nonzero()[0]
+        rows = [k for k, n in enumerate(per_class) if n]
         if len(rows) == 1:
-            k = int(rows[0])
-            n = int(per_class[k])
-            offsets, probs = self._offsets(policy, k, lag, False)
-            if len(offsets) == 1:
-                wheel.schedule_one(int(offsets[0]), n, k + shift)
+            k = rows[0]
+            n = per_class[k]
+            d = self._offsets(policy, k, lag, False)
+            if len(d.offsets) == 1:
+                wheel.schedule_one(d.first, n, k + shift)
             else:
-                wheel.schedule(offsets, self.rng.multinomial(n, probs), k + shift, n)
-        elif len(rows):
-            # Several classes at once: one multinomial draw over a padded table of their delays.
-            offsets, probs = self._offset_table(policy, lag, len(per_class))
-            counts = self.rng.multinomial(per_class[rows], probs[rows])
-            wheel.schedule_rows(offsets[rows], counts, rows + shift)
+                wheel.schedule_delay(d, self.draws.spread(n, d.drawable), k + shift, n)
+        elif rows:
+            # Several classes at once: a multinomial draw per class over the padded table of their delays.
+            table = self._offset_table(policy, lag, len(per_class))
+            for k in rows:
+                wheel.schedule_delay(table[k], self.draws.spread(per_class[k], table[k].drawable), k + shift, per_class[k])
 
-    def _split(self, per_class: np.ndarray, ok: int) -> tuple[np.ndarray, np.ndarray]:
-        total = int(per_class.sum())
+    def _split(self, per_class: list[int], ok: int) -> tuple[list[int], list[int]]:
+        total = sum(per_class)
         ok = min(ok, total)
         if ok == total:
-            return per_class.copy(), np.zeros_like(per_class)
+            return list(per_class), [0] * len(per_class)
         if ok == 0:
-            return np.zeros_like(per_class), per_class.copy()
-        good = draw_without_replacement(self.rng, per_class, ok)
-        return good, per_class - good
+            return [0] * len(per_class), list(per_class)
+        good = self.draws.split(per_class, ok, total)
+        return good, _minus(per_class, good)
 
     # -- the tick ------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
@@ -624,16 +632,16 @@ class Population(PopulationControls, Agent):
         demand, fresh, local_fail = self._fresh_demand(tick, dt, res)
         req_now, released, released_by = self._let_through(tick, fresh, local_fail, res)
         if self.durable:
-            self.ready += req_now
+            self.ready = _plus(self.ready, req_now)
             cap = self._dispatch_cap(dt)
             if self.pooled and self.connected == 0:
                 cap = 0
-            n = min(int(self.ready.sum()), cap)
+            n = min(sum(self.ready), cap)
             req_now, _ = self._split(self.ready, n)
-            self.ready -= req_now
-        requests = int(req_now.sum())
+            self.ready = _minus(self.ready, req_now)
+        requests = sum(req_now)
         # Per-request mode: every request is its own flow, so it is also a setup.
-        setups = int(conn_now.sum()) + extra_setups + renewals if self.pooled else requests
+        setups = sum(conn_now) + extra_setups + renewals if self.pooled else requests
         if setups or requests or closes:
             self.inflight_requests += requests
             self.inflight[tick] = Batch(conn_now, req_now, extra_setups, renewals, min(released, requests), released_by,
@@ -641,7 +649,7 @@ class Population(PopulationControls, Agent):
             self._send_batch(tick, conn_now, req_now, renewals, setups, closes, res)
         backlog = 0
         if self.durable:
-            backlog = int(self.ready.sum() + self.req_wheel.pending + self.inflight_requests)
+            backlog = sum(self.ready) + self.req_wheel.pending + self.inflight_requests
         return self._end_tick(tick, res, self.conn_wheel.pending, demand, fresh, requests + res["at_once"], setups, backlog)
 
     def _read(self, tick: int, inbox: list[Message], res: dict) -> None:
@@ -657,29 +665,31 @@ class Population(PopulationControls, Agent):
                 self.handle_apply(tick, msg.body)
         health.merge()
 
-    def _churn(self, tick: int, dt: float) -> tuple[np.ndarray, int, int, int]:
+    def _churn(self, tick: int, dt: float) -> tuple[list[int], int, int, int]:
         """Connection churn: lifetimes end, surges force re-establishment. Returns (the
         connection attempts due by back-off class, closes, a surge's extra setups, renewals)."""
-        conn_now = np.zeros(self.conn_wheel.classes, dtype=np.int64)
         closes = 0
         extra_setups = 0
         renewals = 0
         if self.pooled:
             # Graceful recycling, as pools do: a client whose connection reaches the end of its
             # lifetime opens the next one before closing the old, and sends all the while.
-            renewals = int(self.rng.binomial(self.connected, min(1.0, dt / self.lifetime))) if self.connected else 0
-            for s in self.surges:
-                if tick < s["until"]:
-                    forced = int(self.rng.binomial(self.connected - renewals, min(1.0, s["fraction"] / s["ticks"])))
-                    closes += forced
-                    extra_setups += int(self.rng.poisson(s["extra"] * dt))
-            self.surges = [s for s in self.surges if tick < s["until"]]
-            pool = self.n_connected
-            closes = int(self._take_connected(closes).sum())  # a surge: they drop and reconnect at once, back-off reset
-            self._left(closes, pool)
-            self._owners_left(closes, pool)
-            conn_now += self.conn_wheel.pop_due()
+            renewals = self.draws.binomial(self.connected, min(1.0, dt / self.lifetime))
+            if self.surges:
+                for s in self.surges:
+                    if tick < s["until"]:
+                        closes += self.draws.binomial(self.connected - renewals, min(1.0, s["fraction"] / s["ticks"]))
+                        extra_setups += self.draws.poisson(s["extra"] * dt)
+                self.surges = [s for s in self.surges if tick < s["until"]]
+            if closes:
+                pool = self.n_connected
+                closes = sum(self._take_connected(closes))  # a surge: they drop and reconnect at once, back-off reset
+                self._left(closes, pool)
+                self._owners_left(closes, pool)
+            conn_now = self.conn_wheel.pop_due()
             conn_now[0] += closes
+        else:
+            conn_now = [0] * self.conn_wheel.classes
         closes += self.pending_closes  # (a per-request population has some only after a switch of mode)
         self.pending_closes = 0
         return conn_now, closes, extra_setups, renewals
@@ -688,16 +698,16 @@ class Population(PopulationControls, Agent):
         """(requests asked this tick, those that can go out, those failing at once on a
         dependency's ill health); a per-request client's surge is requests of its own."""
         surged = 0
-        if not self.pooled:  # a per-request client's surge is requests: a share of the clients ask again
+        if not self.pooled and self.surges:  # a per-request client's surge is requests: a share of the clients ask again
             for s in self.surges:
                 if tick < s["until"]:
-                    surged += int(self.rng.poisson(self.clients * s["fraction"] / s["ticks"] + s["extra"] * dt))
+                    surged += self.draws.poisson(self.clients * s["fraction"] / s["ticks"] + s["extra"] * dt)
             self.surges = [s for s in self.surges if tick < s["until"]]
-        demand = int(self.rng.poisson(self.rate * self.rate_factor * dt * self.clients)) if self.rate_factor > 0 else 0
+        demand = self.draws.poisson(self.rate * self.rate_factor * dt * self.clients) if self.rate_factor > 0 else 0
         demand += surged
         if self.pooled and not self.durable:
             # Only connected clients can send; the others' requests fail at once.
-            fresh = int(self.rng.binomial(demand, self.connected / self.clients)) if self.clients else 0
+            fresh = self.draws.binomial(demand, self.connected / self.clients) if self.clients else 0
             res["errors"] += demand - fresh
             res["failed"] += demand - fresh
         else:
@@ -705,75 +715,76 @@ class Population(PopulationControls, Agent):
         dep_ok = 1.0
         for d in self.depends_on:
             dep_ok *= self.dep_health[d]
-        local_fail = int(self.rng.binomial(fresh, 1.0 - dep_ok)) if dep_ok < 1.0 and fresh else 0
+        local_fail = self.draws.binomial(fresh, 1.0 - dep_ok) if dep_ok < 1.0 else 0
         return demand, fresh, local_fail
 
-    def _let_through(self, tick: int, fresh: int, local_fail: int, res: dict) -> tuple[np.ndarray, int, int]:
+    def _let_through(self, tick: int, fresh: int, local_fail: int, res: dict) -> tuple[list[int], int, int]:
         """(The requests going out this tick by attempt class, the retries released among
         them, and by whom): retries due and released, within the retry budget, and the fresh
         ones; then what an open breaker lets through."""
-        req_now = self.req_wheel.pop_due() + self._orphans_due() + self.released
-        released, released_by = int(self.released.sum()), self.released_by
-        self.released[:] = 0
+        req_now = self.req_wheel.pop_due()
+        orphans = self._orphans_due()
+        released, released_by = sum(self.released), self.released_by
+        if released or any(orphans):
+            req_now = [a + b + c for a, b, c in zip(req_now, orphans, self.released)]
+            self.released = [0] * len(self.released)
         self.released_by = 0
         if self.budget is not None:
-            wanted = int(req_now.sum())
+            wanted = sum(req_now)
             granted = self.budget.spend(fresh, wanted)
             if granted < wanted:
-                kept, dropped = self._split(req_now, granted)
-                req_now = kept
+                req_now, dropped = self._split(req_now, granted)
                 if not self.durable:
-                    res["errors"] += int(dropped.sum())
+                    res["errors"] += sum(dropped)
                 else:
-                    self.ready += dropped  # durable work waits for budget
+                    self.ready = _plus(self.ready, dropped)  # durable work waits for budget
         req_now[0] += fresh - local_fail
         if local_fail:
-            lf = np.zeros_like(req_now)
+            lf = [0] * len(req_now)
             lf[0] = local_fail
             res["failed"] += local_fail
             self._retry_or_give_up(lf, lag=0.0, res=res)
         if self.breaker is not None:
             allowed = self.breaker.allowed_fraction(tick)
             if allowed < 1.0:
-                n = int(req_now.sum())
-                keep = int(self.rng.binomial(n, allowed)) if n else 0
-                kept, blocked = self._split(req_now, keep)
-                req_now = kept
-                res["failed"] += int(blocked.sum())
+                keep = self.draws.binomial(sum(req_now), allowed)
+                req_now, blocked = self._split(req_now, keep)
+                res["failed"] += sum(blocked)
                 self._retry_or_give_up(blocked, lag=0.0, res=res)
         return req_now, released, released_by
 
-    def _send_batch(self, tick: int, conn_now: np.ndarray, req_now: np.ndarray, renewals: int, setups: int,
+    def _send_batch(self, tick: int, conn_now: list[int], req_now: list[int], renewals: int, setups: int,
                     closes: int, res: dict) -> None:
         """Send the tick's batch (recorded in flight) as one flow, or, with no path and no
         target, answer it at once."""
-        requests = int(req_now.sum())
+        requests = sum(req_now)
         if not self.path and not self.target:
-            self._on_result(tick, {"sent": tick, "s_ok": int(conn_now.sum()) + renewals, "s_fail": 0, "s_rej": 0,
+            self._on_result(tick, {"sent": tick, "s_ok": sum(conn_now) + renewals, "s_fail": 0, "s_rej": 0,
                                    "r_ok": requests, "r_fail": 0, "r_rej": 0, "r_full": 0}, res)
         else:
             hops = self.path + ([self.target] if self.target else [])
             self.send_flow(hops, tick, requests, setups=setups, coupled=0 if self.pooled else 1, closes=closes,
                            ct=self.connect_timeout, rt=self.request_timeout)
 
-    def _orphans_due(self) -> np.ndarray:
+    def _orphans_due(self) -> list[int]:
         """Orphan retries falling due: those whose client has reconnected go out now, the
         others wait for their client's connection."""
         due = self.orphan_wheel.pop_due()
         if self.n_connected >= self.clients:  # every client is connected: nobody waits
-            due += self.parked
-            self.parked[:] = 0
+            if any(self.parked):
+                due = _plus(due, self.parked)
+                self.parked = [0] * len(self.parked)
             self.orphans_back = self.orphan_wheel.pending
             return due
-        n = int(due.sum())
+        n = sum(due)
         if not n:
             return due
         total = self.orphan_wheel.pending + n
         back = min(self.orphans_back, total)
-        go = int(self.rng.hypergeometric(back, total - back, n)) if 0 < back < total else (n if back else 0)
+        go = self.draws.hypergeometric(back, total - back, n) if 0 < back < total else (n if back else 0)
         self.orphans_back = back - go
         send, wait = self._split(due, go)
-        self.parked += wait
+        self.parked = _plus(self.parked, wait)
         return send
 
     def _owners_connect(self, ok: int, failed: int, disconnected: int, res: dict) -> None:
@@ -786,39 +797,41 @@ class Population(PopulationControls, Agent):
         q_fail = min(1.0 - q_ok, failed / disconnected)
         waiting = self.orphan_wheel.pending - self.orphans_back
         if ok and waiting > 0:
-            self.orphans_back += int(self.rng.binomial(waiting, q_ok))
-        if self.parked.any():
-            split = self.rng.multinomial(self.parked, [q_ok, q_fail, max(0.0, 1.0 - q_ok - q_fail)])
-            self.released += split[:, 0]
-            self.released_by += min(ok, int(split[:, 0].sum()))
-            self.parked -= split[:, 0] + split[:, 1]
-            lost = split[:, 1]
-            if lost.any():
-                res["failed"] += int(lost.sum())
+            self.orphans_back += self.draws.binomial(waiting, q_ok)
+        if any(self.parked):
+            # one multinomial draw per attempt class over (goes out, fails, waits on)
+            probs = [q_ok, q_fail, max(0.0, 1.0 - q_ok - q_fail)]
+            released, lost = [0] * len(self.parked), [0] * len(self.parked)
+            for k, n in enumerate(self.parked):
+                if n:
+                    released[k], lost[k], _ = self.draws.multinomial(n, probs)
+            self.released = _plus(self.released, released)
+            self.released_by += min(ok, sum(released))
+            self.parked = [p - r - x for p, r, x in zip(self.parked, released, lost)]
+            if any(lost):
+                res["failed"] += sum(lost)
                 self._retry_or_give_up(lost, lag=0.0, res=res, orphan=True)
 
-    def _attempts_at_once(self, refused: np.ndarray, res: dict) -> None:
+    def _attempts_at_once(self, refused: list[int], res: dict) -> None:
         """Requests of attempt class k refused by a full queue, whose every remaining attempt
         is refused at once: they fail for good, and their attempts count."""
-        n = int(refused.sum())
+        n = sum(refused)
         if not n:
             return
-        left = self.retry.max_attempts - 1 - np.arange(len(refused))
-        extra = int((refused * np.maximum(left, 0)).sum())
+        limit = self.retry.max_attempts
+        extra = sum(r * max(limit - 1 - k, 0) for k, r in enumerate(refused))
         res["errors"] += n
         res["failed"] += extra
         res["at_once"] += extra
 
-    def _retry_or_give_up(self, failed: np.ndarray, lag: float, res: dict, orphan: bool = False) -> None:
+    def _retry_or_give_up(self, failed: list[int], lag: float, res: dict, orphan: bool = False) -> None:
         """Failed attempts of class k retry as class k+1 unless attempts are exhausted;
         ``orphan``: their client dropped its connection, so the retry waits for its next one."""
         limit = self.retry.max_attempts
         if limit and not self.durable:
-            give_up = int(failed[limit - 1:].sum())
-            res["errors"] += give_up
-            failed = failed.copy()
-            failed[limit - 1:] = 0
-        if failed.any():
+            res["errors"] += sum(failed[limit - 1:])
+            failed = failed[:limit - 1] + [0] * (len(failed) - len(failed[:limit - 1]))
+        if any(failed):
             self._schedule(self.orphan_wheel if orphan else self.req_wheel, self.retry, failed, lag)
 
     def _on_result(self, tick: int, body: dict, res: dict) -> None:
@@ -826,66 +839,66 @@ class Population(PopulationControls, Agent):
         batch = self.inflight.pop(sent, None)
         if batch is None:
             return
-        self.inflight_requests -= int(batch.requests.sum())
         conn, req, extra, renewals = batch.setups, batch.requests, batch.extra, batch.renewals
+        n_conn, n_req = sum(conn), sum(req)
+        self.inflight_requests -= n_req
         renew_failed = 0
         if extra or renewals:
             # Surge connections have no client of ours behind them: they close again at once.
             # A renewal closes the connection it replaces, whatever its outcome.
-            s_ok_all = min(int(body["s_ok"]), extra + renewals + int(conn.sum()))
-            extra_ok, renew_ok, _ = draw_without_replacement(
-                self.rng, np.array([extra, renewals, int(conn.sum())]), s_ok_all)
-            self.pending_closes += int(extra_ok) + renewals
-            self._left(int(renew_ok), self.n_connected)  # on a new connection now
-            renew_failed = renewals - int(renew_ok)
-            body = dict(body, s_ok=s_ok_all - int(extra_ok) - int(renew_ok))
+            s_ok_all = min(int(body["s_ok"]), extra + renewals + n_conn)
+            extra_ok, renew_ok, _ = self.draws.split([extra, renewals, n_conn], s_ok_all)
+            self.pending_closes += extra_ok + renewals
+            self._left(renew_ok, self.n_connected)  # on a new connection now
+            renew_failed = renewals - renew_ok
+            body = dict(body, s_ok=s_ok_all - extra_ok - renew_ok)
         elapsed = (tick - sent) * self.world.dt
         # Connection attempts (pooled mode). Extra surge setups have no client behind them.
-        if self.pooled and (conn.any() or renew_failed):
-            s_ok = min(int(body["s_ok"]), int(conn.sum()))
-            good, bad = self._split(conn, s_ok)
-            s_ok_good = int(good.sum())
-            self._owners_connect(s_ok_good, int(bad.sum()), self.clients - self.n_connected, res)
-            self.conn_by_class += good
+        if self.pooled and (n_conn or renew_failed):
+            good, bad = self._split(conn, min(int(body["s_ok"]), n_conn))
+            s_ok_good = sum(good)
+            n_bad = n_conn - s_ok_good
+            self._owners_connect(s_ok_good, n_bad, self.clients - self.n_connected, res)
+            self.conn_by_class = _plus(self.conn_by_class, good)
             self.n_connected += s_ok_good
-            res["setup_ok"] += int(good.sum()) + renewals - renew_failed
-            res["setup_failed"] += int(bad.sum()) + renew_failed
+            res["setup_ok"] += s_ok_good + renewals - renew_failed
+            res["setup_failed"] += n_bad + renew_failed
             if renew_failed:
                 # The old connection is gone and the new one failed: a failed connection attempt.
                 pool = self.n_connected
                 lost = self._take_connected(renew_failed)
-                self._left(int(lost.sum()), pool)
-                self._owners_left(int(lost.sum()), pool)
-                bad = bad + lost
-            if bad.any():
-                rej = min(int(body["s_rej"]), int(bad.sum()))
-                fast, slow = self._split(bad, rej)
+                n_lost = sum(lost)
+                self._left(n_lost, pool)
+                self._owners_left(n_lost, pool)
+                bad = _plus(bad, lost)
+                n_bad += n_lost
+            if n_bad:
+                fast, slow = self._split(bad, min(int(body["s_rej"]), n_bad))
                 self._schedule(self.conn_wheel, self.reconnect, fast, lag=elapsed, ignore_backoff=self.bug_ignores_backoff)
                 self._schedule(self.conn_wheel, self.reconnect, slow, lag=elapsed - self.connect_timeout,
                                ignore_backoff=self.bug_ignores_backoff)
-        if not req.any():
+        if not n_req:
             return
-        r_ok = min(int(body["r_ok"]), int(req.sum()))
-        good, bad = self._split(req, r_ok)
-        res["ok"] += int(good.sum())
-        n_good = int(good.sum())
+        good, bad = self._split(req, min(int(body["r_ok"]), n_req))
+        n_good = sum(good)
+        res["ok"] += n_good
         # Of the clients connected when the batch was sent, those still on that connection.
         holding = min(self.n_connected, int(round(batch.holding)))
-        if self.pooled and n_good and self.conn_by_class[1:].any():
+        if self.pooled and n_good and self.n_connected > self.conn_by_class[0]:
             # Clients with a successful request have proven their connection: back-off resets.
-            proven = int(self.rng.binomial(holding, 1.0 - math.exp(-n_good / max(1, batch.senders))))
+            proven = self.draws.binomial(holding, 1.0 - math.exp(-n_good / max(1, batch.senders)))
             self._take_connected(proven)
             self.conn_by_class[0] += proven
             self.n_connected += proven
-        n_bad = int(bad.sum())
+        n_bad = n_req - n_good
         res["failed"] += n_bad
         if self.breaker is not None:
-            self.breaker.record(tick, int(req.sum()), n_bad)
+            self.breaker.record(tick, n_req, n_bad)
         if not n_bad:
             return
         rej = min(int(body["r_rej"]), n_bad)
         fast, slow = self._split(bad, rej)
-        refused = int(fast.sum())
+        refused = rej
         if body["r_full"] and self.retries_refusal_at_once:
             # Refused by a full queue: a retry sent at once meets it still full, and is refused
             # again until the attempts run out (the round trip of a tick would otherwise let it
@@ -896,30 +909,31 @@ class Population(PopulationControls, Agent):
         on_timeout, on_reject = "timeout" in self.reconnect_on, "reject" in self.reconnect_on
         self._retry_or_give_up(fast, lag=elapsed, res=res, orphan=drops and on_reject)
         self._retry_or_give_up(slow, lag=elapsed - batch.rt, res=res, orphan=drops and on_timeout)
-        fails = int(slow.sum()) * on_timeout + refused * on_reject
+        n_slow = n_bad - rej
+        fails = n_slow * on_timeout + refused * on_reject
         if self.pooled and holding and fails:
             # Senders that saw at least one failure (Poisson occupancy of failures over senders);
             # retries released by new connections all came from the few clients that made them.
-            n_req, by = int(req.sum()), min(batch.released_by, batch.senders)
+            by = min(batch.released_by, batch.senders)
             # their requests: the released retries and their share of the others
             theirs = batch.released + round((n_req - batch.released) * by / max(1, batch.senders)) if by else 0
-            rel_fails = int(self.rng.hypergeometric(theirs, n_req - theirs, fails)) \
+            rel_fails = self.draws.hypergeometric(theirs, n_req - theirs, fails) \
                 if theirs and fails < n_req else (min(fails, theirs) if theirs else 0)
             rel_holding = min(holding, by)  # new on their connections: no earlier result dropped them
-            n_drop = int(self.rng.binomial(rel_holding, 1.0 - math.exp(-rel_fails / by))) if rel_fails else 0
+            n_drop = self.draws.binomial(rel_holding, 1.0 - math.exp(-rel_fails / by)) if rel_fails else 0
             p = 1.0 - math.exp(-(fails - rel_fails) / max(1, batch.senders - by))
-            n_drop += int(self.rng.binomial(holding - rel_holding, p))
+            n_drop += self.draws.binomial(holding - rel_holding, p)
             pool = self.n_connected
             dropped = self._take_connected(n_drop)
-            self._left(int(dropped.sum()), pool, failed_batch=sent)
-            self._owners_left(int(dropped.sum()), pool)
-            self.pending_closes += int(dropped.sum())
+            n_dropped = sum(dropped)
+            self._left(n_dropped, pool, failed_batch=sent)
+            self._owners_left(n_dropped, pool)
+            self.pending_closes += n_dropped
             # The client reconnects once it has noticed the failure (after the timeout).
-            lag = elapsed - batch.rt if slow.any() and on_timeout else elapsed
+            lag = elapsed - batch.rt if n_slow and on_timeout else elapsed
             # A proven client starts its back-off afresh; one that never proved its
             # connection carries on from the attempt it connected on.
-            first = np.zeros_like(dropped)
-            first[0] = dropped[0]
-            dropped[0] = 0
+            first = [0] * len(dropped)
+            first[0], dropped[0] = dropped[0], 0
             self._schedule(self.conn_wheel, self.reconnect, first, lag=lag, ignore_backoff=self.bug_ignores_backoff, shift=0)
             self._schedule(self.conn_wheel, self.reconnect, dropped, lag=lag, ignore_backoff=self.bug_ignores_backoff)

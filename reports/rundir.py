@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TypedDict
 
@@ -84,12 +85,20 @@ class NotARunDirectory(Exception):
 
 @dataclass
 class RunData:
+    """A run directory as read; ``metrics`` and ``events`` are read on first use (a
+    comparison reads a hundred runs' scores and never their tables)."""
     dir: Path
     meta: dict
-    metrics: pd.DataFrame
-    events: pd.DataFrame
     score: Score | None  # None while the run has not finished
     attribution: dict | None = None  # attribution.json: the counterfactuals, if they were played
+
+    @cached_property
+    def metrics(self) -> pd.DataFrame:
+        return read_metrics(self.dir)
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        return read_events(self.dir)
 
     @property
     def complete(self) -> bool:
@@ -128,8 +137,7 @@ def load_run(run_dir) -> RunData:
     score = json.loads(score_path.read_text(encoding="utf-8")) if score_path.exists() else None
     attribution_path = d / ATTRIBUTION
     attribution = json.loads(attribution_path.read_text(encoding="utf-8")) if attribution_path.exists() else None
-    return RunData(dir=d, meta=meta, metrics=read_metrics(d), events=read_events(d), score=score,
-                   attribution=attribution)
+    return RunData(dir=d, meta=meta, score=score, attribution=attribution)
 
 
 def complete_ticks(run_dir: Path) -> int:

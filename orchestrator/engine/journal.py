@@ -13,6 +13,7 @@ import json
 import os
 import platform
 from importlib import metadata
+from operator import itemgetter
 from pathlib import Path
 
 from reports import rundir
@@ -43,6 +44,43 @@ def _fmt(v) -> str:
     return str(v)
 
 
+class RowFormat:
+    """A metrics row as ``_fmt`` writes each value, formatted a row at a time: the values
+    are fetched per agent in C (``itemgetter``) and laid out by one format string per
+    combination of value types (a run has a handful). A NaN, which ``_fmt`` writes as an
+    empty field, sends its row the value-by-value way."""
+
+    def __init__(self, columns: list[tuple[str, str]]):
+        runs: list[tuple[str, list[str]]] = []  # consecutive columns of one agent
+        for agent, metric in columns:
+            if runs and runs[-1][0] == agent:
+                runs[-1][1].append(metric)
+            else:
+                runs.append((agent, [metric]))
+        self.getters = [(agent, itemgetter(*ms), len(ms) == 1) for agent, ms in runs]
+        self.formats: dict[tuple, str] = {}
+
+    def values(self, metrics: dict[str, dict[str, float]]) -> list:
+        out: list = []
+        for agent, get, single in self.getters:
+            if single:  # itemgetter of one key gives the value, of several a tuple
+                out.append(get(metrics[agent]))
+            else:
+                out.extend(get(metrics[agent]))
+        return out
+
+    def line(self, head: list[str], metrics: dict[str, dict[str, float]]) -> str:
+        values = self.values(metrics)
+        kinds = tuple(map(type, values))
+        fmt = self.formats.get(kinds)
+        if fmt is None:
+            fmt = self.formats[kinds] = ",".join("%.10g" if issubclass(k, float) else "%s" for k in kinds)
+        text = fmt % tuple(values)
+        if "nan" in text:
+            text = ",".join(_fmt(v) for v in values)
+        return ",".join(head) + "," + text + "\n" if values else ",".join(head) + "\n"
+
+
 def check_out_dir(out: Path) -> None:
     """A run directory must be new or empty: a run never writes over another."""
     out = Path(out)
@@ -66,6 +104,7 @@ class RunWriter:
         (self.dir / rundir.PLAYBOOK).write_text(playbook_text, encoding="utf-8")
         (self.dir / rundir.RUNBOOK).write_text(runbook_text, encoding="utf-8")
         self.columns = plan.columns()
+        self.rows = RowFormat(self.columns)
         write_json_atomic(self.dir / rundir.COLUMNS, {
             "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
             "clock": "simulated clock time (HH:MM[:SS])",
@@ -84,8 +123,7 @@ class RunWriter:
             tk = e.pop("tick")
             self.events.write(json.dumps({"tick": tk, "clock": format_clock(self.info.start_s + tk * self.info.dt), **e},
                                          sort_keys=False, default=str) + "\n")
-        row = [str(tick), _fmt(t), clock] + [_fmt(metrics[a][m]) for a, m in self.columns]
-        self.metrics.write(",".join(row) + "\n")
+        self.metrics.write(self.rows.line([str(tick), _fmt(t), clock], metrics))
         self.events.flush()
         self.metrics.flush()
         self.meta["ticks_done"] = tick + 1

@@ -7,6 +7,7 @@ depend on stepping order or hosting.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable
 
 from agents import AGENT_CLASSES, OUTSIDE, Agent, Message, WorldInfo, agent_rng
@@ -27,6 +28,9 @@ def build_agent(kind: str, name: str, spec: dict, info: WorldInfo) -> Agent:
     return AGENT_CLASSES[kind](name, spec, agent_rng(info.seed, name), info)
 
 
+_BY_SENDER = attrgetter("src", "seq")  # the order every host delivers an inbox in
+
+
 def step_agents(agents: dict[str, Agent], order: list[str], inboxes: dict[str, list[Message]], t: int,
                 route: Callable[[Message, bytes], bool]) -> tuple[dict[str, dict[str, float]], list[dict], list[bytes]]:
     """Step every agent once, in ``order``, with its inbox sorted by (sender, sequence);
@@ -37,7 +41,10 @@ def step_agents(agents: dict[str, Agent], order: list[str], inboxes: dict[str, l
     events: list[dict] = []
     outbound: list[bytes] = []
     for name in order:
-        res = agents[name].step(t, sorted(inboxes.get(name, []), key=lambda m: (m.src, m.seq)))
+        inbox = inboxes.get(name, [])
+        if len(inbox) > 1:
+            inbox = sorted(inbox, key=_BY_SENDER)
+        res = agents[name].step(t, inbox)
         metrics[name] = res.metrics
         events.extend(res.events)
         for msg in res.messages:
@@ -50,7 +57,7 @@ def step_agents(agents: dict[str, Agent], order: list[str], inboxes: dict[str, l
 
 def leaving(frames: list[bytes]) -> list[Message]:
     """Messages to OUTSIDE in a hosting-independent order."""
-    return sorted((decode(f) for f in frames), key=lambda m: (m.src, m.seq))
+    return sorted((decode(f) for f in frames), key=_BY_SENDER)
 
 
 class InProcessHost:

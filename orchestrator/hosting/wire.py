@@ -6,6 +6,8 @@ Never pickle: a malformed frame raises ``WireError`` and is counted by the recei
 """
 from __future__ import annotations
 
+import threading
+
 import msgpack
 
 from agents import PROTOCOL_VERSION, Message
@@ -31,8 +33,16 @@ class WireError(ValueError):
     """A frame that is not a valid message of this protocol version."""
 
 
+#: the body keys of each kind as a set, for the check on every decode
+_REQUIRED = {kind: frozenset(keys) for kind, keys in BODY_KEYS.items()}
+_local = threading.local()  # a msgpack Packer per thread: building one costs as much as packing
+
+
 def encode(msg: Message) -> bytes:
-    return msgpack.packb([PROTOCOL_VERSION, msg.kind, msg.src, msg.dst, msg.seq, msg.tick, msg.body], use_bin_type=True)
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack([PROTOCOL_VERSION, msg.kind, msg.src, msg.dst, msg.seq, msg.tick, msg.body])
 
 
 def decode(frame: bytes) -> Message:
@@ -45,12 +55,12 @@ def decode(frame: bytes) -> Message:
     version, kind, src, dst, seq, tick, body = rec
     if version != PROTOCOL_VERSION:
         raise WireError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
-    if kind not in BODY_KEYS:
+    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
+    if required is None:
         raise WireError(f"unknown message kind {kind!r}")
     if not (isinstance(src, str) and isinstance(dst, str) and isinstance(seq, int) and isinstance(tick, int)
             and isinstance(body, dict)):
         raise WireError("bad header types")
-    missing = [k for k in BODY_KEYS[kind] if k not in body]
-    if missing:
-        raise WireError(f"{kind} without {', '.join(missing)}")
-    return Message(kind=kind, src=src, dst=dst, body=body, seq=seq, tick=tick)
+    if not body.keys() >= required:
+        raise WireError(f"{kind} without {', '.join(k for k in BODY_KEYS[kind] if k not in body)}")
+    return Message(kind, src, dst, body, seq, tick)

@@ -1,0 +1,98 @@
+"""Wall time of a real ``gameday compare``, as figures (not a test).
+
+Runs the command as a user does (``python -m orchestrator.cli compare``, its progress
+bar on this terminal, a local Ray started by the command itself, the tables and the
+report written to a temporary directory, removed afterwards) for the us-east-1-2021
+playbook: 5 runbooks (none, historical, protect-early, shed-load, restart-devices) x 20
+seeds, 100 runs at the playbook's duration (12 h), and prints, measured in the same run:
+  - one bare in-process run of the same duration (``orchestrator.run``, runbook
+    historical, seed 1) in this process, before the comparison
+  - the comparison's wall time (the whole command: start-up, Ray, the runs, the
+    statistics and the report), its runs per second and seconds per run per core
+  - the ideal time on this machine's cores (runs x bare run / CPUs) and the comparison's
+    overhead against it (no goal is set yet: the figure shows what the comparison
+    machinery, Ray and the statistics cost beyond the runs themselves)
+
+    python benchmarks/bench_compare_runs.py [--runbooks none,historical,...] [--seeds 20] [--duration 12h]
+    python benchmarks/bench_compare_runs.py --seeds 1 --runbooks none,historical --duration 10m   # a smoke test
+
+The comparison uses the Ray at RAY_ADDRESS if that is set, as ``gameday compare`` does;
+the ideal assumes this machine's CPUs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import orchestrator  # noqa: E402
+from reports.timefmt import format_duration  # noqa: E402
+
+PLAYBOOK = "us-east-1-2021"
+RUNBOOKS = "none,historical,protect-early,shed-load,restart-devices"
+
+
+def cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runbooks", default=RUNBOOKS, help=f"comma-separated (default: {RUNBOOKS})")
+    ap.add_argument("--seeds", type=int, default=20, help="seeds 1..N for every runbook (default: 20)")
+    ap.add_argument("--duration", default=None, help="simulated time of every run (default: the playbook's, 12h)")
+    a = ap.parse_args()
+    runbooks = [r.strip() for r in a.runbooks.split(",") if r.strip()]
+    if not runbooks:
+        ap.error("--runbooks: at least one")
+    if a.seeds < 1:
+        ap.error("--seeds: at least 1")
+    n = len(runbooks) * a.seeds
+    ncpu = cpus()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-compare-runs-"))
+    try:
+        t0 = time.perf_counter()
+        bare = orchestrator.run(PLAYBOOK, runbook="historical", seed=1, duration=a.duration, out=tmp / "bare")
+        bare_s = time.perf_counter() - t0
+        sim = format_duration(float(bare.meta["duration_s"]))
+        print(f"bare in-process run ({PLAYBOOK}, historical, seed 1, {sim} simulated): {bare_s:.2f} s "
+              f"(engine {float(bare.meta['wall_seconds']):.2f} s)", flush=True)
+
+        cmd = [sys.executable, "-m", "orchestrator.cli", "compare", PLAYBOOK, "--seeds", str(a.seeds), "--progress",
+               "--out", str(tmp / "compare")]
+        for rb in runbooks:
+            cmd += ["--runbook", rb]
+        if a.duration is not None:
+            cmd += ["--duration", a.duration]
+        print(f"\n$ python {' '.join(cmd[1:])}", flush=True)
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT)  # stdout and stderr (the progress bar) on this terminal
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise SystemExit(f"gameday compare failed (exit status {done.returncode})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    ideal = n * bare_s / ncpu
+    print(f"\ngameday compare {PLAYBOOK}: {len(runbooks)} runbooks x {a.seeds} seeds = {n} runs of "
+          f"{sim} simulated, on {ncpu} CPUs")
+    print(f"  wall {wall:.1f} s: {n / wall:.3f} runs/s, {wall * ncpu / n:.2f} s per run per core "
+          f"(bare run {bare_s:.2f} s)")
+    print(f"  ideal on {ncpu} CPUs (runs x bare run / CPUs): {ideal:.1f} s; the comparison took "
+          f"{wall / ideal:.2f}x that, {wall - ideal:+.1f} s of overhead")
+
+
+if __name__ == "__main__":
+    main()

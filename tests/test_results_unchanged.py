@@ -1,0 +1,24 @@
+"""A faster engine gives the same results: short runs of the built-in scenarios and of the
+model's features (leases, health checks, queues, DNS, retries, faults, a cache) produce
+run directories whose metrics, events, score and attribution are byte for byte those
+recorded from the revision before the speed work (tests/results_fixture.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from results_fixture import FAST, RUNS, digest, play
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "results.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in RUNS])
+def test_results_are_those_recorded_before(tmp_path, name):
+    recorded = FIXTURE["runs"][name]
+    now = digest(play(name, tmp_path / "run").dir)
+    differ = sorted(c for c, h in recorded["columns"].items() if now["columns"].get(c) != h)
+    assert not differ, f"{name}: metrics columns that differ from revision {FIXTURE['revision']}: {differ[:12]}"
+    assert now["files"] == recorded["files"], f"{name}: result files that differ from revision {FIXTURE['revision']}: " \
+        f"{sorted(f for f in recorded['files'] if now['files'].get(f) != recorded['files'][f])}"
