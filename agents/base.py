@@ -193,7 +193,7 @@ class Agent:
     # -- helpers for subclasses -------------------------------------------------
     def send(self, dst: str, kind: str, body: dict, tick: int) -> None:
         self._seq += 1
-        self._outbox.append(Message(kind=kind, src=self.name, dst=dst, body=body, seq=self._seq, tick=tick))
+        self._outbox.append(Message(kind, self.name, dst, body, self._seq, tick))
 
     def event(self, tick: int, kind: str, **data: Any) -> None:
         self._events.append({"tick": tick, "agent": self.name, "event": kind, **data})

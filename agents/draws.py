@@ -78,6 +78,15 @@ def _check_counts(good: int, bad: int, sample: int) -> None:
                          f"and a sample of at most their sum")
 
 
+def _check_spread(n: int, probs: list[float]) -> None:
+    if n < 0:
+        raise ValueError(f"n {n!r}: expected a count >= 0")
+    for p in probs:
+        _check_p(p)
+    if sum(probs[:-1]) > 1.0 + 1e-12:
+        raise ValueError(f"probs {probs!r}: expected probabilities that add up to 1")
+
+
 class Draws:
     """The draws of one agent, on its generator ``rng`` (which it keeps using for anything
     else: both advance the same stream). Not part of an agent's state: a snapshot holds the
@@ -164,11 +173,10 @@ class Draws:
     def multinomial(self, n: int, probs: list[float]) -> list[int]:
         """``rng.multinomial(n, probs)`` for a few outcomes (probabilities that add up to 1)."""
         d = len(probs)
+        _check_spread(n, probs)
         if not n:
             return [0] * d
         if self.fast and d <= _MAX_CLASSES:
-            for p in probs:
-                _check_p(p)
             pix, out = self._probs, self._colors
             pix[0:d] = probs
             out[0:d] = _ZEROS[:d]
@@ -187,6 +195,8 @@ class Draws:
         """``rng.multinomial(n, probs)`` for ``prepare(probs)``, a vector that may be long;
         the counts are a view valid until the next call."""
         probs, pix, d = prepared
+        if n < 0:
+            raise ValueError(f"n {n!r}: expected a count >= 0")
         if pix is None:
             return self.rng.multinomial(n, probs)
         if d > len(self._out):

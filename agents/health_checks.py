@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import in_ticks
+from .draws import Draws
 
 
 class HealthChecks:
@@ -41,7 +42,7 @@ class HealthChecks:
         if not self.failover:
             self.in_service = self.targets
 
-    def step(self, tick: int, rng: np.random.Generator, network_delay_s: float) -> tuple[int, int]:
+    def step(self, tick: int, draws: Draws, network_delay_s: float) -> tuple[int, int]:
         """Run this tick's checks; returns (targets removed, targets put back)."""
         # (no turnover: nobody new, whatever the delay; an endless delay times 0 is no one)
         unready_checkers = min(1.0, self.checker_turnover * network_delay_s) if self.checker_turnover else 0.0
@@ -50,9 +51,9 @@ class HealthChecks:
         if tick % self.every == 0:
             fails = 1.0 - (1.0 - unready_checkers) * (1.0 - self.unready_targets)
             if self.failover:
-                removed = int(rng.binomial(self.in_service, fails ** self.fall))
+                removed = draws.binomial(self.in_service, fails ** self.fall)
             out = self.targets - self.in_service
-            added = int(rng.binomial(out, (1.0 - fails) ** self.rise)) if out else 0
+            added = draws.binomial(out, (1.0 - fails) ** self.rise) if out else 0
             self.in_service += added - removed
         self.recent[tick % len(self.recent)] = removed
         return removed, added

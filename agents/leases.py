@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .base import in_ticks
+from .draws import Draws
 from .shards import split_clients
 
 
@@ -38,19 +39,19 @@ class LeaseTable:
     def held_fraction(self) -> float:
         return 1.0 - self.expired / self.count if self.count else 1.0
 
-    def due(self, tick: int, rng: np.random.Generator) -> tuple[int, int]:
+    def due(self, tick: int, draws: Draws) -> tuple[int, int]:
         """(renewals, re-establishment attempts) the manager starts this tick."""
         renewals = int(self.missed[tick % self.period].sum())
-        attempts = int(rng.binomial(self.expired, self.retry_chance)) if self.expired else 0
+        attempts = draws.binomial(self.expired, self.retry_chance) if self.expired else 0
         return renewals, attempts
 
-    def settle(self, tick: int, rng: np.random.Generator, renewed: int, reestablished: int) -> int:
+    def settle(self, tick: int, draws: Draws, renewed: int, reestablished: int) -> int:
         """Record this tick's outcomes: ``renewed`` of the leases due were renewed (drawn
         among them at random); ``reestablished`` expired leases are held again. Returns
         the leases that expired."""
         row = self.missed[tick % self.period]
         new = np.zeros_like(row)
-        ok = rng.multivariate_hypergeometric(row, renewed) if renewed else np.zeros_like(row)
+        ok = np.array(draws.split(row.tolist(), renewed), dtype=np.int64) if renewed else np.zeros_like(row)
         new[0] = int(ok.sum()) + reestablished
         new[1:] = (row - ok)[:-1]
         lapsed = int(row[-1] - ok[-1])

@@ -285,10 +285,10 @@ class Service(Agent):
             self.broken *= 1.0 - fraction
 
     def _admitted(self, n: int, share: float) -> int:
-        return int(self.rng.binomial(n, share)) if n and share < 1.0 else n
+        return self.draws.binomial(n, share) if n and share < 1.0 else n
 
     def _successes(self, n: int, chance: float) -> int:
-        return int(self.rng.binomial(n, chance)) if n and chance > 0 else 0
+        return self.draws.binomial(n, chance) if n and chance > 0 else 0
 
     def _read(self, tick: int, inbox: list[Message]) -> tuple[list[dict], list[dict]]:
         """(flows to serve, the store's answers to a cache); health reports and applies taken."""
@@ -334,7 +334,7 @@ class Service(Agent):
         ready = dep * (1.0 - self.broken)
         flaps = 0
         if self.checks is not None:
-            removed, added = self.checks.step(tick, self.rng, self.network_delay_s)
+            removed, added = self.checks.step(tick, self.draws, self.network_delay_s)
             flaps = removed + added
             cap *= self.checks.in_service_share
             ready *= self.checks.reachable_share
@@ -377,7 +377,7 @@ class Service(Agent):
         if self.queue is not None:  # the queue's clock: projections read the same draws
             return self.queue.clock_work(cap, self.rng)
         if self.service_dist == "exponential":
-            return float(self.rng.poisson(cap))
+            return float(self.draws.poisson(cap))
         return float(self.rng.gamma(cap / self.service_cv ** 2, self.service_cv ** 2))
 
     def _answer(self, tick: int, b: dict, n: int, queued: int, ok: int, delay: float) -> None:
@@ -475,7 +475,7 @@ class Service(Agent):
         bad = w.misses - good
         served = 0
         if self.cache.serve_stale and bad and w.stale:
-            served = int(self.rng.hypergeometric(w.stale, w.misses - w.stale, bad)) if w.stale < w.misses else bad
+            served = self.draws.hypergeometric(w.stale, w.misses - w.stale, bad) if w.stale < w.misses else bad
         self._stale_served += served
         bad -= served
         refused = self._successes(bad, refused_share)
@@ -505,7 +505,7 @@ class Service(Agent):
             r_in, a_in = self.queue.admit(r_in), self.queue.admit(a_in, lease.cost)
             chance *= 1.0 if wait_s <= lease.timeout_s else 0.0
         renewed, again = self._successes(r_in, chance), self._successes(a_in, chance)
-        lapsed = lease.settle(tick, self.rng, renewed, again)
+        lapsed = lease.settle(tick, self.draws, renewed, again)
         return refused, renewed + again * lease.cost, r_in + a_in * lease.cost, lapsed
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
@@ -518,7 +518,7 @@ class Service(Agent):
         flows, answers = self._read(tick, inbox)
         self._wear(tick, dt)
         dep, cap, ready, flaps = self._readiness(tick, dt)
-        renewals, attempts = self.leases.due(tick, self.rng) if self.leases is not None else (0, 0)
+        renewals, attempts = self.leases.due(tick, self.draws) if self.leases is not None else (0, 0)
         offered = sum(int(b["requests"]) for b in flows)
         demand = offered + renewals + attempts  # requests, as the throttle counts them
         units = offered + renewals + attempts * (self.leases.cost if self.leases is not None else 1.0)  # work

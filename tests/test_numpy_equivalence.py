@@ -87,7 +87,9 @@ def test_multinomials_are_numpys(pair):
 def test_draws_check_their_arguments_as_numpy_does(pair):
     _, _, draws = pair(1)
     for bad in (lambda: draws.binomial(5, 1.5), lambda: draws.binomial(-1, 0.5), lambda: draws.binomial(3, float("nan")),
-                lambda: draws.poisson(-1.0), lambda: draws.hypergeometric(3, 2, 6), lambda: draws.split([3, -1], 1)):
+                lambda: draws.poisson(-1.0), lambda: draws.hypergeometric(3, 2, 6), lambda: draws.split([3, -1], 1),
+                lambda: draws.multinomial(-1, [0.5, 0.5]), lambda: draws.multinomial(4, [0.9, 0.9, 0.0]),
+                lambda: draws.spread(-1, draws.prepare(np.array([0.5, 0.5])))):
         with pytest.raises(ValueError):
             bad()
 
