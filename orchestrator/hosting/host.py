@@ -32,6 +32,11 @@ class Host(Protocol):
     def step(self) -> TickResult:
         """``begin`` then ``finish``."""
 
+    def run_ahead(self) -> None:
+        """Nothing will be injected any more: from now on the host may begin each tick as
+        soon as the last is collected, while the caller scores and journals it (the
+        results are the same; a host in this process has nothing to overlap)."""
+
     def facts(self) -> dict:
         """What the run directory's meta.json records of the hosting at the end."""
 

@@ -117,6 +117,9 @@ class InProcessHost:
     def finish(self) -> TickResult:
         return self.step()
 
+    def run_ahead(self) -> None:
+        """(Every agent steps in this process, when the caller asks.)"""
+
     def facts(self) -> dict:
         return {}
 

@@ -126,6 +126,8 @@ class RayHost:
         self.restarts = 0
         self.replacing = 0  # replacements under way (one nests in another when hosts die together)
         self.stepping = False
+        self.begun = -1  # the last tick sent to the hosts
+        self.ahead = False  # run_ahead: each tick is sent as soon as the last is collected
         self.deadline = 0.0
         self.checked = 0.0
         self.run_id = uuid.uuid4().hex[:8]
@@ -261,6 +263,8 @@ class RayHost:
     def inject(self, frame: bytes) -> None:
         """Deliver an encoded message from outside the world (e.g. a console) in the next
         tick stepped (``self.tick``); kept until no replacement host can need it again."""
+        if self.begun == self.tick:  # (run_ahead promised nothing more would come)
+            raise HostingError(f"a message from outside the world came for tick {self.tick}, already under way")
         try:
             host = self.owner.get(decode(frame).dst)
         except WireError:
@@ -278,9 +282,18 @@ class RayHost:
         """Send tick t to every host; ``finish`` collects it. Between the two a session
         can start the same tick on its other worlds."""
         self.stepping = True
+        if self.begun == self.tick:  # sent ahead by finish
+            return
+        self.begun = self.tick
         keep_from = self._keep_from()
         for host in self.groups:
             self._send_tick(host, self.tick, keep_from)
+
+    def run_ahead(self) -> None:
+        """From now on ``finish`` sends the next tick before it returns the last: the hosts
+        step it while the caller scores and journals (the barrier's round trip and the
+        caller's work overlap). ``inject`` is then refused: the next tick is under way."""
+        self.ahead = True
 
     def finish(self) -> TickResult:
         t = self.tick
@@ -317,6 +330,8 @@ class RayHost:
             self.injected.pop(t, None)
         self.rejected_frames = sum(self.rejected_by.values()) + self.rejected_before_restarts + self.control_rejected
         self.tick += 1
+        if self.ahead and self.tick < self.plan.ticks:
+            self.begin()
         ordered = {name: metrics[name] for name in sorted(metrics, key=self.index.__getitem__)}
         events.sort(key=lambda e: self.index.get(e["agent"], len(self.index)))  # stable: each agent's own order
         events.extend(self.journal)

@@ -183,6 +183,8 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     complete, play the counterfactuals of the actions before the loop broke and write
     ``attribution.json`` (orchestrator/runs/attribution.py)."""
     run = WorldRun(spec, out, hosting, speed, keep_action_states=attribution)
+    if not injections:  # nothing comes from outside: the hosts may step ahead of the journal
+        run.host.run_ahead()
     if speed is not None:
         clock = PacedClock(run.plan.info.dt, speed)
     clock = clock or SimulatedClock()
