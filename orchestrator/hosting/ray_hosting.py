@@ -263,7 +263,7 @@ class RayHost:
     def inject(self, frame: bytes) -> None:
         """Deliver an encoded message from outside the world (e.g. a console) in the next
         tick stepped (``self.tick``); kept until no replacement host can need it again."""
-        if self.begun == self.tick:  # (run_ahead promised nothing more would come)
+        if self.ahead and self.begun == self.tick:  # (run_ahead promised nothing more would come)
             raise HostingError(f"a message from outside the world came for tick {self.tick}, already under way")
         try:
             host = self.owner.get(decode(frame).dst)
