@@ -125,14 +125,23 @@ def charts(df: pd.DataFrame, sweep_vars: list[str]) -> dict[str, bytes]:
     return out
 
 
+def _never_formed(r: dict) -> str:
+    """Where some runs never formed a loop: how many, since they count as broken at once."""
+    n = r["never_formed"]
+    return f" ({n} of {r['runs']} never formed one: broken at once)" if n else ""
+
+
 def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
     """The comparison for the command line: each runbook's success rate and times to break
     the loop, then the pairs (``pair_lines``) and the test used."""
     lines = [f"{_prefix(r, sweep_vars)}{r['runbook']}: {r['runs']} runs, loop broken in "
-             f"{r['success_rate']:.0%}, median {_fmt_s(r['median_break_s'])} (95% CI "
+             f"{r['success_rate']:.0%}{_never_formed(r)}, median {_fmt_s(r['median_break_s'])} (95% CI "
              f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
              f"{_fmt_s(r['p90_break_s'])}, median impact {r['median_impact']:.1f}"
              for r in summ.to_dict("records")]
+    if len(summ) and (summ["never_formed"] == summ["runs"]).all():
+        lines.append("no run formed a loop: the times and tests say nothing about the runbooks (does the "
+                     "duration hold the trigger and the storm after it?)")
     lines += pair_lines(tests, sweep_vars)
     return lines + ([f"test: {cs.TEST}"] if len(tests) else [])
 

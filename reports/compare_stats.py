@@ -168,7 +168,7 @@ def seeds_needed(min_p, threshold: float, limit: int = 10_000) -> int:
 
 def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFrame:
     """Per runbook (and sweep point): runs, success rate (loop broken within the
-    horizon and not re-formed, or never formed), median and p90 time to break with 95%
+    horizon and not re-formed, or never formed), the runs whose loop never formed, median and p90 time to break with 95%
     CIs, median impact with its CI, collateral and actions."""
     keys = [*(sweep_vars or []), "runbook"]
     out = []
@@ -181,6 +181,7 @@ def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFra
         lo90, hi90 = bootstrap_ci(t, 0.9)
         ilo, ihi = bootstrap_ci(impact, 0.5)
         rec |= {"runs": len(g), "success_rate": float(np.isfinite(t).mean()),
+                "never_formed": int((~g["loop_formed"].astype(bool)).sum()),
                 "median_break_s": quantile(t, 0.5), "median_break_ci": (lo, hi),
                 "p90_break_s": quantile(t, 0.9), "p90_break_ci": (lo90, hi90),
                 "median_impact": quantile(impact, 0.5), "median_impact_ci": (ilo, ihi),

@@ -246,3 +246,29 @@ def test_mann_whitney_is_the_exact_permutation_test_with_ties():
 def test_fisher_against_the_hypergeometric_by_hand():
     for x1, n1, x2, n2 in ((0, 3, 3, 3), (0, 10, 10, 10), (2, 7, 6, 8), (5, 56, 0, 29), (56, 70, 48, 80)):
         assert cs.fisher(x1, n1, x2, n2) == pytest.approx(brute_fisher(x1, n1, x2, n2))
+
+
+# -- loops that never formed ------------------------------------------------------------------------
+
+def never_formed(df: pd.DataFrame, runbook: str, seeds: list[int]) -> pd.DataFrame:
+    """``df`` with the loop of these seeds of ``runbook`` never formed (healthy runs)."""
+    df = df.copy()
+    rows = (df["runbook"] == runbook) & df["seed"].isin(seeds)
+    df.loc[rows, ["loop_formed", "loop_broken_s", "outcome"]] = [False, math.nan, "healthy"]
+    return df
+
+
+def test_the_summary_says_how_many_runs_never_formed_a_loop_and_warns_when_none_did():
+    from reports.compare_report import summary_lines
+
+    df = never_formed(results({"none": [math.nan] * 3, "fix": [300.0, 330, 360]}), "fix", [1, 3])
+    summ = cs.summary(df).set_index("runbook")
+    assert summ["never_formed"].to_dict() == {"none": 0, "fix": 2}
+    assert summ.loc["fix", "success_rate"] == 1.0  # a loop that never formed counts as broken at once
+    lines = summary_lines(cs.summary(df), cs.pairs(df), [])
+    assert lines[0].startswith("none: 3 runs, loop broken in 0%, median")
+    assert lines[1].startswith("fix: 3 runs, loop broken in 100% (2 of 3 never formed one: broken at once), median")
+    assert not any(line.startswith("no run formed a loop") for line in lines)
+    calm = never_formed(never_formed(df, "fix", [2]), "none", [1, 2, 3])
+    lines = summary_lines(cs.summary(calm), cs.pairs(calm), [])
+    assert "(3 of 3 never formed one: broken at once)" in lines[0] and lines[2].startswith("no run formed a loop")
