@@ -14,7 +14,11 @@ seeds, 100 runs at the playbook's duration (12 h), and prints, measured in the s
     beyond the runs themselves (issue 17's goal: the 100 runs in under 5 minutes on this
     2-core machine)
 
-    python benchmarks/bench_compare_runs.py [--runbooks none,historical,...] [--seeds 20] [--duration 12h]
+  - with --again, the same comparison once more with one seed more, through a cache of
+    runs (``--cache``): how long a team waits for the table when it adds seeds (or changes
+    one runbook) and compares again, against the first comparison
+
+    python benchmarks/bench_compare_runs.py [--runbooks none,historical,...] [--seeds 20] [--duration 12h] [--again]
     python benchmarks/bench_compare_runs.py --seeds 1 --runbooks none,historical --duration 10m   # a smoke test
 
 The comparison uses the Ray at RAY_ADDRESS if that is set, as ``gameday compare`` does;
@@ -53,6 +57,8 @@ def main() -> None:
     ap.add_argument("--runbooks", default=RUNBOOKS, help=f"comma-separated (default: {RUNBOOKS})")
     ap.add_argument("--seeds", type=int, default=20, help="seeds 1..N for every runbook (default: 20)")
     ap.add_argument("--duration", default=None, help="simulated time of every run (default: the playbook's, 12h)")
+    ap.add_argument("--again", action="store_true",
+                    help="both comparisons through a cache of runs, then once more with one seed more")
     a = ap.parse_args()
     runbooks = [r.strip() for r in a.runbooks.split(",") if r.strip()]
     if not runbooks:
@@ -71,18 +77,8 @@ def main() -> None:
         print(f"bare in-process run ({PLAYBOOK}, historical, seed 1, {sim} simulated): {bare_s:.2f} s "
               f"(engine {float(bare.meta['wall_seconds']):.2f} s)", flush=True)
 
-        cmd = [sys.executable, "-m", "orchestrator.cli", "compare", PLAYBOOK, "--seeds", str(a.seeds), "--progress",
-               "--out", str(tmp / "compare")]
-        for rb in runbooks:
-            cmd += ["--runbook", rb]
-        if a.duration is not None:
-            cmd += ["--duration", a.duration]
-        print(f"\n$ python {' '.join(cmd[1:])}", flush=True)
-        t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT)  # stdout and stderr (the progress bar) on this terminal
-        wall = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise SystemExit(f"gameday compare failed (exit status {done.returncode})")
+        wall = comparison(runbooks, a.seeds, a.duration, tmp / "compare", tmp / "cache" if a.again else None)
+        again = comparison(runbooks, a.seeds + 1, a.duration, tmp / "again", tmp / "cache") if a.again else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -93,6 +89,28 @@ def main() -> None:
           f"(bare run {bare_s:.2f} s)")
     print(f"  ideal on {ncpu} CPUs (runs x bare run / CPUs): {ideal:.1f} s; the comparison took "
           f"{wall / ideal:.2f}x that, {wall - ideal:+.1f} s of overhead")
+    if again is not None:
+        print(f"  again with {a.seeds + 1} seeds through the cache ({n} runs taken from it, {len(runbooks)} played): "
+              f"wall {again:.1f} s, {wall / again:.1f}x faster than the first comparison")
+
+
+def comparison(runbooks: list[str], seeds: int, duration: str | None, out: Path, cache: Path | None) -> float:
+    """The wall time of ``gameday compare`` run as a user runs it."""
+    cmd = [sys.executable, "-m", "orchestrator.cli", "compare", PLAYBOOK, "--seeds", str(seeds), "--progress",
+           "--out", str(out)]
+    for rb in runbooks:
+        cmd += ["--runbook", rb]
+    if duration is not None:
+        cmd += ["--duration", duration]
+    if cache is not None:
+        cmd += ["--cache", str(cache)]
+    print(f"\n$ python {' '.join(cmd[1:])}", flush=True)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT)  # stdout and stderr (the progress bar) on this terminal
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"gameday compare failed (exit status {done.returncode})")
+    return wall
 
 
 if __name__ == "__main__":

@@ -39,16 +39,17 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
 
 def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), seeds=10, sweep: dict | None = None,
             sets: dict | None = None, duration=None, tick=None, address: str | None = None, parallel: bool = True,
-            progress: bool = False, max_workers: int | None = None):
+            progress: bool = False, max_workers: int | None = None, cache: str | None = None):
     """Every (runbook, seed, sweep point) as a whole world in a Ray task (``parallel``;
     on the cluster at ``address``, else a local Ray) or one by one here; returns the
     results as a pandas DataFrame, one row per run (see ``orchestrator.batch.comparison.COLUMNS``).
     ``seeds``: N (seeds 1..N) or a list; ``sweep``: {variable: [values]}, every
-    combination is a sweep point. ``reports.compare_stats.summary(df)`` and ``pairs(df)``
-    give the statistics."""
+    combination is a sweep point. ``cache``: a directory where each run's row is kept
+    and from which runs played before are taken (``orchestrator.batch.run_cache``).
+    ``reports.compare_stats.summary(df)`` and ``pairs(df)`` give the statistics."""
     from orchestrator.batch.comparison import compare as run_comparison
 
     return run_comparison(playbook, list(runbooks), seeds, sweep or {}, sets,
                           parse_duration(duration) if duration is not None else None,
                           parse_duration(tick) if tick is not None else None, address, parallel, progress,
-                          max_workers=max_workers)
+                          max_workers=max_workers, cache=Path(cache) if cache is not None else None)

@@ -106,6 +106,97 @@ def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
         assert not out.exists()
 
 
+# -- the cache of runs ------------------------------------------------------------------------------
+
+def test_a_cache_plays_only_the_runs_not_played_before_and_changes_no_result(tmp_path, monkeypatch):
+    from orchestrator.batch import comparison
+
+    cache = tmp_path / "cache"
+    played = []
+    real = comparison.run_point
+    monkeypatch.setattr(comparison, "run_point", lambda pb, task, *a: played.append(task["seed"]) or real(pb, task, *a))
+    first = compare(MINI, ["none", FIX], 3, parallel=False, cache=cache)
+    assert len(played) == 6 and first.attrs["reused"] == 0
+    # a runbook and a seed more: only their runs are played, and the table is the one played afresh
+    played.clear()
+    second = compare(MINI, ["none", FIX, FIX_COPY], 4, parallel=False, cache=cache)
+    assert second.attrs["reused"] == 6 and len(played) == 12 - 6
+    fresh = compare(MINI, ["none", FIX, FIX_COPY], 4, parallel=False)
+    pd.testing.assert_frame_equal(second, fresh)
+    # the same runbook text in a file of another name is the same run: taken from the cache, named as asked
+    renamed = tmp_path / "the_fix.yaml"
+    renamed.write_text(Path(FIX).read_text())
+    played.clear()
+    third = compare(MINI, [str(renamed)], 4, parallel=False, cache=cache)
+    assert played == [] and set(third["runbook"]) == {"the_fix"}
+    fix_rows = fresh[fresh["runbook"] == "fix_early"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(third, fix_rows.assign(runbook="the_fix"))
+    # another value of a variable, another duration or another tick is another run
+    for kw in ({"sets": {"clients": 1500}}, {"duration": 1500.0}, {"tick": 0.5}):
+        played.clear()
+        other = compare(MINI, ["none"], 2, parallel=False, cache=cache, **kw)
+        assert other.attrs["reused"] == 0 and len(played) == 2, kw
+    # an entry that cannot be read is played again, and written whole
+    entries = sorted(cache.rglob("*.json"))
+    assert len(entries) == 12 + 3 * 2 and not list(cache.rglob("*.tmp"))
+    for entry in entries:
+        entry.write_text("{not json")
+    played.clear()
+    again = compare(MINI, ["none", FIX], 3, parallel=False, cache=cache)
+    assert again.attrs["reused"] == 0 and len(played) == 6
+    pd.testing.assert_frame_equal(again, first)
+
+
+def test_a_cache_key_holds_everything_that_decides_a_run():
+    from orchestrator.batch.run_cache import code_digest, run_key
+
+    base = ("playbook text", "runbook text", 1, None, None)
+    keys = {run_key(*base), run_key("playbook text ", *base[1:]), run_key(base[0], "runbook", *base[2:]),
+            run_key(*base[:2], 2, None, None), run_key(*base[:3], 3600.0, None), run_key(*base[:4], 0.5)}
+    assert len(keys) == 6 and run_key(*base) == run_key(*base)
+    assert len(code_digest()) == 64
+
+
+def test_the_code_digest_changes_with_any_file_of_the_model_and_not_with_compiled_files(tmp_path):
+    import shutil
+
+    from orchestrator.batch.run_cache import CODE_PACKAGES, digest_of
+
+    for package in CODE_PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = digest_of(tmp_path)
+    (tmp_path / "agents" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "agents" / "__pycache__" / "wheel.cpython-311.pyc").write_bytes(b"compiled")
+    assert digest_of(tmp_path) == before
+    for changed in ("agents/wheel.py", "playbooks/us-east-1-2021.yaml.j2", "orchestrator/engine/scoring.py"):
+        path = tmp_path / changed
+        text = path.read_text()
+        path.write_text(text + "\n# changed\n")
+        assert digest_of(tmp_path) != before, changed
+        path.write_text(text)
+    assert digest_of(tmp_path) == before
+
+
+def test_the_cache_option_is_checked_before_any_run(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    for i, (args, words) in enumerate(((["--cache", str(a_file)], "--cache"),
+                                       (["--cache", str(tmp_path / "c"), "--keep-runs"], "--cache or --keep-runs, not both"))):
+        out = tmp_path / f"cmp{i}"
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", *args,
+                               "--seeds", "2", "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
+        assert not out.exists()
+    out = tmp_path / "cmp"
+    args = [sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "--seeds", "2", "--serial",
+            "--no-progress", "--cache", str(tmp_path / "c")]
+    for n, words in ((1, "0 of 2 runs taken from the cache"), (2, "2 of 2 runs taken from the cache")):
+        proc = subprocess.run([*args, "--out", str(out / str(n))], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and words in proc.stdout, proc.stderr
+    assert (out / "1" / "results.csv").read_text() == (out / "2" / "results.csv").read_text()
+
+
 # -- the phase map ---------------------------------------------------------------------------------
 
 GRID = (("clients", [1000, 2000]), ("surge_setups", [50, 200]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pandas as pd
 
 from reports.rundir import Score
 from orchestrator.errors import InvalidInput, Issue
+from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
@@ -126,33 +128,53 @@ def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: f
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> None:
+def _can_write_dir(path: Path) -> bool:
+    """``path`` is a directory this user can write in, or one it can create."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def _texts_key(p: Point) -> tuple:
+    return p.runbook, tuple(sorted(p.sweep.items()))
+
+
+def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> dict[tuple, tuple[str, str]]:
     """Load the playbook and runbook of every distinct (runbook, sweep point) before any
-    run starts: bad input stops the comparison with every problem named."""
-    seen = set()
+    run starts: bad input stops the comparison with every problem named. Returns their
+    texts, the rendered playbook's and the runbook's, by (runbook, sweep point)."""
+    texts = {}
     for p in points:
-        key = (p.runbook, tuple(sorted(p.sweep.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed, sets={**sets, **p.sweep}, duration=duration,
-                        tick=tick))
+        key = _texts_key(p)
+        if key not in texts:
+            pb, rb_text, _, _ = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
+                                                sets={**sets, **p.sweep}, duration=duration, tick=tick))
+            texts[key] = (pb.text, rb_text)
+    return texts
 
 
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
             duration: float | None = None, tick: float | None = None, address: str | None = None,
             parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
-            max_workers: int | None = None) -> pd.DataFrame:
+            max_workers: int | None = None, cache: Path | None = None) -> pd.DataFrame:
     """Run every (runbook, seed, sweep point) and return the results table.
     ``seeds``: a number N (seeds 1..N) or a list. ``parallel``: as Ray tasks (on the
     cluster at ``address``, else a local Ray), or one by one in this process.
-    ``max_workers``: at most this many runs at once (default: as many as Ray has CPUs)."""
+    ``max_workers``: at most this many runs at once (default: as many as Ray has CPUs).
+    ``cache``: a directory of the rows of runs played before (``run_cache``): a run
+    found there is not played again, and a run played is kept there; the table's
+    ``attrs["reused"]`` counts the runs taken from it."""
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     issues = []
     if not runbooks:
         issues.append(Issue("--runbook", None, "at least one runbook"))
     if not seeds or any(s < 0 for s in seeds):
         issues.append(Issue("--seeds", seeds, "a number of seeds >= 1"))
+    if cache is not None and keep_runs is not None:
+        issues.append(Issue("--cache", str(cache), "--cache or --keep-runs, not both (a run taken from the cache has no directory to keep)"))
+    elif cache is not None and not _can_write_dir(Path(cache)):
+        issues.append(Issue("--cache", str(cache), "a directory this user can create or write in"))
     labels = [runbook_label(rb) for rb in runbooks]
     issues += [Issue("--runbook", rb, f"runbooks with different names ({label!r} is given twice)")
                for i, (rb, label) in enumerate(zip(runbooks, labels)) if label in labels[:i]]
@@ -162,48 +184,67 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         raise InvalidInput("gameday compare", "options", issues)
     sets = dict(sets or {})
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}))
-    check_points(playbook, points, sets, duration, tick)
+    texts = check_points(playbook, points, sets, duration, tick)
     keep = [str(keep_runs / p.label()) if keep_runs else None for p in points]
+    rows: list[dict | None] = [None] * len(points)
+    store = keys = None
+    if cache is not None:
+        store = RunCache(cache, COLUMNS)
+        keys = [run_key(*texts[_texts_key(p)], p.seed, duration, tick) for p in points]
+        for i, (p, key) in enumerate(zip(points, keys)):
+            row = store.get(key)
+            if row is not None:  # the point's own names: the same run may be another runbook file's or sweep's
+                rows[i] = {**row, "runbook": runbook_label(p.runbook), "seed": p.seed, **p.sweep}
+    reused = sum(r is not None for r in rows)
+    todo = [i for i, r in enumerate(rows) if r is None]
     shipped_playbook = portable(playbook)
     shipped = {rb: portable(rb) for rb in runbooks}
-    tasks = [{"runbook": shipped[p.runbook], "seed": p.seed, "sweep": p.sweep} for p in points]
+    tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep} for i in todo}
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(points), unit="run", desc="comparing", disable=None, leave=False)
-    rows: list[dict | None] = [None] * len(points)
+        bar = tqdm(total=len(points), initial=reused, unit="run", desc="comparing", disable=None, leave=False)
+
+    def played(i: int, row: dict) -> None:
+        rows[i] = row
+        if store is not None:
+            store.put(keys[i], row)
+        if bar is not None:
+            bar.update(1)
+
     try:
         if not parallel:
-            for i, task in enumerate(tasks):
-                rows[i] = run_point(shipped_playbook, task, sets, duration, tick, keep[i])
-                if bar is not None:
-                    bar.update(1)
+            for i, task in tasks.items():
+                played(i, run_point(shipped_playbook, task, sets, duration, tick, keep[i]))
         else:
-            _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, rows, bar, address, max_workers)
+            _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers)
     finally:
         if bar is not None:
             bar.close()
-    return table(rows, list(dict(sweeps or {})))
+    df = table(rows, list(dict(sweeps or {})))
+    df.attrs["reused"] = reused
+    return df
 
 
-def _run_on_ray(playbook, tasks, sets, duration, tick, keep, rows, bar, address, max_workers) -> None:
+def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, played, address, max_workers) -> None:
+    """Play ``tasks`` (point index -> task) as Ray tasks; ``played(i, row)`` as each ends."""
+    if not tasks:
+        return
     from orchestrator.hosting.ray_hosting import ensure_ray
 
     ray = ensure_ray(address)
     task = ray.remote(num_cpus=1, max_retries=1)(run_point)
     limit = max_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     pending: dict = {}
-    todo = list(enumerate(tasks))
+    todo = list(tasks.items())
     while todo or pending:
         while todo and len(pending) < limit:
             i, t = todo.pop(0)
             pending[task.remote(playbook, t, sets, duration, tick, keep[i])] = i
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
-            rows[pending.pop(ref)] = ray.get(ref)
-            if bar is not None:
-                bar.update(1)
+            played(pending.pop(ref), ray.get(ref))
 
 
 def table(rows: list[dict], sweep_vars: list[str]) -> pd.DataFrame:

@@ -1,6 +1,8 @@
 """The commands over many runs: compare, phasemap."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from orchestrator.engine.journal import check_out_dir
@@ -25,11 +27,15 @@ from .root import main
               help="At most this many runs at once [default: the Ray cluster's CPUs].")
 @serial_option
 @click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk).")
+@click.option("--cache", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Keep each run's results in DIR, and take from there the runs played before instead of playing "
+                   "them again (the same rendered playbook, runbook, seed, duration, tick and code). Not with "
+                   "--keep-runs.")
 @out_option("runs/compare-<playbook>-<time>", "Directory for the results")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
 @progress_option
 def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration, tick, address, workers, serial,
-                    keep_runs, out, report, progress):
+                    keep_runs, cache, out, report, progress):
     """Compare runbooks over seeds (and sweeps of playbook variables).
 
     Every (runbook, seed, sweep point) is a whole world run in a Ray task. Writes
@@ -47,8 +53,12 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     out = out_dir(out, f"runs/compare-{stem(playbook)}")
     check_out_dir(out)
     df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
-                 progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers)
+                 progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
+                 cache=Path(cache) if cache else None)
     written = write_comparison(df, out, list(sweep), {"playbook": stem(playbook), "seeds": seeds}, report=report)
+    if cache:
+        click.echo(f"{df.attrs['reused']} of {len(df)} runs taken from the cache {cache}, "
+                   f"{len(df) - df.attrs['reused']} played")
     for line in summary_lines(written.summary, written.pairs, list(sweep)):
         click.echo(line)
     if written.report is not None:

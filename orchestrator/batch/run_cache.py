@@ -1,0 +1,85 @@
+"""A comparison's cache of runs: each run's row of the results table, kept under a key
+made of everything that decides the run, so that comparing again (a runbook changed or
+added, more seeds) plays only the runs it has not played before.
+
+A run is decided by the rendered playbook (variables and sweep values are in it), the
+runbook's text, the seed, the duration and the tick, and by the code that plays it:
+gameday's own files, numpy (whose algorithms make the draws), Python and the machine's
+architecture. All of them are in the key, so a changed model or a changed playbook
+never reads an old row: it plays the run again. An entry is written whole (a temporary
+file renamed) or not at all, and one that cannot be read is played again.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+#: the packages whose files decide a run's result (the built-in playbooks are among them)
+CODE_PACKAGES = ("agents", "orchestrator", "reports", "playbooks")
+_CODE_SUFFIXES = (".py", ".j2", ".yaml", ".yml", ".json")
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the code that plays a run: gameday's files, numpy's version, Python's
+    and the machine's architecture."""
+    return digest_of(Path(__file__).resolve().parents[2])
+
+
+def digest_of(root: Path) -> str:
+    """``code_digest`` of the packages under ``root``."""
+    h = hashlib.sha256()
+    for package in CODE_PACKAGES:
+        for path in sorted((root / package).rglob("*")):
+            if path.suffix in _CODE_SUFFIXES and "__pycache__" not in path.parts and path.is_file():
+                h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(f"numpy {np.__version__}; python {sys.version}; {platform.machine()}".encode())
+    return h.hexdigest()
+
+
+def run_key(playbook_text: str, runbook_text: str, seed: int, duration: float | None, tick: float | None) -> str:
+    """The key of one run: what decides it, and the code that plays it."""
+    decided = {"playbook": playbook_text, "runbook": runbook_text, "seed": seed, "duration": duration, "tick": tick,
+               "code": code_digest()}
+    return hashlib.sha256(json.dumps(decided, sort_keys=True).encode()).hexdigest()
+
+
+class RunCache:
+    """Rows of runs in a directory, one file per key."""
+
+    def __init__(self, directory: Path, columns: tuple[str, ...]):
+        self.dir = Path(directory)
+        self.columns = columns  # what a row must hold to be used
+
+    def _path(self, key: str) -> Path:
+        return self.dir / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        """The row kept under ``key``, or None (none kept, or one that cannot be read)."""
+        try:
+            row = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(row, dict) or not all(c in row for c in self.columns):
+            return None
+        return row
+
+    def put(self, key: str, row: dict) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(row, f)  # (NaN as Python's json writes and reads it: a time never reached)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
