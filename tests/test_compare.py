@@ -234,6 +234,20 @@ def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path)
     assert "\n".join(grid) in (out / "phasemap.md").read_text()
 
 
+def test_a_phase_map_extended_through_its_cache_plays_only_its_new_cells(tmp_path):
+    args = [sys.executable, "-m", "orchestrator.cli", "phasemap", MINI, "--y", "surge_setups=50,200", "--seeds", "1",
+            "--serial", "--cache", str(tmp_path / "cache")]
+    outs = []
+    for n, (xs, words) in enumerate((("1000,2000", "0 of 4 runs taken from the cache"),
+                                     ("1000,2000,3000", "4 of 6 runs taken from the cache"))):
+        outs.append(tmp_path / f"map{n}")
+        proc = subprocess.run([*args, "--x", f"clients={xs}", "--out", str(outs[-1])], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0 and words in proc.stdout, proc.stderr
+    first, second = (pd.read_csv(out / "runs.csv") for out in outs)
+    pd.testing.assert_frame_equal(first, second[second["clients"] != 3000].reset_index(drop=True))
+
+
 @pytest.mark.slow
 def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
     from orchestrator.batch.phasemap import hysteresis

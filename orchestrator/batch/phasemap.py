@@ -23,11 +23,13 @@ PHASE_OF = {"healthy": "healthy", "recovered by itself": "recovered by itself", 
 
 def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, runbook: str = "none",
               sets: dict | None = None, duration: float | None = None, tick: float | None = None,
-              address: str | None = None, parallel: bool = True, progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+              address: str | None = None, parallel: bool = True, progress: bool = False,
+              cache: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, runs): per (x, y) cell the count of runs in each phase and the phase of
-    the majority ("mixed" on a tie); and the comparison's results table."""
+    the majority ("mixed" on a tie); and the comparison's results table. ``cache``: as
+    ``compare``'s (a grid extended plays only its new cells)."""
     runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
-                   parallel=parallel, progress=progress)
+                   parallel=parallel, progress=progress, cache=cache)
     return classify(runs, x[0], y[0]), runs
 
 

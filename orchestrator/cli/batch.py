@@ -7,8 +7,8 @@ import click
 
 from orchestrator.engine.journal import check_out_dir
 
-from .options import (address_option, duration_option, out_dir, out_option, playbook_argument, progress_option,
-                      serial_option, stem, tick_option, variable_options, variables)
+from .options import (address_option, cache_option, duration_option, out_dir, out_option, playbook_argument,
+                      progress_option, serial_option, stem, tick_option, variable_options, variables)
 from .root import main
 
 
@@ -26,11 +26,9 @@ from .root import main
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="At most this many runs at once [default: the Ray cluster's CPUs].")
 @serial_option
-@click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk).")
-@click.option("--cache", type=click.Path(file_okay=False), default=None, metavar="DIR",
-              help="Keep each run's results in DIR, and take from there the runs played before instead of playing "
-                   "them again (the same rendered playbook, runbook, seed, duration, tick and code). Not with "
-                   "--keep-runs.")
+@click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk); not "
+                                                 "with --cache.")
+@cache_option
 @out_option("runs/compare-<playbook>-<time>", "Directory for the results")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
 @progress_option
@@ -57,13 +55,16 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
                  cache=Path(cache) if cache else None)
     written = write_comparison(df, out, list(sweep), {"playbook": stem(playbook), "seeds": seeds}, report=report)
     if cache:
-        click.echo(f"{df.attrs['reused']} of {len(df)} runs taken from the cache {cache}, "
-                   f"{len(df) - df.attrs['reused']} played")
+        click.echo(_from_cache(df, cache))
     for line in summary_lines(written.summary, written.pairs, list(sweep)):
         click.echo(line)
     if written.report is not None:
         click.echo(f"report: {written.report}")
     click.echo(f"results: {out / 'results.csv'}")
+
+
+def _from_cache(runs, cache: str) -> str:
+    return f"{runs.attrs['reused']} of {len(runs)} runs taken from the cache {cache}, {len(runs) - runs.attrs['reused']} played"
 
 
 def _axis(value: str):
@@ -83,8 +84,9 @@ def _axis(value: str):
 @duration_option("every run")
 @address_option
 @serial_option
+@cache_option
 @out_option("runs/phasemap-<playbook>-<time>", "Directory")
-def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, serial, out):
+def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, serial, cache, out):
     """Map metastability over two variables: each cell healthy (the loop never formed),
     recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
     (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md."""
@@ -95,7 +97,9 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
     out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
     check_out_dir(out)
     cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets), duration,
-                            address=address, parallel=not serial, progress=True)
+                            address=address, parallel=not serial, progress=True, cache=Path(cache) if cache else None)
     table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{stem(playbook)}, runbook {runbook}, {seeds} seeds per cell")
     click.echo("\n".join(table))
+    if cache:
+        click.echo(_from_cache(runs, cache))
     click.echo(f"phase map: {out / 'phasemap.png'}")

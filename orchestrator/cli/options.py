@@ -105,6 +105,13 @@ def out_option(default: str, what: str = "Directory to create"):
     return click.option("--out", type=click.Path(file_okay=False), help=f"{what} [default: {default}].")
 
 
+def cache_option(f):
+    return click.option("--cache", type=click.Path(file_okay=False), default=None, metavar="DIR",
+                        help="Keep each run's results in DIR, and take from there the runs played before instead of "
+                             "playing them again (the same rendered playbook, runbook, seed, duration, tick and "
+                             "code).")(f)
+
+
 def progress_option(f):
     return click.option("--progress/--no-progress", default=True, show_default=True,
                         help="Show a progress bar on a terminal.")(f)
