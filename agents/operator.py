@@ -114,8 +114,8 @@ class RunbookOperator(Operator):
             if self._holds(tick, rule["when"], (i,)):
                 self.fired[i] = self.fired.get(i, 0) + 1
                 self.last_fired[i] = tick
-                self.event(tick, "rule_fired", rule=rule.get("name", f"rule {i + 1}"), action=rule["do"]["action"])
-                self.request(tick, rule["do"]["action"], rule["do"].get("params"), reason=rule.get("name", ""))
+                self.event(tick, "rule_fired", rule=rule["name"] or f"rule {i + 1}", action=rule["do"]["action"])
+                self.request(tick, rule["do"]["action"], rule["do"].get("params"), reason=rule["name"])
 
     def _ticks(self, seconds: float) -> int:
         return max(0, round(float(seconds) / self.world.dt))

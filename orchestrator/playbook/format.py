@@ -582,8 +582,8 @@ RUNBOOK = M(
     description=Field("str", default="", example="What AWS did on 2021-12-07, in order.",
                       doc="what the runbook does (for people)"),
     rules=L(M("a rule: when its condition holds, request a mitigation",
-              name=Field("str", example="move internal DNS off the bridge",
-                         doc="journalled when the rule fires (default: rule N)"),
+              name=Field("str", default="", example="move internal DNS off the bridge",
+                         doc="journalled when the rule fires (empty: rule N, its place in the list)"),
               when=Field("dict", required=True, example={"alarm": "dns-errors", "for": "5m"},
                          doc="the condition: a mapping with exactly one of the condition keys (all, any, not, at, "
                              "no_data, metric, log, alarm, done, not_done)"),
