@@ -17,6 +17,15 @@ def np_sum(values: list[float]) -> float:
     return _pairwise(values, 0, len(values))
 
 
+def left_sum(values) -> float:
+    """Python's ``sum`` of floats from left to right, as it adds numpy floats (on plain
+    floats, Python 3.12's ``sum`` compensates rounding and gives other results)."""
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
 def _pairwise(a: list[float], lo: int, n: int) -> float:
     if n < 8:
         res = 0.0

@@ -20,18 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .arith import np_sum
+from .arith import left_sum, np_sum
 from .base import FAULT_KINDS, Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .shards import source_of
-
-
-def _added(values) -> float:
-    """Python's sum from left to right, as it adds numpy floats (on plain floats, Python
-    3.12's ``sum`` compensates rounding and gives other results)."""
-    total = 0.0
-    for v in values:
-        total += v
-    return total
 
 
 def fair_shares(demands: list[float], capacity: float) -> list[float]:
@@ -268,7 +259,7 @@ class DevicePool(Agent):
             for i, f in enumerate(flows):
                 sources.setdefault(source_of(f.body["origin"]), []).append(i)
             groups = list(sources.values())
-            demand = [_added(adm_work[i] for i in g) if len(g) > 1 else adm_work[g[0]] for g in groups]
+            demand = [left_sum(adm_work[i] for i in g) if len(g) > 1 else adm_work[g[0]] for g in groups]
             shares = fair_shares(demand, max(0.0, room))
             for g, want, share in zip(groups, demand, shares):
                 if want > share:

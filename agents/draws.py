@@ -149,7 +149,7 @@ class Draws:
     def split(self, counts: list[int], k: int, total: int | None = None) -> list[int]:
         """How many of ``k`` items drawn without replacement come from each class of ``counts``
         (``total``: their sum, if known): ``rng.multivariate_hypergeometric(counts, k)`` up to
-        a billion items in all, as ``draw_without_replacement`` above."""
+        a billion items in all, as ``draw_without_replacement`` below."""
         if total is None:
             total = sum(counts)
         k = min(max(0, k), total)
