@@ -114,9 +114,16 @@ def served(tmp_path, teams=("red", "blue"), speed=120.0, duration=12 * 3600.0):
 
 
 def wait_for(what, timeout=30.0, every=0.1):
+    """``what()`` once it is true. An element the page re-rendered between being found and
+    being read is read again on the next try (the condition itself is unchanged)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        value = what()
+        try:
+            value = what()
+        except StaleElementReferenceException:
+            value = None
         if value:
             return value
         time.sleep(every)
