@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -161,3 +162,21 @@ def check_score_record(score: dict) -> None:
             assert when is None or set(when) <= declared(rundir.When)
     for key in ("trigger", "first_customer_update"):
         assert set(score[key]) <= declared(rundir.When)
+
+
+def wait_for(what, timeout=30.0, every=0.1):
+    """``what()`` once it is true, polled every ``every`` s. An element a page re-rendered
+    between being found and being read is read again on the next try (the condition
+    itself is unchanged)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            value = what()
+        except StaleElementReferenceException:
+            value = None
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout} s: {what.__doc__ or what}")

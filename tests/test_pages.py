@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import webdriver
+from helpers import wait_for, webdriver
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.live.client import LiveClient
 from orchestrator.live.server import LiveServer
@@ -111,23 +111,6 @@ def served(tmp_path, teams=("red", "blue"), speed=120.0, duration=12 * 3600.0):
         web.shutdown()
         session.close()
         server.close()
-
-
-def wait_for(what, timeout=30.0, every=0.1):
-    """``what()`` once it is true. An element the page re-rendered between being found and
-    being read is read again on the next try (the condition itself is unchanged)."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            value = what()
-        except StaleElementReferenceException:
-            value = None
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout} s: {what.__doc__ or what}")
 
 
 def page(driver, script: str):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import serve, webdriver
+from helpers import serve, wait_for, webdriver
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.live.client import LiveClient
 from orchestrator.live.server import LiveServer
@@ -199,19 +199,19 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
     fac = LiveClient(tokens["server"], tokens["facilitator"], timeout_s=1.0, retries=60)
     red = LiveClient(tokens["server"], tokens["teams"]["red"], timeout_s=1.0, retries=60)
     try:
-        until(lambda: json.loads((out / rundir.SESSION_INFO).read_text()).get("web"))
+        wait_for(timeout=60.0, what=lambda: json.loads((out / rundir.SESSION_INFO).read_text()).get("web"))
         web = json.loads((out / rundir.SESSION_INFO).read_text())["web"]
         with webdriver(tmp_path) as blue:
             blue.get(f"{web}team/blue#{tokens['teams']['blue']}")
-            until(lambda: blue.execute_script("return window.gamedayTeam.charts.length") > 0)
+            wait_for(timeout=60.0, what=lambda: blue.execute_script("return window.gamedayTeam.charts.length") > 0)
             red.call("act", {"action": "move_dns_off_bridge"})
-            until(lambda: fac.call("status")["session"]["tick"] > 300)
+            wait_for(timeout=60.0, what=lambda: fac.call("status")["session"]["tick"] > 300)
             fac.call("message", {"text": "hold on", "teams": ["blue"]})
             seen = red.call("state", {"since": 0})["feed_next"]
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
             killed = time.monotonic()
-            until(lambda: "connection lost" in blue.find_element("id", "status").text)
+            wait_for(timeout=60.0, what=lambda: "connection lost" in blue.find_element("id", "status").text)
 
             resumed = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--resume", str(out),
                                         "--no-report", "--linger", "1"], stdout=subprocess.DEVNULL,
@@ -221,12 +221,12 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
             st = red.call("state", {"since": seen})  # the console asks on from where it was
             assert [e["n"] for e in st["feed"]] == list(range(seen, st["feed_next"]))
             assert any("server restarted" in e["text"] for e in st["feed"])
-            until(lambda: blue.find_element("id", "status").text == "" and
+            wait_for(timeout=60.0, what=lambda: blue.find_element("id", "status").text == "" and
                   blue.find_element("id", "state").text == "running")  # the page came back by itself
-            until(lambda: "server restarted" in blue.find_element("id", "feed").text)
+            wait_for(timeout=60.0, what=lambda: "server restarted" in blue.find_element("id", "feed").text)
             assert "hold on" in blue.find_element("id", "messages").text  # from before the kill, not lost
             before = fac.call("status")["session"]["tick"]
-            until(lambda: fac.call("status")["session"]["tick"] > before + 100)
+            wait_for(timeout=60.0, what=lambda: fac.call("status")["session"]["tick"] > before + 100)
             red.call("act", {"action": "enable_protection"})
             fac.call("end")
         assert resumed.wait(60) == 0, (tmp_path / "resumed.stderr").read_text()
@@ -246,15 +246,6 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
     reference = same_commands(records, tmp_path / "uninterrupted")
     for team in ("red", "blue"):
         assert run_files(out / "teams" / team) == run_files(reference / "teams" / team), team
-
-
-def until(what, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if what():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s")
 
 
 def _scripted(out: Path, kill_at: int | None, playbook: str = "us-east-1-2021", sets: dict | None = None,
