@@ -22,7 +22,7 @@ COMPARE = {"playbook": "tests/playbooks/mini_loop.yaml.j2", "runbooks": ["none",
 def main(ticks: int) -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()  # SPREAD places actors only on the nodes alive when they are made
+    cluster.wait_for_nodes()  # hosts are dealt only over the nodes alive when they are made
     ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR")
     deadline = time.monotonic() + 60
     while sum(n["Alive"] for n in ray.nodes()) < 2 and time.monotonic() < deadline:

@@ -93,7 +93,8 @@ class RayHost:
 
     def __init__(self, plan: WorldPlan, placement: str = "kind", address: str | None = None, spread: bool = False,
                  snapshot_every: int = SNAPSHOT_EVERY):
-        """``spread``: ask Ray to put the hosts on as many nodes as it can. ``snapshot_every``:
+        """``spread``: put the hosts on the cluster's live nodes in turn (a host goes elsewhere
+        if its node cannot take it). ``snapshot_every``:
         ticks between snapshots of each host, from which a lost host is replaced (0: never;
         then a lost host ends the run)."""
         self.plan = plan
@@ -145,10 +146,19 @@ class RayHost:
         actor_cls = self.ray.remote(num_cpus=0, max_restarts=0)(GroupHost)
         generation = self.generation[host]
         name = f"{ACTOR_PREFIX}{self.run_id}:{host}" + (f":{generation}" if generation else "")
-        options = {"scheduling_strategy": "SPREAD"} if self.spread else {}
+        options = {"scheduling_strategy": self._node_for(host)} if self.spread else {}
         agents = [(a.kind, a.name, a.spec) for a in self.groups[host]]
         return actor_cls.options(name=name, namespace=NAMESPACE, **options).remote(
             host, dataclasses.asdict(self.plan.info), agents, self.owner, self.snapshot_every, self.key, snapshot)
+
+    def _node_for(self, host: str):
+        """The hosts dealt over the live nodes in turn. Ray's own SPREAD strategy is best
+        effort: it put every host of a fresh two-node cluster on one node (a CI run)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"])
+        turn = list(self.groups).index(host) + self.generation[host]  # a replacement tries the next node
+        return NodeAffinitySchedulingStrategy(nodes[turn % len(nodes)], soft=True)
 
     def _start(self) -> None:
         ray = self.ray
