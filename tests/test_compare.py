@@ -52,6 +52,21 @@ def test_results_in_parallel_equal_results_run_one_by_one(on_ray):
     pd.testing.assert_frame_equal(on_ray, serial)
 
 
+def test_a_playbook_files_own_runbooks_are_found_by_name(tmp_path):
+    """A runbook named, not given as a file, is one of those beside the playbook file; the
+    runs (which get the playbook's text without its folder) play that runbook."""
+    import shutil
+
+    own = tmp_path / "runbooks" / "mini-loop"  # the playbook's name
+    own.mkdir(parents=True)
+    shutil.copy(MINI, tmp_path / "mini_loop.yaml.j2")
+    shutil.copy(FIX, own / "fix_early.yaml")
+    by_name = compare(str(tmp_path / "mini_loop.yaml.j2"), ["none", "fix_early"], 2, parallel=False)
+    by_file = compare(MINI, ["none", FIX], 2, parallel=False)
+    pd.testing.assert_frame_equal(by_name, by_file)
+    assert set(by_name[by_name["runbook"] == "fix_early"]["outcome"]) == {"broken by the runbook"}
+
+
 def test_a_two_node_cluster_gives_the_same_table(cluster_check):
     from tests.cluster_check import COMPARE
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import pandas as pd
 
 from reports.rundir import Score
-from orchestrator.errors import InvalidInput, Issue
+from orchestrator.errors import InvalidInput, Issue, NotFound
 from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
+from orchestrator.playbook.loader import Playbook, find_runbook
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_drained_s", "backlog_drained",
@@ -103,6 +104,18 @@ def portable(ref: str):
     return {"name": path.name, "text": path.read_text(encoding="utf-8")} if path.is_file() else ref
 
 
+def portable_runbook(ref: str, playbook: str, loaded: Playbook):
+    """``portable`` for a runbook of ``playbook`` (``loaded``, as rendered): a name of one
+    of a playbook file's own runbooks travels as that file's text, since a task gets the
+    playbook's text without the folder beside it."""
+    if Path(playbook).is_file() and not Path(ref).is_file():
+        try:
+            ref = str(find_runbook(ref, loaded.name, loaded.source))
+        except NotFound:
+            pass  # "none", which every playbook has
+    return portable(ref)
+
+
 def _materialise(ref, where: Path) -> str:
     if isinstance(ref, str):
         return ref
@@ -140,18 +153,20 @@ def _texts_key(p: Point) -> tuple:
     return p.runbook, tuple(sorted(p.sweep.items()))
 
 
-def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> dict[tuple, tuple[str, str]]:
+def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> tuple[dict, dict]:
     """Load the playbook and runbook of every distinct (runbook, sweep point) before any
     run starts: bad input stops the comparison with every problem named. Returns their
-    texts, the rendered playbook's and the runbook's, by (runbook, sweep point)."""
-    texts = {}
+    texts, the rendered playbook's and the runbook's, by (runbook, sweep point), and each
+    runbook as the runs get it (``portable_runbook``)."""
+    texts, shipped = {}, {}
     for p in points:
         key = _texts_key(p)
         if key not in texts:
             pb, rb_text, _, _ = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
                                                 sets={**sets, **p.sweep}, duration=duration, tick=tick))
             texts[key] = (pb.text, rb_text)
-    return texts
+            shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
+    return texts, shipped
 
 
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
@@ -184,7 +199,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         raise InvalidInput("gameday compare", "options", issues)
     sets = dict(sets or {})
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}))
-    texts = check_points(playbook, points, sets, duration, tick)
+    texts, shipped = check_points(playbook, points, sets, duration, tick)
     keep = [str(keep_runs / p.label()) if keep_runs else None for p in points]
     rows: list[dict | None] = [None] * len(points)
     store = keys = None
@@ -198,7 +213,6 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     reused = sum(r is not None for r in rows)
     todo = [i for i, r in enumerate(rows) if r is None]
     shipped_playbook = portable(playbook)
-    shipped = {rb: portable(rb) for rb in runbooks}
     tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep} for i in todo}
     bar = None
     if progress:
