@@ -51,3 +51,19 @@ def test_a_run_whose_loop_never_broke_has_nothing_to_attribute(runbook_file, tmp
     r = orchestrator.run(RELAPSE, runbook="none", seed=1, attribution=True, out=tmp_path / "none", duration="20m")
     assert r.attribution["breaker"] is None and r.attribution["counterfactuals"] == []
     assert "not broken" in r.attribution["text"]
+
+
+def test_a_repeated_action_does_not_crowd_out_the_others_and_those_left_untested_are_named():
+    from orchestrator.runs.attribution import candidates
+
+    def took_effect(tick, action):
+        return {"event": "action_effective", "tick": tick, "action": action}
+
+    events = [took_effect(10, "pace"), took_effect(20, "purge"), {"event": "applied", "tick": 25},
+              took_effect(30, "purge"), took_effect(35, "shed"), took_effect(40, "purge"),
+              took_effect(45, "late"), took_effect(50, "purge")]
+    picks, untested = candidates(events, loop_tick=50, limit=3)
+    assert [(e["action"], e["tick"]) for e in picks] == [("late", 45), ("purge", 40), ("shed", 35)]
+    assert untested == ["pace"]
+    picks, untested = candidates(events, loop_tick=50, limit=5)
+    assert [e["action"] for e in picks] == ["late", "purge", "shed", "pace"] and untested == []

@@ -43,7 +43,7 @@ from .root import main
                    "replaced from its last snapshot and the run goes on unchanged (0: off) [default: 60].")
 @click.option("--attribution/--no-attribution", default=True, show_default=True,
               help="Once the run is complete, find which action broke the loop by counterfactual: play the run "
-                   f"again from each of the (at most {counterfactual.MAX_ACTIONS}) latest actions before the loop broke, "
+                   f"again from each of the (at most {counterfactual.MAX_ACTIONS}) latest distinct actions before the loop broke, "
                    f"without it, until its loop breaks or {counterfactual.LOOKAHEAD_S / 3600:g} h after it broke in the "
                    "run, and write attribution.json.")
 @click.option("--report/--no-report", default=True, show_default=True,

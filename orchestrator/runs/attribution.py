@@ -2,7 +2,7 @@
 
 The question an after-action review asks is "what would have happened without it?".
 For each action that took effect before the loop broke (latest first, at most
-``MAX_ACTIONS``), the world is played again from its exact state at the end of the
+``MAX_ACTIONS`` distinct ones, each at its latest taking effect), the world is played again from its exact state at the end of the
 tick in which the action took effect, with that action's effects withheld (the
 ``apply`` messages it had just sent are dropped before anyone receives them),
 everything else as recorded: the runbook (which may ask for the same action again
@@ -90,10 +90,17 @@ def _applies(frame: bytes, action: str) -> bool:
     return msg.kind == "apply" and msg.body.get("by") == action
 
 
-def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> list[dict]:
-    """Actions that took effect before the tick the loop holds broken from, latest first."""
+def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> tuple[list[dict], list[str]]:
+    """The actions to play without: of the actions that took effect before the tick the
+    loop holds broken from, the ``limit`` latest distinct ones (each at its latest taking
+    effect, latest first: a repeated action does not crowd out the others); and the
+    names of those left untested."""
     effective = [e for e in events if e.get("event") == "action_effective" and int(e["tick"]) < loop_tick]
-    return sorted(effective, key=lambda e: -int(e["tick"]))[:limit]
+    latest: dict[str, dict] = {}
+    for e in sorted(effective, key=lambda e: -int(e["tick"])):
+        latest.setdefault(e["action"], e)
+    picks = list(latest.values())
+    return picks[:limit], [e["action"] for e in picks[limit:]]
 
 
 def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: int = MAX_ACTIONS) -> dict:
@@ -116,7 +123,8 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
         return out
     loop_tick = round(lb["seconds_after_start"] / dt)
     out["loop_broken"] = lb["clock"]
-    picks = candidates(read_events(run_dir).to_dict("records"), loop_tick, limit)
+    picks, untested = candidates(read_events(run_dir).to_dict("records"), loop_tick, limit)
+    out["untested"] = untested
     if not picks:
         out["text"] = f"No action took effect before the loop broke at {lb['clock']}: it broke by itself."
         return out
@@ -158,6 +166,9 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
     else:
         out["text"] = (f"No single action broke the loop: without any one of the {len(picks)} latest before "
                        f"{lb['clock']}, it broke within {slack_s / 60:.0f} minutes of the same time.")
+        if untested:
+            out["text"] += (f" Not tested (at most {limit} actions are): {', '.join(untested)}, which took effect "
+                            f"earlier.")
     return out
 
 
