@@ -70,7 +70,8 @@ class DevicePool(Agent):
     kind = "device"
     METRICS = {
         "devices": ("count", "devices in service"),
-        "utilisation": ("ratio", "CPU busy share this tick (processed work / budget), at most 1"),
+        "utilisation": ("ratio", "CPU busy share this tick (processed work / budget), at most 1; "
+                        "with no budget (no device in service), 1 while work arrives, else 0"),
         "offered_load": ("ratio", "work arriving this tick / budget; above 1 means overload"),
         "queue_delay_ms": ("ms", "mean delay an arrival sees this tick"),
         "setups": ("setups", "connection setups offered this tick"),

@@ -79,11 +79,13 @@ class Service(Agent):
     METRICS = {
         "offered": ("requests", "requests that reached the service this tick"),
         "success_ratio": ("ratio", "share of requests the service answered well; without traffic, its readiness"),
-        "utilisation": ("ratio", "work done / capacity this tick (work admitted / capacity without a queue)"),
+        "utilisation": ("ratio", "work done / capacity this tick (work admitted / capacity without a queue); "
+                        "with no capacity, 1 while work arrives (saturated), else 0"),
         "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
         "dependency_health": ("ratio", "product of the success ratios of its dependencies"),
         "queue_backlog": ("units", "work waiting in the work queue (0 without a queue)"),
-        "queue_wait_s": ("seconds", "how long work arriving this tick waits for its turn"),
+        "queue_wait_s": ("seconds", "how long work arriving this tick waits for its turn; "
+                         "infinite while the service's capacity is 0"),
         "goodput": ("requests", "requests answered this tick while their callers still waited"),
         "work_done": ("units", "work the service did this tick, its own lease work included"),
         "work_admitted": ("units", "work the service took on this tick (queued, or begun without a queue), its own lease work included"),

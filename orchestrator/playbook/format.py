@@ -428,7 +428,7 @@ PLAYBOOK = M(
                  description=Field("str", default="", example="automated scaling makes internal clients reconnect",
                                    doc="what it stands for (journalled when it fires)"),
                  at=Field("clock", required=True, example="07:30",
-                          doc="the clock time it first fires (a time before clock.start never fires)"),
+                          doc="the clock time it first fires: at or after clock.start (a time the next day is 24:00 or later)"),
                  repeat_every=positive("duration", example="1h", doc="it fires again this often; unset: once"),
                  effects=L(EFFECT, doc="the operations it applies", required=True)),
                doc="what sets the incident off; a runbook's +DURATION times count from the earliest `at`", default=list),
