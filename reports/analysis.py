@@ -39,7 +39,7 @@ class Analysis:
     summary: list[str]
     verdict: str
     measures: list[dict]  # measure, yours, par, vs_par
-    impact: list[dict]  # population, failed_request_minutes, impaired_minutes, worst_error_ratio
+    impact: list[dict]  # population, failed_request_minutes, impaired_minutes, worst_error_ratio, late_minutes (or None)
     weighted_impact: float | None
     backlog: list[dict]  # population, peak, drained
     timeline: list[dict]  # tick, clock, t_plus, what, detail, par
@@ -247,7 +247,14 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     m = r.m
     impact = impact_table(m, r.dt) if r.ticks_done else []
     weights = (r.playbook.get("scoring") or {}).get("impact") or {}
-    weighted = sum(x["failed_request_minutes"] * float(weights.get(x["population"], 0)) for x in impact) if weights else None
+    scored = r.score.get("impact") or {}
+    late = scored.get("late_minutes") or {}
+    for x in impact:
+        x["late_minutes"] = late.get(x["population"])  # durable work waiting beyond steady state (the scorer's count)
+    if "weighted_total" in scored:  # the scorer's, which counts late durable work too
+        weighted = float(scored["weighted_total"])
+    else:  # a run stopped before it was scored: its error-minutes only
+        weighted = sum(x["failed_request_minutes"] * float(weights.get(x["population"], 0)) for x in impact) if weights else None
     backlog = []
     for pop in ((r.playbook.get("scoring") or {}).get("backlog") or {}).get("populations", []):
         col = f"{pop}.backlog"
@@ -447,7 +454,7 @@ def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relap
     out.append(f"{seen}; {broken}, after {actions} action{'s' if actions != 1 else ''} asked.")
     third = []
     if weighted is not None:
-        third.append(f"customers saw {weighted:.0f} weighted error-minutes")
+        third.append(f"customers saw {weighted:.0f} weighted impaired minutes (failing, or late)")
     for b in backlog:
         third.append(f"the {b['population']} backlog peaked at {b['peak']:,} and was "
                      f"{'drained at ' + b['drained'] if not b['drained'].startswith('not') else b['drained']}")

@@ -115,7 +115,7 @@ def charts(df: pd.DataFrame, sweep_vars: list[str]) -> dict[str, bytes]:
                 ax.set_ylim(0, 1.05)
             else:
                 ax.boxplot([g[g["runbook"] == rb]["impact"].to_numpy() for rb in names], tick_labels=names)
-                ax.set_ylabel("impact (weighted error-minutes)")
+                ax.set_ylabel("impact (weighted impaired minutes)")
                 ax.tick_params(axis="x", labelrotation=20)
             ax.set_title(label, fontsize=10, loc="left")
             ax.grid(alpha=0.3)

@@ -70,7 +70,7 @@ class Score(TypedDict, total=False):
     loop_broken: Milestone
     first_customer_update: When
     recovered: dict[str, Milestone]  # by population or service
-    impact: dict  # error_minutes by population, weighted_total
+    impact: dict  # error_minutes by population, late_minutes by durable population, weighted_total
     collateral: dict  # connections_broken_by_actions, requests_turned_away, requests_turned_away_by
     actions_taken: int
     simulated_until: str

@@ -44,9 +44,11 @@ def summary_table(run: RunData) -> str:
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     impact = s.get("impact") or {}
-    lines += ["", f"impact (error-minutes, weighted): {impact.get('weighted_total', 0):.1f}"]
+    late = impact.get("late_minutes") or {}
+    lines += ["", f"impact ({'minutes failing or late' if late else 'error-minutes'}, weighted): "
+                  f"{impact.get('weighted_total', 0):.1f}"]
     for pop, v in (impact.get("error_minutes") or {}).items():
-        lines.append(f"  {pop:24s} {v:10.1f}")
+        lines.append(f"  {pop:24s} {v:10.1f}" + (f" error-minutes, {late[pop]:.1f} late" if pop in late else ""))
     collateral = s.get("collateral") or {}
     lines.append(f"collateral (connections broken by actions): {collateral.get('connections_broken_by_actions', 0)}")
     if collateral.get("requests_turned_away"):

@@ -112,6 +112,31 @@ def test_drain_law(backlog, capacity, arrivals, tick):
     assert abs(measured_s - expected_s) <= tolerance, (measured_s, expected_s, tolerance)
 
 
+def test_the_impact_of_a_durable_backlog_is_the_time_it_spends_above_steady_state(tmp_path):
+    """Durable work is delayed, not lost: its impact is the minutes its backlog is above
+    steady state (scoring.backlog.threshold, 60 s, of its arrivals A). The backlog fills
+    at F/s from the start and, from the resume on, drains at C - A, so it is above
+    60 A from 60 A / F until (B0 - 60 A) / (C - A) after the resume; the score counts
+    exactly the ticks of metrics.csv above it, and the law within Poisson noise."""
+    import json
+
+    import orchestrator
+
+    capacity, arrivals, backlog = 10.0, 5.0, 3000
+    fill = backlog / (arrivals * FILL_S)
+    run = orchestrator.run(playbook_path("drain_lab"), sets={
+        "arrivals": arrivals, "capacity": capacity, "fill_factor": fill, "resume_at": format_clock(FILL_S),
+        "duration": "30m"}, out=tmp_path / "run")
+    impact = json.loads((tmp_path / "run" / "score.json").read_text())["impact"]
+    above = run.metrics["work.backlog"] > 60 * arrivals
+    assert impact["late_minutes"] == {"work": pytest.approx(above.sum() / 60, abs=1e-3)}
+    assert impact["weighted_total"] == pytest.approx(impact["late_minutes"]["work"], abs=2e-3)  # nothing failed
+    assert impact["error_minutes"] == {"work": 0.0}
+    law_s = FILL_S - 60 * arrivals / (fill * arrivals) + (backlog - 60 * arrivals) / (capacity - arrivals)
+    noise_s = 4 * math.sqrt(arrivals * law_s) / (capacity - arrivals) + 4
+    assert abs(above.sum() - law_s) <= noise_s, (above.sum(), law_s, noise_s)
+
+
 def test_dispatch_below_one_request_per_tick_still_flows():
     """Issue 13: a cap below one request per tick was cut to zero (nothing delivered)."""
     df = step_world(playbook_path("drain_lab"), {"arrivals": 0.1, "capacity": 0.4, "fill_factor": 1.0,

@@ -132,7 +132,10 @@ class Scorer:
         self.milestones = {k: Milestone(k, hold(holds.get(k, sc["recovered"]["hold"]))) for k in milestone_keys(data)}
         self.arrival = {p["name"]: p["rate"] * p["clients"] for p in data["populations"]}
         self.impact_w = sc["impact"]
-        self.impact = {p: 0.0 for p in self.impact_w}
+        self.impact = {p: 0.0 for p in self.impact_w}  # impaired minutes: failing, or late (durable work)
+        self.error_minutes = {p: 0.0 for p in self.impact_w}
+        durable = {p["name"] for p in data["populations"] if p["work"] == "durable"}
+        self.late_minutes = {p: 0.0 for p in self.impact_w if p in durable}
         self.trigger_tick: int | None = None
         self.first_update: int | None = None
         self.actions = 0
@@ -173,8 +176,17 @@ class Scorer:
         for s, r in self.svc_ok.items():
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
+        thr = self.sc["backlog"]["threshold"]
         for p in self.impact:
-            self.impact[p] += metrics[p]["error_ratio"] * self.dt / 60.0
+            errors = metrics[p]["error_ratio"] * self.dt / 60.0
+            self.error_minutes[p] += errors
+            if p in self.late_minutes and self._late(p, metrics, thr):
+                # Durable work is not lost but delayed: a minute in which it waits longer than
+                # steady state counts whole (as the error-minute of a population failing all).
+                self.late_minutes[p] += self.dt / 60.0
+                self.impact[p] += self.dt / 60.0
+            else:
+                self.impact[p] += errors
         # collateral: connections broken, and traffic turned away (refused by a service's throttle, or
         # held back by a population's scaled-down rate) counted against what set it; one pass
         broken = 0
@@ -199,8 +211,7 @@ class Scorer:
                                    and self.dev_ok[d].ratio(1.0) >= self.sc["healthy"]["success_min"] for d in self.healthy_devices),
         }
         if "backlog_drained" in self.milestones:
-            thr = self.sc["backlog"]["threshold"]
-            conds["backlog_drained"] = (all(metrics[p]["backlog"] <= thr * self.arrival[p] for p in self.sc["backlog"]["populations"])
+            conds["backlog_drained"] = (all(not self._late(p, metrics, thr) for p in self.sc["backlog"]["populations"])
                                         and all(metrics[s]["queue_wait_s"] <= thr for s in self.sc["backlog"]["services"]))
         for p, r in self.pop_ok.items():
             conds[f"recovered:{p}"] = r.ratio(1.0) >= self.sc["recovered"]["success_min"]
@@ -214,6 +225,11 @@ class Scorer:
                 out.append({"tick": tick, "agent": "scorer", "event": event, "milestone": name,
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
+
+    def _late(self, population: str, metrics: dict[str, dict[str, float]], threshold_s: float) -> bool:
+        """A durable population's backlog is above steady state: more than ``threshold_s``
+        seconds of its arrivals (rate x clients) wait."""
+        return metrics[population]["backlog"] > threshold_s * self.arrival[population]
 
     def _loop_quantities(self) -> tuple[float, float, float | None]:
         """Over the last minute: setup success on the loop's devices, attempts per fresh
@@ -277,7 +293,8 @@ class Scorer:
             "loop_broken": self._milestone("loop_broken"),
             "first_customer_update": self._when(self.first_update, "first_customer_update"),
             "recovered": {k.split(":", 1)[1]: self._milestone(k) for k in ms if k.startswith("recovered:")},
-            "impact": {"error_minutes": {p: round(v, 3) for p, v in self.impact.items()},
+            "impact": {"error_minutes": {p: round(v, 3) for p, v in self.error_minutes.items()},
+                       "late_minutes": {p: round(v, 3) for p, v in self.late_minutes.items()},
                        "weighted_total": round(sum(v * self.impact_w[p] for p, v in self.impact.items()), 3)},
             "collateral": {"connections_broken_by_actions": self.collateral,
                            "requests_turned_away": int(round(self.turned_away)),

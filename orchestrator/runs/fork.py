@@ -105,5 +105,5 @@ def differences(original: dict, forked: dict) -> list[dict]:
             rec["text"] = f"{label} in neither"
         out.append(rec)
     ia, ib = original["impact"]["weighted_total"], forked["impact"]["weighted_total"]
-    out.append({"measure": "impact", "original": ia, "fork": ib, "text": f"impact {ib:.1f} error-minutes against {ia:.1f}"})
+    out.append({"measure": "impact", "original": ia, "fork": ib, "text": f"impact {ib:.1f} weighted minutes against {ia:.1f}"})
     return out
