@@ -308,3 +308,28 @@ def test_files_that_are_not_utf8_are_reported_not_raised(tmp_path, content):
         assert f"error: {source}: 1 error (read)" in result.stderr
         assert "expected UTF-8 text" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_setting_a_variable_the_template_never_uses_is_refused(tmp_path):
+    """A declared variable that no {{ }} reads: --set of it (or a sweep over it) would change
+    nothing, silently; it is refused, in run, validate and compare alike."""
+    from orchestrator.batch.comparison import compare
+    from orchestrator.errors import InvalidPlaybook
+
+    text = VALID.read_text().replace("variables:\n", "variables:\n  surge:\n    default: 5000\n"
+                                     "    description: extra setups per second (never used below)\n", 1)
+    path = tmp_path / "unused.yaml.j2"
+    path.write_text(text)
+    expect = ("--set surge: got 6000; expected a variable the template uses: surge is declared, but {{ surge }} "
+              "appears nowhere in the template, so setting it would change nothing")
+    case = Case("set_unused_variable", [str(path), "--runbook", "none", "--set", "surge=6000"], [expect])
+    runner = CliRunner()
+    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
+        for args in (["run", *case.args, "--out", "run", "--no-progress"], ["playbooks", "validate", str(path), "--set", "surge=6000"]):
+            result = runner.invoke(main, args)
+            assert isinstance(result.exception, SystemExit), result.exc_info
+            _assert_clear_error(result.exit_code, result.stdout, result.stderr, case)
+        assert list(Path(cwd).iterdir()) == []
+    with pytest.raises(InvalidPlaybook, match="surge is declared, but"):
+        compare(str(path), ["none"], 1, sweeps={"surge": [1, 2]}, parallel=False)
+    assert runner.invoke(main, ["playbooks", "validate", str(path)]).exit_code == 0  # declaring it alone is no mistake

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+import jinja2.meta
 import jinja2.sandbox
 import yaml
 
@@ -178,11 +179,16 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
             issues.append(Issue(f"variables.{name}", decl, "a mapping with 'default' and 'description'"))
             continue
         values[name] = decl["default"]
+    used = _used_variables(tpl) if overrides else set()
     for name, value in overrides.items():
         loc = (where or {}).get(name) or f"--set {name}"
         if name not in tpl.header:
             known = ", ".join(sorted(tpl.header)) or "none"
             issues.append(Issue(loc, value, f"one of the playbook's variables ({known})"))
+            continue
+        if name not in used:
+            issues.append(Issue(loc, value, f"a variable the template uses: {name} is declared, but {{{{ {name} }}}} "
+                                            "appears nowhere in the template, so setting it would change nothing"))
             continue
         default = values.get(name)
         if default is not None and not _same_type(default, value):
@@ -192,6 +198,20 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
     if issues:
         raise InvalidPlaybook(source, "variables", issues)
     return values
+
+
+def _used_variables(tpl: Template) -> set[str]:
+    """The variables the template's body reads (every declared one if it does not parse:
+    rendering reports that)."""
+    try:
+        return jinja2.meta.find_undeclared_variables(_environment().parse(tpl.body))
+    except jinja2.exceptions.TemplateSyntaxError:
+        return set(tpl.header)
+
+
+def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                                        autoescape=False)
 
 
 def _same_type(default, value) -> bool:
@@ -204,10 +224,8 @@ def _same_type(default, value) -> bool:
 
 
 def render(tpl: Template, values: dict) -> str:
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                                                        autoescape=False)
     try:
-        return env.from_string(tpl.body).render(**values)
+        return _environment().from_string(tpl.body).render(**values)
     except jinja2.exceptions.SecurityError as e:
         raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "no access to unsafe attributes")])
     except jinja2.exceptions.UndefinedError as e:
