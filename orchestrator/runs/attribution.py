@@ -5,8 +5,9 @@ For each action that took effect before the loop broke (latest first, at most
 ``MAX_ACTIONS`` distinct ones, each at its latest taking effect), the world is played
 again from its exact state at the end of the tick in which the action took effect,
 with that action's effects withheld (the ``apply`` messages it had just sent are
-dropped before anyone receives them), everything else as recorded: the runbook (which may ask for the same action again
-later, as it would have), a team's commands, a facilitator's faults. Each
+dropped before anyone receives them), everything else as recorded: the runbook (which
+may ask for the same action again later, as it would have), a team's commands, a
+facilitator's faults. Each
 counterfactual is played until its loop is confirmed broken (a relapse after that is
 not looked for), or for at most ``LOOKAHEAD_S`` past the time the run's own loop broke
 (and its hold), or to the run's horizon: an action without which the loop was still
