@@ -45,6 +45,21 @@ def test_a_fork_is_the_original_up_to_t_and_differs_after_when_the_runbook_acts_
     assert meta["forked_at_tick"] == t and meta["runbook"] == "fix-early" and meta["runbook_before_fork"] == "fix-late"
 
 
+def test_a_fork_finds_a_playbook_files_own_runbook_by_name(tmp_path):
+    """Named, a runbook is one of those beside the run's playbook file (the run directory
+    holds a copy of the playbook, with no runbooks beside it)."""
+    import shutil
+
+    (tmp_path / "runbooks" / "mini-loop").mkdir(parents=True)  # the playbook's name
+    shutil.copy(MINI, tmp_path / "mini_loop.yaml.j2")
+    shutil.copy(FIX, tmp_path / "runbooks" / "mini-loop" / "fix_early.yaml")
+    run = orchestrator.run(str(tmp_path / "mini_loop.yaml.j2"), runbook="none", seed=2, out=tmp_path / "none")
+    by_name = fork(run.dir, "00:06", "fix_early", tmp_path / "by-name")
+    by_file = fork(run.dir, "00:06", FIX, tmp_path / "by-file")
+    assert by_name["differences"] == by_file["differences"]
+    assert pd.read_csv(tmp_path / "by-name" / "metrics.csv").equals(pd.read_csv(tmp_path / "by-file" / "metrics.csv"))
+
+
 def test_a_fork_with_the_same_runbook_is_the_original(original, tmp_path):
     run, late = original
     fork(run.dir, "00:06", late, tmp_path / "same")

@@ -10,6 +10,7 @@ very same rules, the whole rule state carries over.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -58,7 +59,9 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     spec.duration = float(meta["duration_s"])  # play on to the scenario's end
     t_fork = at_tick(meta, at)
     pb = load_playbook(str(run_dir / rundir.PLAYBOOK))
-    rb_text, rb = load_runbook(runbook, pb)
+    source = meta.get("playbook_source")
+    # A runbook named is one of those beside the run's own playbook file, not beside its copy in the run.
+    rb_text, rb = load_runbook(runbook, dataclasses.replace(pb, source=source) if source else pb)
     run = WorldRun(spec, out, meta={"forked_from": str(run_dir), "forked_at": at, "forked_at_tick": t_fork,
                                     "runbook": rb["name"], "runbook_before_fork": meta.get("runbook")})
     (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text((run_dir / rundir.RUNBOOK).read_text(encoding="utf-8"))
