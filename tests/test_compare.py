@@ -112,7 +112,12 @@ def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session,
 def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
     for i, (args, words) in enumerate(((["-r", "none", "-r", "no-such-runbook"], "no-such-runbook"),
                         (["-r", "none", "--sweep", "clients"], "--sweep"),
-                        (["-r", "none", "--sweep", "cleints=1,2"], "cleints"),
+                        (["-r", "none", "--sweep", "cleints=1,2"], "--sweep cleints: got 1; expected one of the "
+                                                                     "playbook's variables"),
+                        (["-r", "none", "--sweep", "clients=1000,many"], "--sweep clients: got 'many'; expected a "
+                                                                         "value of the same type as the default 2000"),
+                        (["-r", "none", "--sweep", "clients=1000,2000", "--set", "clients=500"],
+                         "--set clients: got 500; expected a variable that is not also swept"),
                         (["-r", FIX, "-r", FIX], "given twice"))):
         out = tmp_path / f"cmp{i}"
         proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, *args, "--seeds", "2",

@@ -21,7 +21,7 @@ from reports.rundir import Score
 from orchestrator.errors import InvalidInput, Issue, NotFound
 from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
-from orchestrator.playbook.loader import Playbook, find_runbook
+from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, read_template, resolve_variables
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_drained_s", "backlog_drained",
@@ -65,6 +65,23 @@ def parse_sweeps(items: list[str]) -> dict[str, list]:
     if issues:
         raise InvalidInput("--sweep", "options", issues)
     return out
+
+
+def _sweep_issues(playbook: str, sweeps: dict[str, list]) -> list[Issue]:
+    """Each swept value checked as a variable of the playbook, named as the --sweep it came from."""
+    if not sweeps:
+        return []
+    tpl = read_template(find_playbook(playbook))
+    issues: dict[tuple, Issue] = {}  # one per variable and problem: the first value that has it
+    for var, values in sweeps.items():
+        for value in values:
+            try:
+                resolve_variables(tpl, {var: value}, tpl.source, {var: f"--sweep {var}"})
+            except InvalidInput as e:
+                for i in e.issues:
+                    if i.location.startswith("--sweep"):
+                        issues.setdefault((i.location, i.expected), i)
+    return list(issues.values())
 
 
 def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list]) -> list[Point]:
@@ -195,6 +212,9 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
                for i, (rb, label) in enumerate(zip(runbooks, labels)) if label in labels[:i]]
     issues += [Issue("--sweep", var, "a playbook variable whose name is not a column of the results")
                for var in (sweeps or {}) if var in COLUMNS]
+    issues += [Issue(f"--set {var}", (sets or {})[var], f"a variable that is not also swept (--sweep {var} gives its "
+                     "values, which would override this one)") for var in (sweeps or {}) if var in (sets or {})]
+    issues += _sweep_issues(playbook, dict(sweeps or {}))
     if issues:
         raise InvalidInput("gameday compare", "options", issues)
     sets = dict(sets or {})
