@@ -314,7 +314,7 @@ def test_setting_a_variable_the_template_never_uses_is_refused(tmp_path):
     """A declared variable that no {{ }} reads: --set of it (or a sweep over it) would change
     nothing, silently; it is refused, in run, validate and compare alike."""
     from orchestrator.batch.comparison import compare
-    from orchestrator.errors import InvalidPlaybook
+    from orchestrator.errors import InvalidInput
 
     text = VALID.read_text().replace("variables:\n", "variables:\n  surge:\n    default: 5000\n"
                                      "    description: extra setups per second (never used below)\n", 1)
@@ -330,6 +330,6 @@ def test_setting_a_variable_the_template_never_uses_is_refused(tmp_path):
             assert isinstance(result.exception, SystemExit), result.exc_info
             _assert_clear_error(result.exit_code, result.stdout, result.stderr, case)
         assert list(Path(cwd).iterdir()) == []
-    with pytest.raises(InvalidPlaybook, match="surge is declared, but"):
+    with pytest.raises(InvalidInput, match="--sweep surge: got 1; expected a variable the template uses"):
         compare(str(path), ["none"], 1, sweeps={"surge": [1, 2]}, parallel=False)
     assert runner.invoke(main, ["playbooks", "validate", str(path)]).exit_code == 0  # declaring it alone is no mistake

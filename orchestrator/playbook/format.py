@@ -26,8 +26,30 @@ _POOL = "the name of a device pool"
 _HEALTH_SOURCE = "the name of a service or a population"
 
 
-def _retry(doc: str) -> Field:
-    """A retry policy (a population's ``retry`` and its ``connection.reconnect``)."""
+#: what holds request retries back (a population's ``retry``; reconnections have neither)
+_BUDGET = M("a token-bucket retry budget: every fresh request earns `ratio` tokens, every retry spends one; a "
+            "perishable retry without a token fails for good, durable work waits for one",
+            ratio=ratio(required=True, unit="tokens per fresh request", example=0.1,
+                        doc="tokens each fresh request earns: the retries allowed per fresh request in the long run"),
+            capacity=positive(default=100.0, unit="tokens",
+                              doc="most tokens the bucket holds (it starts full): the burst of retries it allows"))
+_CIRCUIT_BREAKER = M("a client-side circuit breaker: while open, requests fail at once without touching the network "
+                     "(and are retried or given up like any failure)",
+                     threshold=ratio(default=0.5, unit="share of failed attempts (0-1)",
+                                     doc="it opens when more than this share of the attempts over `window` failed"),
+                     window=positive("duration", default=10.0,
+                                     doc="the sliding window the failure share is measured over (also how long it "
+                                         "stays half-open)"),
+                     open_for=positive("duration", default=30.0, doc="how long it stays open"),
+                     probe_fraction=ratio(default=0.1, unit="share of requests (0-1)",
+                                          doc="half-open, after `open_for`: the share of requests let through for one "
+                                              "window"))
+
+
+def _retry(doc: str, requests: bool = True) -> Field:
+    """A retry policy (a population's ``retry`` and its ``connection.reconnect``); the
+    budget and the circuit breaker hold back request retries only (``requests``)."""
+    held_back = {"budget": _BUDGET, "circuit_breaker": _CIRCUIT_BREAKER} if requests else {}
     return M(
         doc, default=dict,
         backoff=Field("str", choices=BACKOFFS, default="exponential",
@@ -51,25 +73,7 @@ def _retry(doc: str) -> Field:
                                       "fails for good (durable work is never given up); 0 = unlimited. In "
                                       "connection.reconnect clients never stop reconnecting: a non-zero value only stops "
                                       "the back-off growing after that many attempts"),
-        budget=M("a token-bucket retry budget (request retries only; ignored in connection.reconnect): every fresh "
-                 "request earns `ratio` tokens, every retry spends one; a perishable retry without a token fails for "
-                 "good, durable work waits for one",
-                 ratio=ratio(required=True, unit="tokens per fresh request", example=0.1,
-                             doc="tokens each fresh request earns: the retries allowed per fresh request in the long run"),
-                 capacity=positive(default=100.0, unit="tokens",
-                                   doc="most tokens the bucket holds (it starts full): the burst of retries it allows")),
-        circuit_breaker=M("a client-side circuit breaker (request retries only; ignored in connection.reconnect): "
-                          "while open, requests fail at once without touching the network (and are retried or given "
-                          "up like any failure)",
-                          threshold=ratio(default=0.5, unit="share of failed attempts (0-1)",
-                                          doc="it opens when more than this share of the attempts over `window` failed"),
-                          window=positive("duration", default=10.0,
-                                          doc="the sliding window the failure share is measured over (also how long "
-                                              "it stays half-open)"),
-                          open_for=positive("duration", default=30.0, doc="how long it stays open"),
-                          probe_fraction=ratio(default=0.1, unit="share of requests (0-1)",
-                                               doc="half-open, after `open_for`: the share of requests let through "
-                                                   "for one window")),
+        **held_back,
     )
 
 
@@ -322,7 +326,7 @@ POPULATION = M(
                  timeout=positive("duration", default=3.0,
                                   doc="connect timeout: a connection setup not completed within it fails"),
                  reconnect=_retry("how a client that lost its connection, or failed to get one, waits before its next "
-                                  "connection attempt (clients never give up reconnecting)"),
+                                  "connection attempt (clients never give up reconnecting)", requests=False),
                  reconnect_on=L(Field("str", choices=RECONNECT_ON,
                                       doc="timeout: no answer within request.timeout; reject: refused at once"),
                                 doc="the request failures that make a client drop its connection and reconnect (its "

@@ -233,7 +233,7 @@ def _operations_section() -> list[str]:
 
 def _metrics_section() -> list[str]:
     out = ["## Metrics", "",
-           "What each kind of part reports every tick (the run directory's `metrics.parquet`, with units and "
+           "What each kind of part reports every tick (the run directory's `metrics.csv`, with units and "
            "meanings in `columns.json`). Monitoring observes those listed in `monitoring.observe` as "
            "`PART.METRIC`, and runbook conditions and alarms read them from there.", ""]
     for kind in ("device", "service", "population", "monitoring", "deployment", "status", "automation"):
