@@ -83,6 +83,11 @@ CASES = [
              "expected a list naming devices of the playbook (bridge) (argument path of set_path)"),
     playbook("unknown_par_key.yaml.j2", "par.loop_brokn: got 'loop_brokn'; expected a measure of this playbook's runs "
              "(trigger, first_customer_update, loop_broken, devices_healthy) or one of its mitigations (add_capacity)"),
+    playbook("tick_longer_than_timeout.yaml.j2", "clock.tick: got 5.0; expected a tick no longer than the shortest "
+             "timeout (populations[0].connection.timeout of clients: 3 s)"),
+    Case("tick_option_longer_than_timeout", [str(VALID), "--runbook", "none", "--tick", "4s"],  # (validate has no --tick)
+         ["--tick: got 4.0; expected a tick no longer than the shortest timeout (populations[0].connection.timeout of "
+          "clients: 3 s)"]),
     playbook("trigger_before_start.yaml.j2", "triggers[0].at: got '06:00'; expected a time at or after clock.start (07:00"),
     playbook("trigger_refers_to_a_param.yaml.j2", "triggers[0].effects[0].args.count: got '$devices'; expected a value "
              "(a trigger has no params or requester to refer to)"),

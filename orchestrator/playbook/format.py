@@ -378,7 +378,8 @@ PLAYBOOK = M(
             start=Field("clock", default=0.0, example="07:00",
                         doc="the clock time of tick 0 (default midnight); triggers, par and runbook times are clock times"),
             tick=positive("duration", default=1.0,
-                          doc="simulated seconds per tick (at most 60); results converge as it shrinks"),
+                          doc="simulated seconds per tick (at most 60, and no longer than the clients' shortest "
+                              "request or connect timeout); results converge as it shrinks"),
             duration=positive("duration", required=True, example="12h", doc="simulated time from start")),
     devices=L(DEVICE, doc="the bridge device pools traffic can cross", default=list),
     services=L(SERVICE, doc="the services", default=list),

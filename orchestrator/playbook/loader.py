@@ -426,6 +426,22 @@ def _check_clock(data: dict, n: _Names) -> None:
         n.issues.append(Issue("clock.tick", tick, f"a tick of at most {MAX_TICK_S:g} seconds"))
     elif data["clock"]["duration"] / tick > MAX_TICKS:
         n.issues.append(Issue("clock.duration", data["clock"]["duration"], f"at most {MAX_TICKS:,} ticks per run"))
+    else:
+        n.issues.extend(tick_issues(data, tick, "clock.tick"))
+
+
+def tick_issues(data: dict, tick: float, where: str) -> list[Issue]:
+    """A tick no longer than the clients' shortest timeout: a client hears of its requests
+    and connections tick by tick, so a longer tick would let it wait far past its timeout."""
+    timeouts = [(f"populations[{i}].{part}.timeout of {p['name']}", p[part]["timeout"])
+                for i, p in enumerate(data["populations"]) for part in ("request", "connection")]
+    if not timeouts:
+        return []
+    field_, shortest = min(timeouts, key=lambda t: t[1])
+    if tick <= shortest:
+        return []
+    return [Issue(where, tick, f"a tick no longer than the shortest timeout ({field_}: {shortest:g} s), since clients "
+                               "hear of their requests tick by tick; use a shorter tick or a longer timeout")]
 
 
 def _check_triggers(data: dict, n: _Names) -> None:

@@ -18,7 +18,7 @@ from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Is
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult
 from orchestrator.engine.journal import RunWriter, check_out_dir
-from orchestrator.playbook.loader import MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook, parse_yaml, read_text, runbook_files
+from orchestrator.playbook.loader import MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook, parse_yaml, read_text, runbook_files, tick_issues
 from orchestrator.engine.scoring import Scorer
 from orchestrator.hosting.wire import encode
 from orchestrator.engine.world import build_plan
@@ -61,6 +61,8 @@ def prepare(spec: RunSpec):
     issues = []
     if spec.tick is not None and not 0 < spec.tick <= MAX_TICK_S:
         issues.append(Issue("--tick", spec.tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
+    elif spec.tick is not None:
+        issues += tick_issues(pb.data, spec.tick, "--tick")
     if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool) or spec.shards < 1):
         issues.append(Issue("--shards", spec.shards, "an integer >= 1"))
     if spec.duration is not None and spec.duration <= 0:
