@@ -78,7 +78,8 @@ class Service(Agent):
     kind = "service"
     METRICS = {
         "offered": ("requests", "requests that reached the service this tick"),
-        "success_ratio": ("ratio", "share of requests the service answered well; without traffic, its readiness"),
+        "success_ratio": ("ratio", "share of requests the service answered well; without traffic, its readiness "
+                                   "(reachable, dependencies up, not failed by a fault, some capacity)"),
         "utilisation": ("ratio", "work done / capacity this tick (work admitted / capacity without a queue); "
                         "with no capacity, 1 while work arrives (saturated), else 0"),
         "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
@@ -566,7 +567,9 @@ class Service(Agent):
         if answered:
             self.last_ratio = ok_total / answered
         elif not offered and (self.queue is None or not self.queue.live):
-            self.last_ratio = ready
+            # Idle: what a request would meet now. A fault fails its share of them, and a
+            # service without capacity serves none (a store that only leases use can fail too).
+            self.last_ratio = ready * (1.0 - self.fault_share) if cap > 0 else 0.0
         ratio = self.last_ratio * held
         for sub in self.wiring.health_subscribers:
             self.send(sub, "health", {"ratio": ratio, "wait_s": wait_s}, tick)

@@ -7,7 +7,8 @@ work of issue 17).
 records them again (the runs are played by whatever ``orchestrator`` comes first on
 PYTHONPATH); ``tests/test_results_unchanged.py`` plays them with this checkout and
 compares. A deliberate change of the model's results is listed in the fixture's
-``changed_since`` (run -> file -> its new sha256 and why), or re-records the fixture from
+``changed_since`` (run -> the new digests of the files and metrics columns it changed,
+and why), or re-records the fixture from
 the new revision, and says so.
 """
 from __future__ import annotations

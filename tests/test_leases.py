@@ -56,6 +56,25 @@ def test_an_outage_shorter_than_the_ttl_costs_no_lease():
     assert window(r, "00:40", "01:00")["manager.work_useful"].mean() > 30
 
 
+@pytest.mark.parametrize("outage", [{"op": "fault", "args": {"share": 1.0}},
+                                    {"op": "scale_capacity", "args": {"factor": 0}}], ids=["fault", "no capacity"])
+def test_a_store_only_leases_use_can_fail_too(tmp_path, outage):
+    """With nobody else calling the store, its readiness is what the manager's renewals
+    meet: a fault that fails everything, or no capacity, makes the leases lapse a TTL after
+    their last renewal, as with callers (test_leases_expire_a_ttl_after_their_last_renewal)."""
+    import yaml
+
+    doc = yaml.safe_load(load_playbook(LH, {"duration": "1h"}).text)
+    doc["populations"] = [{"name": "elsewhere", "clients": 10, "rate": 1.0, "mode": "per_request", "target": "manager"}]
+    doc["triggers"] = [{"name": "store-down", "at": "00:10", "effects": [{"target": "store", **outage}]}]
+    doc["mitigations"], doc["scoring"] = [], {}
+    path = tmp_path / "lonely_store.yaml.j2"
+    path.write_text(yaml.safe_dump(doc))
+    r = orchestrator.run(str(path), runbook="none", seed=1)
+    assert window(r, "00:10", "00:30")["manager.leases_held"].min() == 1.0
+    assert window(r, "00:41", "01:00")["manager.leases_held"].max() == 0.0
+
+
 @pytest.mark.slow
 def test_the_re_establishment_time_has_a_sweet_spot_in_the_throttle(runbook_file):
     """At 01:20 the operators throttle the manager to ``rate`` requests/s and restart its
