@@ -16,6 +16,7 @@ import yaml
 
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, parse_clock
+from .summary import not_reached
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
 BLIND_VISIBILITY = 0.5  # monitoring is blind while under half of the observed metrics are fresh
@@ -98,16 +99,22 @@ def populations(metrics: pd.DataFrame) -> list[str]:
 
 
 def impact_table(metrics: pd.DataFrame, dt: float) -> list[dict]:
+    """Per population: its failed-request minutes (each minute from the start counts the
+    share of the requests finished in it that failed for good, as the scorer counts them),
+    the minutes in which that share was above 5%, and the worst share over any minute."""
     rows = []
     window = max(1, round(WINDOW_S / dt))
+    minute = pd.Series(range(len(metrics)), index=metrics.index) // window
     for pop in populations(metrics):
-        ratio = metrics[f"{pop}.error_ratio"]
-        errors = metrics[f"{pop}.errors"].rolling(window).sum()  # whole minutes only
-        final = errors + metrics[f"{pop}.ok"].rolling(window).sum()
-        worst = (errors / final.where(final > 0)).max()
+        errors, ok = metrics[f"{pop}.errors"], metrics[f"{pop}.ok"]
+        per_minute = pd.DataFrame({"errors": errors, "final": errors + ok, "ticks": 1}).groupby(minute).sum()
+        share = (per_minute["errors"] / per_minute["final"].where(per_minute["final"] > 0)).fillna(0.0)
+        rolling_errors = errors.rolling(window).sum()  # whole minutes only
+        rolling_final = rolling_errors + ok.rolling(window).sum()
+        worst = (rolling_errors / rolling_final.where(rolling_final > 0)).max()
         rows.append({"population": pop,
-                     "failed_request_minutes": float(ratio.sum() * dt / 60.0),
-                     "impaired_minutes": float((ratio > IMPAIRED_ERROR_RATIO).sum() * dt / 60.0),
+                     "failed_request_minutes": float((share * per_minute["ticks"]).sum() * dt / 60.0),
+                     "impaired_minutes": float(per_minute["ticks"][share > IMPAIRED_ERROR_RATIO].sum() * dt / 60.0),
                      "worst_error_ratio": 0.0 if pd.isna(worst) else float(worst)})
     return rows
 
@@ -223,8 +230,8 @@ def _measures(r: _Reading) -> list[dict]:
     """The score beside par: each measure's clock time, relapses, and how far from par."""
     measures = []
 
-    def measure(label: str, key: str, tick: float | None):
-        yours = r.at(tick) if tick is not None else "not reached"
+    def measure(label: str, key: str, tick: float | None, missing: str = "not reached"):
+        yours = r.at(tick) if tick is not None else missing
         if r.relapses.get(key):
             yours += f" (first {r.at(r.first_reached[key])}, relapsed {', '.join(r.at(t) for t in r.relapses[key])})"
         row = {"measure": label, "yours": yours, "par": _clock(r.par_s[key]) if key in r.par_s else "", "vs_par": ""}
@@ -236,10 +243,20 @@ def _measures(r: _Reading) -> list[dict]:
     measure("first customer update", "first_customer_update", r.first_update)
     for key, tick in sorted(r.milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)
-    for key in dict.fromkeys([*r.relapses, *r.par_s]):
+    scored = _scored_milestones(r.score)
+    for key in dict.fromkeys([*r.relapses, *r.par_s, *scored]):
         if key not in r.milestones_reached and key not in ("trigger", "first_customer_update") and key not in r.actions:
-            measure(_milestone_label(key), key, None)
+            m = scored.get(key) or {}
+            missing = "loop never formed" if key == "loop_broken" and r.score.get("loop_formed") is False else not_reached(m)
+            measure(_milestone_label(key), key, None, missing)
     return measures
+
+
+def _scored_milestones(score: dict) -> dict[str, dict]:
+    """Every milestone of a finished run's score, by its key (recovered:NAME for recoveries)."""
+    out = {k: score[k] for k in ("loop_broken", "devices_healthy", "backlog_drained") if k in score}
+    out.update({f"recovered:{name}": m for name, m in (score.get("recovered") or {}).items()})
+    return out
 
 
 def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:

@@ -62,6 +62,7 @@ class Milestone(When, total=False):
     first_at: When | None
     relapses: list[When]
     relapsed: bool  # reached once, and not holding at the end
+    impaired: bool  # its condition failed after the trigger (if not, there was nothing to reach)
 
 
 class Score(TypedDict, total=False):

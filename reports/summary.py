@@ -14,6 +14,12 @@ def relapse_note(m: dict) -> str:
     return f" (first {first}, relapsed {again})"
 
 
+def not_reached(m: dict) -> str:
+    """A milestone not reached: never impaired (its condition held all along after the
+    trigger, so there was nothing to reach), or not reached."""
+    return "never impaired" if m.get("impaired") is False else "not reached"
+
+
 def summary_table(run: RunData) -> str:
     s = run.score or {}
     meta = run.meta
@@ -24,7 +30,7 @@ def summary_table(run: RunData) -> str:
     def add(label: str, m: dict | None):
         if not m:
             return
-        yours = m.get("clock", "not reached") if m.get("reached") else "not reached"
+        yours = m.get("clock", "not reached") if m.get("reached") else not_reached(m)
         yours += relapse_note(m)
         rows.append((label, yours, m.get("par_clock", ""), format_delta(m.get("vs_par_s"))))
 

@@ -17,7 +17,11 @@ def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
     impact = {row["population"]: row for row in a.impact}
     for pop, minutes in score["impact"]["error_minutes"].items():
         assert impact[pop]["failed_request_minutes"] == pytest.approx(minutes, abs=1e-3)
-        assert impact[pop]["impaired_minutes"] == (m[f"{pop}.error_ratio"] > IMPAIRED_ERROR_RATIO).sum() * dt / 60
+        minute = m.index.to_series().reset_index(drop=True) // round(60 / dt)  # minutes from the start
+        per = m[[f"{pop}.errors", f"{pop}.ok"]].reset_index(drop=True).groupby(minute).sum()
+        share = per[f"{pop}.errors"] / (per[f"{pop}.errors"] + per[f"{pop}.ok"]).where(lambda f: f > 0)
+        in_minute = minute.value_counts().sort_index()
+        assert impact[pop]["impaired_minutes"] == pytest.approx(in_minute[share > IMPAIRED_ERROR_RATIO].sum() * dt / 60)
         errors = m[f"{pop}.errors"].rolling(60).sum()
         worst = (errors / (errors + m[f"{pop}.ok"].rolling(60).sum())).max()
         assert impact[pop]["worst_error_ratio"] == pytest.approx(worst)
@@ -138,3 +142,28 @@ def test_on_the_historical_run_the_counterfactual_names_the_capacity_addition(hi
     assert "isolate_top_talker" in att["needed"] and not played["disable_event_delivery"]["mattered"]
     found = [f for f in analyse(historical).findings if f.kind == "loop_breaker"]
     assert [f.title for f in found] == ["add_capacity broke the loop (isolate_top_talker was needed too)"]
+
+
+def test_an_outage_whose_results_come_in_bursts_is_counted_whole(tmp_path):
+    """Two clients, every request failing, 0.25 s ticks: three ticks in four bring no
+    result. The impact is the share of each minute's finished requests that failed (all
+    of them, every minute a request finished in), not a mean over ticks that counts a
+    tick without results as nothing failed; the report counts the same."""
+    import yaml
+
+    import orchestrator
+    from orchestrator.playbook.loader import load_playbook
+    from helpers import playbook_path
+
+    doc = yaml.safe_load(load_playbook(playbook_path("fault_lab"), {
+        "clients": 2, "share": 1.0, "max_attempts": 1, "tick": "0.25s", "mode": "per_request", "duration": "6m"}).text)
+    doc["scoring"] = {"impact": {"clients": 1}}
+    (tmp_path / "bursts.yaml.j2").write_text(yaml.safe_dump(doc))
+    r = orchestrator.run(str(tmp_path / "bursts.yaml.j2"), runbook="none", seed=1)
+    m = r.metrics
+    finished = m["clients.errors"] + m["clients.ok"]
+    assert m["clients.ok"].sum() == 0 and (finished > 0).mean() < 0.4  # all fail; most ticks bring nothing
+    minutes_with_results = finished.groupby(m.index // 240).sum().gt(0).sum()
+    assert r.score["impact"]["error_minutes"] == {"clients": pytest.approx(minutes_with_results, abs=1e-3)}
+    assert m["clients.error_ratio"].sum() * 0.25 / 60 < 0.5 * minutes_with_results  # what a mean over ticks said
+    assert analyse(r).impact[0]["failed_request_minutes"] == pytest.approx(minutes_with_results, abs=1e-3)

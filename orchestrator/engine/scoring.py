@@ -106,6 +106,38 @@ class Milestone:
         return self.first_at is not None and self.at is None
 
 
+class ImpactMinute:
+    """One minute's counts per population, for its impact: requests failed for good and
+    finished (ok + errors), ticks, and ticks in which its durable work was late. A share
+    per minute, not per tick: a tick with no results says nothing about the requests
+    still out, and counting it as 0 failed would undercount an outage whose results come
+    in bursts."""
+
+    def __init__(self, populations: list[str], ticks: int):
+        self.populations, self.length = populations, ticks
+        self.ticks = 0
+        self.counts = {p: [0.0, 0.0, 0] for p in populations}
+
+    def add(self, metrics: dict[str, dict[str, float]], late: dict[str, bool]) -> None:
+        self.ticks += 1
+        for p, c in self.counts.items():
+            m = metrics[p]
+            c[0] += m["errors"]
+            c[1] += m["ok"] + m["errors"]
+            c[2] += late[p]
+
+    @property
+    def full(self) -> bool:
+        return self.ticks >= self.length
+
+    def take(self) -> dict[str, tuple[float, float, int, int]]:
+        """(errors, finished, ticks, late ticks) per population, and a fresh minute."""
+        out = {p: (e, f, self.ticks, late) for p, (e, f, late) in self.counts.items()}
+        self.ticks = 0
+        self.counts = {p: [0.0, 0.0, 0] for p in self.populations}
+        return out
+
+
 #: what a run measures beside its milestones (par can name these too)
 class Scorer:
     def __init__(self, data: dict, dt: float, start_s: float):
@@ -136,6 +168,7 @@ class Scorer:
         self.error_minutes = {p: 0.0 for p in self.impact_w}
         durable = {p["name"] for p in data["populations"] if p["work"] == "durable"}
         self.late_minutes = {p: 0.0 for p in self.impact_w if p in durable}
+        self.minute = ImpactMinute(list(self.impact_w), w)
         self.trigger_tick: int | None = None
         self.first_update: int | None = None
         self.actions = 0
@@ -177,16 +210,9 @@ class Scorer:
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
         thr = self.sc["backlog"]["threshold"]
-        for p in self.impact:
-            errors = metrics[p]["error_ratio"] * self.dt / 60.0
-            self.error_minutes[p] += errors
-            if p in self.late_minutes and self._late(p, metrics, thr):
-                # Durable work is not lost but delayed: a minute in which it waits longer than
-                # steady state counts whole (as the error-minute of a population failing all).
-                self.late_minutes[p] += self.dt / 60.0
-                self.impact[p] += self.dt / 60.0
-            else:
-                self.impact[p] += errors
+        self.minute.add(metrics, {p: p in self.late_minutes and self._late(p, metrics, thr) for p in self.impact})
+        if self.minute.full:
+            self._count_minute()
         # collateral: connections broken, and traffic turned away (refused by a service's throttle, or
         # held back by a population's scaled-down rate) counted against what set it; one pass
         broken = 0
@@ -225,6 +251,18 @@ class Scorer:
                 out.append({"tick": tick, "agent": "scorer", "event": event, "milestone": name,
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
+
+    def _count_minute(self) -> None:
+        """Add the minute gone by (or the part of one the run ended in) to the impact: the
+        share of each population's requests that failed for good in it, for every tick
+        but those in which its durable work was late, which count whole."""
+        minutes = self.dt / 60.0
+        for p, (errors, final, ticks, late) in self.minute.take().items():
+            failed = (errors / final if final else 0.0) * (ticks - late) * minutes
+            self.error_minutes[p] += (errors / final if final else 0.0) * ticks * minutes
+            if p in self.late_minutes:
+                self.late_minutes[p] += late * minutes
+            self.impact[p] += failed + late * minutes
 
     def _late(self, population: str, metrics: dict[str, dict[str, float]], threshold_s: float) -> bool:
         """A durable population's backlog is above steady state: more than ``threshold_s``
@@ -282,9 +320,12 @@ class Scorer:
         out["first_at"] = brief(m.first_at) if m.first_at is not None else None
         out["relapses"] = [brief(t) for t in m.relapses]
         out["relapsed"] = m.relapsed
+        out["impaired"] = m.broken_seen  # its condition failed after the trigger: there was something to reach
         return out
 
     def score(self) -> rundir.Score:
+        if self.minute.ticks:
+            self._count_minute()
         ms = self.milestones
         loop_formed = ms["loop_broken"].broken_seen
         result = {
