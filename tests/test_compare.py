@@ -34,7 +34,7 @@ def test_a_runbook_that_helps_beats_none_and_identical_runbooks_are_not_differen
     df = on_ray
     assert len(df) == 18 and list(df.columns[:3]) == ["runbook", "seed", "trigger_s"]
     assert set(df[df["runbook"] == "none"]["outcome"]) == {"stuck"}
-    assert set(df[df["runbook"] == "fix_early"]["outcome"]) == {"broken by the runbook"}
+    assert set(df[df["runbook"] == "fix_early"]["outcome"]) == {"broken after the runbook acted"}
     tests = cs.pairs(df).set_index(["a", "b"])
     helps = tests.loc[("none", "fix_early")]
     assert helps["p_holm"] < cs.ALPHA and helps["better"] == "fix_early"
@@ -64,7 +64,7 @@ def test_a_playbook_files_own_runbooks_are_found_by_name(tmp_path):
     by_name = compare(str(tmp_path / "mini_loop.yaml.j2"), ["none", "fix_early"], 2, parallel=False)
     by_file = compare(MINI, ["none", FIX], 2, parallel=False)
     pd.testing.assert_frame_equal(by_name, by_file)
-    assert set(by_name[by_name["runbook"] == "fix_early"]["outcome"]) == {"broken by the runbook"}
+    assert set(by_name[by_name["runbook"] == "fix_early"]["outcome"]) == {"broken after the runbook acted"}
 
 
 def test_a_two_node_cluster_gives_the_same_table(cluster_check):

@@ -29,7 +29,7 @@ def results(times: dict[str, list[float]], relapsed: dict[str, list[int]] | None
             row |= {"runbook": rb, "seed": seed, "trigger_s": 1800.0, "loop_formed": True,
                     "loop_broken_s": math.nan if rel else t, "loop_broken": "", "backlog_drained": "",
                     "impact": 100.0 + seed, "collateral": 0, "actions": 2, "horizon_s": 14400.0,
-                    "outcome": "relapsed" if rel else "stuck" if math.isnan(t) else "broken by the runbook"}
+                    "outcome": "relapsed" if rel else "stuck" if math.isnan(t) else "broken after the runbook acted"}
             rows.append(row)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
@@ -125,7 +125,7 @@ def test_a_relapsed_run_is_not_broken_and_the_outcome_table_shows_it(tmp_path):
     assert summ.loc["fix", "success_rate"] == pytest.approx(2 / 3)
     written = write_comparison_report(df, tmp_path, [], {"playbook": "synthetic", "seeds": 3, "horizon": "4 h"})
     md, html = (p.read_text() for p in written)
-    assert "| runbook | stuck | broken by the runbook | relapsed |" in md and "| fix | 0 | 2 | 1 |" in md
+    assert "| runbook | stuck | broken after the runbook acted | relapsed |" in md and "| fix | 0 | 2 | 1 |" in md
     line = "3 seeds per runbook cannot show a difference at 0.05 after Holm over 1 pair; use at least 4"
     assert f"- {line}" in md and f"<li>{line}</li>" in html
     assert "| all runs | none vs fix | 0% vs 67% | -67 points (-94 to +6) | 0.4000 (0.4000) |" in md

@@ -83,7 +83,7 @@ def test_a_loop_that_holds_keeps_its_first_time(paced):
 def test_compare_counts_a_relapsed_run_as_not_broken(herd, paced):
     rows = {name: row_of(Point(name, 1), run.score, 2700.0) for name, run in (("herd", herd), ("paced", paced))}
     assert rows["herd"]["outcome"] == "relapsed" and rows["herd"]["loop_broken_s"] != rows["herd"]["loop_broken_s"]  # NaN
-    assert rows["paced"]["outcome"] == "broken by the runbook" and rows["paced"]["loop_broken_s"] > 0
+    assert rows["paced"]["outcome"] == "broken after the runbook acted" and rows["paced"]["loop_broken_s"] > 0
 
 
 def test_the_report_and_the_summary_say_the_loop_re_formed(herd):

@@ -117,7 +117,7 @@ def test_run_report_and_compare_work_for_the_2025_playbook(tmp_path):
     assert cmp.returncode == 0, cmp.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "cmp" / "results.csv")
     outcome = rows.groupby("runbook")["outcome"].agg(set).to_dict()
-    assert outcome == {"none": {"stuck"}, "restore-dns-fast": {"broken by the runbook"}}, outcome
+    assert outcome == {"none": {"stuck"}, "restore-dns-fast": {"broken after the runbook acted"}}, outcome
 
 
 def test_a_live_team_plays_the_2025_world_and_its_run_replays(tmp_path):

@@ -26,9 +26,10 @@ from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, 
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_drained_s", "backlog_drained",
            "impact", "first_update_s", "collateral", "actions", "outcome", "horizon_s")
-#: a run's outcome: no loop formed; it broke with nobody acting; the runbook's actions broke it;
-#: it broke and re-formed, and was not broken at the horizon; it never broke
-OUTCOMES = ("healthy", "recovered by itself", "broken by the runbook", "relapsed", "stuck")
+#: a run's outcome: no loop formed; it broke with nobody acting; it broke after the runbook acted
+#: (whether because of it, the counterfactuals of `gameday run` say; a comparison does not play
+#: them); it broke and re-formed, and was not broken at the horizon; it never broke
+OUTCOMES = ("healthy", "recovered by itself", "broken after the runbook acted", "relapsed", "stuck")
 
 
 @dataclass
@@ -100,7 +101,7 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
     elif not broken["reached"]:
         outcome = "relapsed" if broken.get("relapsed") else "stuck"
     else:
-        outcome = "recovered by itself" if score["actions_taken"] == 0 else "broken by the runbook"
+        outcome = "recovered by itself" if score["actions_taken"] == 0 else "broken after the runbook acted"
     backlog = score.get("backlog_drained") or {}
     row = {"runbook": runbook_label(point.runbook),
            "seed": point.seed, **point.sweep,
