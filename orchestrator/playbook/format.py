@@ -180,7 +180,8 @@ SERVICE = M(
             jitter=non_negative("duration", default=0.0,
                                 doc="mean of a further exponential delay drawn for each request")),
     then=Field("str", example="network-manager",
-               doc="a service every request answered well goes on to; the caller gets that one's answer"),
+               doc="a service every request answered well goes on to; the caller gets that one's answer (each "
+                   "service's success_ratio counts its own part only: the callers' metrics show the chain's)"),
     queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
             "than their caller's timeout are still worked on, for nobody (congestive collapse)",
             limit=positive("duration", default=3600.0,
