@@ -167,3 +167,23 @@ def test_an_outage_whose_results_come_in_bursts_is_counted_whole(tmp_path):
     assert r.score["impact"]["error_minutes"] == {"clients": pytest.approx(minutes_with_results, abs=1e-3)}
     assert m["clients.error_ratio"].sum() * 0.25 / 60 < 0.5 * minutes_with_results  # what a mean over ticks said
     assert analyse(r).impact[0]["failed_request_minutes"] == pytest.approx(minutes_with_results, abs=1e-3)
+
+
+def test_asking_for_the_score_during_a_run_changes_nothing():
+    """A live scoreboard asks for the score every tick; the score at the end is the same
+    as a run's that nobody asked (the minute under way is counted, never closed early)."""
+    from orchestrator.engine.scoring import Scorer
+    from orchestrator.hosting.inprocess import InProcessHost
+    from orchestrator.runs.runner import RunSpec, prepare
+
+    pb, _, _, plan = prepare(RunSpec(playbook="us-east-1-2021", runbook="historical", seed=1, duration=2400))
+    scores = []
+    for ask_every in (0, 7):
+        host, scorer = InProcessHost(plan), Scorer(pb.data, plan.info.dt, plan.info.start_s)
+        for _ in range(plan.ticks):
+            res = host.step()
+            scorer.update(res.tick, plan.merge_shards(res.metrics)[0], res.events)
+            if ask_every and res.tick % ask_every == 0:
+                scorer.score()
+        scores.append(scorer.score())
+    assert scores[0] == scores[1] and scores[0]["impact"]["weighted_total"] > 0

@@ -115,8 +115,7 @@ class ImpactMinute:
 
     def __init__(self, populations: list[str], ticks: int):
         self.populations, self.length = populations, ticks
-        self.ticks = 0
-        self.counts = {p: [0.0, 0.0, 0] for p in populations}
+        self.clear()
 
     def add(self, metrics: dict[str, dict[str, float]], late: dict[str, bool]) -> None:
         self.ticks += 1
@@ -130,12 +129,10 @@ class ImpactMinute:
     def full(self) -> bool:
         return self.ticks >= self.length
 
-    def take(self) -> dict[str, tuple[float, float, int, int]]:
-        """(errors, finished, ticks, late ticks) per population, and a fresh minute."""
-        out = {p: (e, f, self.ticks, late) for p, (e, f, late) in self.counts.items()}
+    def clear(self) -> None:
+        """A fresh minute."""
         self.ticks = 0
         self.counts = {p: [0.0, 0.0, 0] for p in self.populations}
-        return out
 
 
 #: what a run measures beside its milestones (par can name these too)
@@ -212,7 +209,10 @@ class Scorer:
         thr = self.sc["backlog"]["threshold"]
         self.minute.add(metrics, {p: p in self.late_minutes and self._late(p, metrics, thr) for p in self.impact})
         if self.minute.full:
-            self._count_minute()
+            for totals, add in zip((self.error_minutes, self.late_minutes, self.impact), self._minute_impact()):
+                for p, v in add.items():
+                    totals[p] += v
+            self.minute.clear()
         # collateral: connections broken, and traffic turned away (refused by a service's throttle, or
         # held back by a population's scaled-down rate) counted against what set it; one pass
         broken = 0
@@ -252,17 +252,20 @@ class Scorer:
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
 
-    def _count_minute(self) -> None:
-        """Add the minute gone by (or the part of one the run ended in) to the impact: the
-        share of each population's requests that failed for good in it, for every tick
-        but those in which its durable work was late, which count whole."""
+    def _minute_impact(self) -> tuple[dict, dict, dict]:
+        """What the minute under way (or the part of one the run ends in) adds to the
+        error minutes, the late minutes and the impact of each population: the share of its
+        requests that failed for good in the minute, for every tick but those in which its
+        durable work was late, which count whole."""
         minutes = self.dt / 60.0
-        for p, (errors, final, ticks, late) in self.minute.take().items():
-            failed = (errors / final if final else 0.0) * (ticks - late) * minutes
-            self.error_minutes[p] += (errors / final if final else 0.0) * ticks * minutes
+        errors_out, late_out, impact_out = {}, {}, {}
+        for p, (errors, final, late) in self.minute.counts.items():
+            share = errors / final if final else 0.0
+            errors_out[p] = share * self.minute.ticks * minutes
             if p in self.late_minutes:
-                self.late_minutes[p] += late * minutes
-            self.impact[p] += failed + late * minutes
+                late_out[p] = late * minutes
+            impact_out[p] = share * (self.minute.ticks - late) * minutes + late * minutes
+        return errors_out, late_out, impact_out
 
     def _late(self, population: str, metrics: dict[str, dict[str, float]], threshold_s: float) -> bool:
         """A durable population's backlog is above steady state: more than ``threshold_s``
@@ -324,8 +327,9 @@ class Scorer:
         return out
 
     def score(self) -> rundir.Score:
-        if self.minute.ticks:
-            self._count_minute()
+        """The score so far (a live scoreboard asks during the run: nothing changes here)."""
+        errors, late, impact = ({p: v + add.get(p, 0.0) for p, v in totals.items()} for totals, add in
+                                zip((self.error_minutes, self.late_minutes, self.impact), self._minute_impact()))
         ms = self.milestones
         loop_formed = ms["loop_broken"].broken_seen
         result = {
@@ -334,9 +338,9 @@ class Scorer:
             "loop_broken": self._milestone("loop_broken"),
             "first_customer_update": self._when(self.first_update, "first_customer_update"),
             "recovered": {k.split(":", 1)[1]: self._milestone(k) for k in ms if k.startswith("recovered:")},
-            "impact": {"error_minutes": {p: round(v, 3) for p, v in self.error_minutes.items()},
-                       "late_minutes": {p: round(v, 3) for p, v in self.late_minutes.items()},
-                       "weighted_total": round(sum(v * self.impact_w[p] for p, v in self.impact.items()), 3)},
+            "impact": {"error_minutes": {p: round(v, 3) for p, v in errors.items()},
+                       "late_minutes": {p: round(v, 3) for p, v in late.items()},
+                       "weighted_total": round(sum(v * self.impact_w[p] for p, v in impact.items()), 3)},
             "collateral": {"connections_broken_by_actions": self.collateral,
                            "requests_turned_away": int(round(self.turned_away)),
                            "requests_turned_away_by": {k: int(round(v)) for k, v in sorted(self.turned_away_by.items())}},
