@@ -520,9 +520,10 @@ PLAYBOOK = M(
                            values=non_negative(unit="weight", doc="the weight of one error-minute of that population"),
                            example={"internal-clients": 1, "ec2-api-callers": 2},
                            doc="population name -> weight: the impact score is the weighted sum of the populations' "
-                               "impaired minutes: error-minutes (error ratio x minutes), and for durable work each "
-                               "minute its backlog is above steady state (backlog.threshold seconds of its arrivals) "
-                               "counted whole; a population left out does not count")),
+                               "impaired minutes: each minute counts the share of the requests finished in it that "
+                               "failed for good (error-minutes), and for durable work each tick in which its backlog "
+                               "is above steady state (backlog.threshold seconds of its arrivals) counts whole; a "
+                               "population left out does not count")),
     par=Field("dict", default=dict, values=Field("clock", doc="when the historical response reached that measure"),
               example={"trigger": "07:30", "loop_broken": "13:34", "move_dns_off_bridge": "09:28"},
               doc="the historical response's times, as clock times: by measure (trigger, first_customer_update, "
