@@ -209,9 +209,7 @@ class Scorer:
         thr = self.sc["backlog"]["threshold"]
         self.minute.add(metrics, {p: p in self.late_minutes and self._late(p, metrics, thr) for p in self.impact})
         if self.minute.full:
-            for totals, add in zip((self.error_minutes, self.late_minutes, self.impact), self._minute_impact()):
-                for p, v in add.items():
-                    totals[p] += v
+            self.error_minutes, self.late_minutes, self.impact = self._with_minute()
             self.minute.clear()
         # collateral: connections broken, and traffic turned away (refused by a service's throttle, or
         # held back by a population's scaled-down rate) counted against what set it; one pass
@@ -252,19 +250,19 @@ class Scorer:
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
 
-    def _minute_impact(self) -> tuple[dict, dict, dict]:
-        """What the minute under way (or the part of one the run ends in) adds to the
-        error minutes, the late minutes and the impact of each population: the share of its
-        requests that failed for good in the minute, for every tick but those in which its
-        durable work was late, which count whole."""
+    def _with_minute(self) -> tuple[dict, dict, dict]:
+        """The error minutes, late minutes and impact of each population with the minute
+        under way (or the part of one the run ends in) added: the share of its requests
+        that failed for good in the minute, for every tick but those in which its durable
+        work was late, which count whole."""
         minutes = self.dt / 60.0
-        errors_out, late_out, impact_out = {}, {}, {}
+        errors_out, late_out, impact_out = dict(self.error_minutes), dict(self.late_minutes), dict(self.impact)
         for p, (errors, final, late) in self.minute.counts.items():
             share = errors / final if final else 0.0
-            errors_out[p] = share * self.minute.ticks * minutes
-            if p in self.late_minutes:
-                late_out[p] = late * minutes
-            impact_out[p] = share * (self.minute.ticks - late) * minutes + late * minutes
+            errors_out[p] += share * self.minute.ticks * minutes
+            if p in late_out:
+                late_out[p] += late * minutes
+            impact_out[p] += share * (self.minute.ticks - late) * minutes + late * minutes
         return errors_out, late_out, impact_out
 
     def _late(self, population: str, metrics: dict[str, dict[str, float]], threshold_s: float) -> bool:
@@ -328,8 +326,7 @@ class Scorer:
 
     def score(self) -> rundir.Score:
         """The score so far (a live scoreboard asks during the run: nothing changes here)."""
-        errors, late, impact = ({p: v + add.get(p, 0.0) for p, v in totals.items()} for totals, add in
-                                zip((self.error_minutes, self.late_minutes, self.impact), self._minute_impact()))
+        errors, late, impact = self._with_minute()
         ms = self.milestones
         loop_formed = ms["loop_broken"].broken_seen
         result = {
