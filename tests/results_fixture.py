@@ -80,29 +80,11 @@ def play(name: str, out: Path):
     return orchestrator.run(out=out, **kw)
 
 
-#: (section, key) of score.json added since the fixture's revision: left out of its digest
-#: while empty, as that revision had no such key (the file written again as the scorer
-#: writes it). impact.late_minutes: durable work's late minutes, empty where no durable
-#: population is weighted (none of these runs weights one).
-ADDED_TO_SCORE = (("impact", "late_minutes"),)
-
-
-def _as_recorded(run_dir: Path, name: str) -> bytes:
-    data = (run_dir / name).read_bytes()
-    if name != "score.json":
-        return data
-    score = json.loads(data)
-    for section, key in ADDED_TO_SCORE:
-        if score.get(section, {}).get(key, None) == {}:
-            del score[section][key]
-    return (json.dumps(score, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
-
-
 def digest(run_dir: Path) -> dict:
     """Each result file's sha256, and each metrics column's (to name what differs)."""
     import pandas as pd
 
-    files = {f: hashlib.sha256(_as_recorded(run_dir, f)).hexdigest() for f in RESULT_FILES if (run_dir / f).exists()}
+    files = {f: hashlib.sha256((run_dir / f).read_bytes()).hexdigest() for f in RESULT_FILES if (run_dir / f).exists()}
     metrics = pd.read_csv(run_dir / "metrics.csv", dtype=str, keep_default_na=False)
     columns = {c: hashlib.sha256("\n".join(metrics[c]).encode()).hexdigest()[:16] for c in metrics.columns}
     return {"files": files, "columns": columns}
