@@ -7,12 +7,11 @@ again from its exact state at the end of the tick in which the action took effec
 with that action's effects withheld (the ``apply`` messages it had just sent are
 dropped before anyone receives them), everything else as recorded: the runbook (which
 may ask for the same action again later, as it would have), a team's commands, a
-facilitator's faults. Each
-counterfactual is played until its loop is confirmed broken (a relapse after that is
-not looked for), or for at most ``LOOKAHEAD_S`` past the time the run's own loop broke
-(and its hold), or to the run's horizon: an action without which the loop was still
-unbroken an hour after it broke in the run was needed, and knowing how much longer it
-would have taken is not worth hours of play.
+facilitator's faults. Each counterfactual is played until its loop is confirmed broken
+(a relapse after that is not looked for), or for at most ``LOOKAHEAD_S`` past the time
+the run's own loop broke (and its hold), or to the run's horizon: an action without
+which the loop was still unbroken an hour after it broke in the run was needed, and
+knowing how much longer it would have taken is not worth hours of play.
 
 The action without which the loop breaks latest (or not at all) broke it; an action
 without which the loop breaks no later than ``slack`` (the loop's hold period, at
