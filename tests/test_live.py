@@ -77,13 +77,20 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
                                      for k in ("facilitator", "good", "idle")]
         assert good.call("hello", {"team": "good", "role": "alice"})["team"] == "good"
         assert fac.call("start")["state"] == "running"
-        acted = False
+        slowed = acted = False
         while True:
             st = good.call("state", {"since": 0})
             idle.call("state", {"since": 0})
+            if not slowed and st["session"]["clock"] >= "07:20":
+                # At 800x ten simulated minutes pass in 0.75 s, and protection asked for after
+                # about 07:42 no longer breaks the loop by the end: the facilitator slows the
+                # session down around the team's move, so a busy machine cannot make it late.
+                fac.call("speed", {"speed": 60})
+                slowed = True
             if not acted and st["session"]["clock"] >= "07:32":
                 good.call("act", {"action": "disable_scaling_automation"})
                 good.call("act", {"action": "enable_protection"})
+                fac.call("speed", {"speed": 800})
                 acted = True
             if st["session"]["state"] == "ended":
                 break
