@@ -16,6 +16,8 @@ What is left to the Python side is numpy's argument checking: a probability outs
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 # numpy's multivariate hypergeometric ("marginals") needs the total below 10**9
@@ -46,6 +48,13 @@ _BINOMIAL_T_BYTES = 1024
 _MAX_CLASSES = 64  # counts per split handed to C at once (attempt classes are far fewer)
 
 
+def generator_library() -> str:
+    """The file of numpy's compiled ``Generator``, which exports the functions above."""
+    import numpy.random._generator as generator
+
+    return generator.__file__
+
+
 def _load():
     """(ffi, numpy's distributions library), or (None, None) where they cannot be had."""
     try:
@@ -53,9 +62,7 @@ def _load():
 
         ffi = FFI()
         ffi.cdef(_C_DECLARATIONS)
-        import numpy.random._generator as generator
-
-        lib = ffi.dlopen(generator.__file__)
+        lib = ffi.dlopen(generator_library())
         for name in ("random_binomial", "random_poisson", "random_hypergeometric", "random_multinomial",
                      "random_multivariate_hypergeometric_marginals"):
             getattr(lib, name)
@@ -103,8 +110,13 @@ class Draws:
             self._colors = _ffi.new("int64_t[]", _MAX_CLASSES)
             self._variates = _ffi.new("int64_t[]", _MAX_CLASSES)
             self._probs = _ffi.new("double[]", _MAX_CLASSES)
-            self._out = np.zeros(256, dtype=np.int64)  # a multinomial's counts, handed back as a view
-            self._out_ptr = _ffi.cast("int64_t *", self._out.ctypes.data)
+
+    @functools.cached_property
+    def kernel(self):
+        """The handle compiled kernels draw with (``agents.compiled``)."""
+        from agents.compiled import handle
+
+        return handle(self)
 
     # -- univariate ---------------------------------------------------------------------------
     def binomial(self, n: int, p: float) -> int:
@@ -185,27 +197,19 @@ class Draws:
         return self.rng.multinomial(n, probs).tolist()
 
     # -- over many slots ------------------------------------------------------------------------------
-    def prepare(self, probs: np.ndarray):
-        """A probability vector (a delay's distribution over wheel slots) made ready for
-        ``spread``; it holds a C handle, so keep it out of snapshots."""
-        probs = np.ascontiguousarray(probs, dtype=np.float64)
-        return (probs, _ffi.from_buffer("double[]", probs), len(probs)) if self.fast else (probs, None, len(probs))
-
-    def spread(self, n: int, prepared) -> np.ndarray:
-        """``rng.multinomial(n, probs)`` for ``prepare(probs)``, a vector that may be long;
-        the counts are a view valid until the next call."""
-        probs, pix, d = prepared
+    def multinomial_into(self, n: int, probs: np.ndarray, out: np.ndarray) -> None:
+        """``out[:len(probs)] = rng.multinomial(n, probs)`` for a vector that may be long (a
+        delay's distribution over wheel slots: float64, contiguous) and int64 ``out``, as
+        compiled kernels draw it (``agents.compiled``)."""
         if n < 0:
             raise ValueError(f"n {n!r}: expected a count >= 0")
-        if pix is None:
-            return self.rng.multinomial(n, probs)
-        if d > len(self._out):
-            self._out = np.zeros(max(d, 2 * len(self._out)), dtype=np.int64)
-            self._out_ptr = _ffi.cast("int64_t *", self._out.ctypes.data)
-        out = self._out[:d]
-        out[:] = 0
-        _lib.random_multinomial(self._bitgen, n, self._out_ptr, pix, d, self._binomial)
-        return out
+        d = len(probs)
+        if not self.fast:
+            out[:d] = self.rng.multinomial(n, probs)
+            return
+        out[:d] = 0
+        _lib.random_multinomial(self._bitgen, n, _ffi.from_buffer("int64_t[]", out), _ffi.from_buffer("double[]", probs),
+                                d, self._binomial)
 
 
 _ZEROS = [0] * _MAX_CLASSES

@@ -22,7 +22,7 @@ import numpy as np
 from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .retry import BACKOFFS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
-from .wheel import Delay, TimingWheel, delay
+from .wheel import Delay, DelayTable, TimingWheel, delay, delay_table
 
 WORKS = ("perishable", "durable")  # perishable work fails for good after max_attempts; durable work is kept
 MODES = ("pooled", "per_request")  # clients hold connections, or every request is a flow of its own
@@ -562,25 +562,19 @@ class Population(PopulationControls, Agent):
         if hit is None:
             if ignore_backoff:  # the latent bug: re-establish after a fixed short delay, whatever the attempt
                 slot = max(1, math.ceil((self.bug_delay - lag) / self.world.dt - 1e-9))
-                hit = delay(np.array([slot]), np.array([1.0]), self.draws.prepare)
+                hit = delay(np.array([slot]), np.array([1.0]))
             else:
-                hit = delay(*policy.offsets(attempt, self.world.dt, lag), self.draws.prepare)
+                hit = delay(*policy.offsets(attempt, self.world.dt, lag))
             self._offset_cache[key] = hit
         return hit
 
-    def _offset_table(self, policy: RetryPolicy, lag: float, classes: int) -> list[Delay]:
-        """Every class's delay distribution padded with zeros to one width, as the rows of a
-        table (a multinomial draw over a padded row is not the one over the row)."""
-        key = (id(policy), "table", lag, classes)
+    def _delay_table(self, policy: RetryPolicy, lag: float, classes: int, only: int | None) -> DelayTable:
+        """Class ``only``'s delay, or (None) those of every class as one table."""
+        key = (id(policy), "table", lag, classes, only)
         hit = self._offset_cache.get(key)
         if hit is None:
-            rows = [self._offsets(policy, k, lag, False) for k in range(classes)]
-            width = max(len(d.offsets) for d in rows)
-            hit = []
-            for d in rows:
-                pad = width - len(d.offsets)
-                hit.append(delay(np.append(d.offsets, [d.offsets[-1]] * pad), np.append(d.probs, [0.0] * pad),
-                                 self.draws.prepare))
+            hit = delay_table([self._offsets(policy, k, lag, False)
+                               for k in ([only] if only is not None else range(classes))])
             self._offset_cache[key] = hit
         return hit
 
@@ -593,19 +587,10 @@ class Population(PopulationControls, Agent):
             wheel.schedule_classes(self._offsets(policy, 0, lag, True).first, per_class, shift)
             return
         rows = [k for k, n in enumerate(per_class) if n]
-        if len(rows) == 1:
-            k = rows[0]
-            n = per_class[k]
-            d = self._offsets(policy, k, lag, False)
-            if len(d.offsets) == 1:
-                wheel.schedule_one(d.first, n, k + shift)
-            else:
-                wheel.schedule_delay(d, self.draws.spread(n, d.drawable), k + shift, n)
-        elif rows:
-            # Several classes at once: a multinomial draw per class over the padded table of their delays.
-            table = self._offset_table(policy, lag, len(per_class))
-            for k in rows:
-                wheel.schedule_delay(table[k], self.draws.spread(per_class[k], table[k].drawable), k + shift, per_class[k])
+        if len(rows) == 1:  # one class: a multinomial draw over its delay
+            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, len(per_class), rows[0]), rows[0])
+        elif rows:  # several: one per class over the table of their delays
+            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, len(per_class), None))
 
     def _split(self, per_class: list[int], ok: int) -> tuple[list[int], list[int]]:
         total = sum(per_class)

@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from agents.compiled import kernel, multinomial_into
+
 
 class Delay(NamedTuple):
     """A delay's distribution over the slots ahead, as a draw spreads a cohort over it."""
@@ -16,17 +18,35 @@ class Delay(NamedTuple):
     probs: np.ndarray  # float64, adding up to 1
     first: int  # offsets[0]
     span: int  # the first ``span`` offsets are first, first + 1, ...; any after it repeat the last of them; 0: neither
-    drawable: object  # the probabilities as the draws take them (agents.draws.Draws.prepare)
 
 
-def delay(offsets: np.ndarray, probs: np.ndarray, prepare=lambda probs: probs) -> Delay:
-    """A ``Delay`` of these slots and probabilities; ``prepare`` makes them ``drawable``."""
+def delay(offsets: np.ndarray, probs: np.ndarray) -> Delay:
+    """A ``Delay`` of these slots and probabilities."""
     offsets = np.asarray(offsets, dtype=np.int64)
     steps = np.diff(offsets)
     run = int(np.argmax(steps != 1)) if (steps != 1).any() else len(steps)  # steps of 1 from the first slot
     span = run + 1 if (steps[run:] == 0).all() else 0  # after the run, only its last slot again (padding)
-    probs = np.ascontiguousarray(probs, dtype=np.float64)
-    return Delay(offsets, probs, int(offsets[0]), span, prepare(probs))
+    return Delay(offsets, np.ascontiguousarray(probs, dtype=np.float64), int(offsets[0]), span)
+
+
+class DelayTable(NamedTuple):
+    """Delays as the rows of one table, for ``TimingWheel.spread``: each padded to the
+    widest with its last slot at probability 0 (a multinomial draw over a padded row is
+    not the one over the row, so a table is built for the classes drawn together)."""
+    probs: np.ndarray  # [row, i]
+    offsets: np.ndarray  # [row, i]
+    firsts: np.ndarray  # [row]
+    spans: np.ndarray  # [row]
+    counts: np.ndarray  # room for one row's draw
+
+
+def delay_table(delays: list[Delay]) -> DelayTable:
+    width = max(len(d.offsets) for d in delays)
+    padded = [delay(np.append(d.offsets, [d.offsets[-1]] * (width - len(d.offsets))),
+                    np.append(d.probs, [0.0] * (width - len(d.offsets)))) for d in delays]
+    return DelayTable(np.array([d.probs for d in padded]), np.array([d.offsets for d in padded], dtype=np.int64),
+                      np.array([d.first for d in padded], dtype=np.int64),
+                      np.array([d.span for d in padded], dtype=np.int64), np.zeros(width, dtype=np.int64))
 
 
 class TimingWheel:
@@ -44,27 +64,12 @@ class TimingWheel:
         np.add.at(self.slots[attempt], idx, counts)
         self.pending += int(counts.sum()) if total is None else total
 
-    def schedule_delay(self, d: Delay, counts: np.ndarray, attempt: int, total: int) -> None:
-        """Add ``counts`` (``total`` in all) spread over the slots of ``d`` for class ``attempt``."""
-        span, size = d.span, self.size
-        if not span or d.first + span > size - 1:
-            self.schedule(d.offsets, counts, attempt, total)
-            return
-        row = self.slots[min(attempt, self.classes - 1)]
-        a = (self.pos + d.first) % size
-        b = a + span
-        if b <= size:
-            row[a:b] += counts[:span]
-        else:
-            row[a:] += counts[:size - a]
-            row[:b - size] += counts[size - a:span]
-        if len(counts) > span:
-            # Padding (zero probabilities) after the run: numpy's multinomial leaves all but the
-            # last padded slot empty, and puts there what rounding kept from the run's last slot.
-            extra = int(counts[-1])
-            if extra:
-                row[(b - 1) % size] += extra
-        self.pending += total
+    def spread(self, draws, per_class: list[int], shift: int, table: DelayTable, first_row: int = 0) -> None:
+        """Schedule ``per_class[k]`` entries of every class k as class k + shift, spread over
+        the slots of row k - first_row of ``table`` by a multinomial draw on ``draws`` (an
+        ``agents.draws.Draws``), class after class."""
+        self.pending += _spread(draws.kernel, self.slots, self.pos, np.array(per_class, dtype=np.int64), shift,
+                                first_row, *table)
 
     def schedule_one(self, offset: int, count: int, attempt: int) -> None:
         if count <= 0:
@@ -127,3 +132,37 @@ class TimingWheel:
         self.slots = np.ascontiguousarray(kept.T)
         self.pending -= gone
         return gone
+
+
+@kernel
+def _spread(draws, slots, pos, per_class, shift, first_row, probs, offsets, firsts, spans, counts):
+    """``TimingWheel.spread`` on the wheel's ``slots`` at ``pos``; returns the entries
+    scheduled. A class past the last merges into it; an offset past the wheel lands on
+    its last slot; a padded row's padding holds what numpy's multinomial leaves there (all
+    but the last padded slot empty, that one what rounding kept from the last real
+    slot), which belongs to the last real slot."""
+    classes, size = slots.shape
+    width = probs.shape[1]
+    total = 0
+    for k in range(len(per_class)):
+        n = per_class[k]
+        if n == 0:
+            continue
+        r = k - first_row
+        row = slots[min(k + shift, classes - 1)]
+        total += n
+        if width == 1:  # one slot: no draw
+            row[(pos + min(offsets[r, 0], size - 1)) % size] += n
+            continue
+        multinomial_into(draws, n, probs[r], counts)
+        span = spans[r]
+        if span == 0 or firsts[r] + span > size - 1:  # slot by slot
+            for i in range(width):
+                row[(pos + min(offsets[r, i], size - 1)) % size] += counts[i]
+        else:  # a run of slots, then padding
+            a = (pos + firsts[r]) % size
+            for i in range(span):
+                row[(a + i) % size] += counts[i]
+            if width > span:
+                row[(a + span - 1) % size] += counts[width - 1]
+    return total

@@ -80,7 +80,9 @@ def test_multinomials_are_numpys(pair):
         assert draws.multinomial(n, small) == theirs.multinomial(n, small).tolist()
         long = np.append(np.full(r.randint(1, 300), 1.0), [0.0] * r.randint(0, 3))  # a delay's slots, padded
         long /= long.sum()
-        assert draws.spread(n, draws.prepare(long)).tolist() == theirs.multinomial(n, long).tolist()
+        out = np.full(len(long) + 2, -1, dtype=np.int64)
+        draws.multinomial_into(n, long, out)
+        assert out[:len(long)].tolist() == theirs.multinomial(n, long).tolist() and out[len(long):].tolist() == [-1, -1]
         assert same_state(theirs, ours)
 
 
@@ -89,7 +91,7 @@ def test_draws_check_their_arguments_as_numpy_does(pair):
     for bad in (lambda: draws.binomial(5, 1.5), lambda: draws.binomial(-1, 0.5), lambda: draws.binomial(3, float("nan")),
                 lambda: draws.poisson(-1.0), lambda: draws.hypergeometric(3, 2, 6), lambda: draws.split([3, -1], 1),
                 lambda: draws.multinomial(-1, [0.5, 0.5]), lambda: draws.multinomial(4, [0.9, 0.9, 0.0]),
-                lambda: draws.spread(-1, draws.prepare(np.array([0.5, 0.5])))):
+                lambda: draws.multinomial_into(-1, np.array([0.5, 0.5]), np.zeros(2, dtype=np.int64))):
         with pytest.raises(ValueError):
             bad()
 
