@@ -384,7 +384,8 @@ PLAYBOOK = M(
             duration=positive("duration", required=True, example="12h", doc="simulated time from start")),
     devices=L(DEVICE, doc="the bridge device pools traffic can cross", default=list),
     services=L(SERVICE, doc="the services", default=list),
-    populations=L(POPULATION, doc="the client populations", required=True),
+    populations=L(POPULATION, doc="the client populations (their requests are what a run scores)", required=True,
+                  min=1),
     monitoring=M("monitoring as the operators get it: every component's telemetry crosses a path before it reaches "
                  "their view; ground truth goes only to the journal (and, late, to log queries)", default=dict,
                  path=_names("device pools the telemetry reports cross; empty: out of band, never lost to congestion",

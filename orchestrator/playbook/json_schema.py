@@ -46,6 +46,8 @@ def field_schema(f: Field) -> dict:
         out = {"type": "array"}
         if f.item:
             out["items"] = field_schema(f.item)
+        if f.min is not None:
+            out["minItems"] = int(f.min)
     elif t == "map":
         fields = f.fields or {}
         out = {"type": "object", "properties": {k: field_schema(v) for k, v in fields.items()},

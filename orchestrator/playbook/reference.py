@@ -86,7 +86,9 @@ def field_type(f: Field) -> str:
     if f.choices is not None:
         t = "one of " + ", ".join(f"`{c}`" for c in f.choices)
     rng = []
-    if f.min is not None:
+    if f.type == "list" and f.min is not None:
+        rng.append(f"of at least {f.min:g}")
+    elif f.min is not None:
         rng.append(f"{'>' if f.exclusive_min else '>='} {f.min:g}")
     if f.max is not None:
         rng.append(f"<= {f.max:g}")

@@ -22,7 +22,7 @@ class Field:
     type: str  # str, int, number, bool, duration, clock, list, map, dict, any
     required: bool = False
     default: Any = _MISSING
-    min: float | None = None
+    min: float | None = None  # of a list: its fewest items
     max: float | None = None
     exclusive_min: bool = False
     choices: tuple | None = None
@@ -94,6 +94,9 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
     elif t == "list":
         if not isinstance(value, list):
             issues.append(Issue(loc, value, "a list"))
+            return None
+        if spec.min is not None and len(value) < spec.min:
+            issues.append(Issue(loc, value, f"a list of at least {spec.min:g} item{'s' if spec.min != 1 else ''}"))
             return None
         value = [check(v, spec.item, _loc(loc, i), issues) for i, v in enumerate(value)] if spec.item else value
     elif t == "map":
