@@ -147,7 +147,9 @@ SERVICE = M(
                       doc="requests per second it can serve (work units: a request or a lease renewal costs one, a "
                           "lease re-establishment `reestablish_cost`); the default 1e12 is unlimited"),
     depends_on=_names("services and populations it needs: a request it takes on is answered well with the chance "
-                      "given by the product of their latest success ratios", _HEALTH_SOURCE, ["control-plane"]),
+                      "given by the product of their latest success ratios. Services that depend on each other in a "
+                      "cycle and all fail at once stay failed, as a bootstrapping deadlock does: none can succeed "
+                      "first", _HEALTH_SOURCE, ["control-plane"]),
     recycling=M("servers that break while a dependency fails and need recycling, which only works while another "
                 "service does: recovery that depends on something itself impaired. Broken servers take capacity "
                 "away and fail the requests they get",
