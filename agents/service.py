@@ -68,6 +68,9 @@ class _StoreAsk:
     waiting: list = field(default_factory=list)
 
 
+STORE_ROUND_TRIP = 2  # ticks: a cache asks its store at t, the store answers at t+1, the cache hears at t+2
+
+
 def _due(b: dict, dt: float) -> int:
     """The tick a flow's caller must hear of its timeout by, to retry on time (it hears a tick
     after the answer, at its timeout)."""
@@ -436,8 +439,11 @@ class Service(Agent):
         self._ask.misses += found["misses"]
         self._ask.new += found["new"]
         self._ask.absent = found["absent"]
+        # A miss waits at least for this tick's store request to come back: the ticks its
+        # messages take are no more the caller's waiting than those of a request the cache
+        # answers at once (whose answer also comes ticks later); a slow store's are.
         self._ask.waiting.append(_Waiting(b, hits, misses, int(found["stale"].sum()), failed, rej, delay,
-                                          max(tick, _due(b, self.world.dt))))
+                                          max(tick + STORE_ROUND_TRIP, _due(b, self.world.dt))))
 
     def _ask_store(self, tick: int) -> int:
         """Send this tick's store request; misses that all wait for keys already asked (with

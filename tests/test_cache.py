@@ -91,6 +91,19 @@ def test_a_warm_cache_starts_where_a_cold_one_ends_up(tmp_path):
     assert abs(hit_ratio(warm.metrics.iloc[900:1800]) - long_run) < 0.01
 
 
+@pytest.mark.parametrize("tick", ["1s", "0.25s"])
+def test_a_miss_is_answered_when_the_store_answers_whatever_the_tick(tmp_path, tick):
+    """A store round trip takes two ticks, as a request the cache answers at once takes
+    one each way: neither is the caller's waiting, so misses of a healthy store succeed
+    with a timeout of two ticks (they all timed out at 1 s ticks before)."""
+    w = world({"keys": 10_000, "zipf": 0.9, "ttl": "1m"}, duration="5m")
+    w["clock"]["tick"] = tick
+    w["populations"][0]["request"] = {"timeout": "2s"}
+    m = play(tmp_path, w).metrics
+    assert (m["cache.store_requests"] > 0).mean() > 0.5  # misses all along
+    assert m["clients.failed"].sum() == 0 and m["clients.ok"].sum() > 0.95 * m["clients.demand"].sum()  # (some in flight at the end)
+
+
 def test_a_flush_is_a_cold_start_whose_misses_all_go_to_the_store(tmp_path):
     flush = [{"name": "restart", "at": "00:10", "effects": [{"target": "cache", "op": "flush_cache", "args": {}}]}]
     r = play(tmp_path, world({"keys": 10_000, "zipf": 0.9, "ttl": "1h"}, triggers=flush, duration="15m"))
@@ -137,7 +150,10 @@ def test_serve_stale_answers_from_expired_values_while_the_store_is_down(tmp_pat
 
 def stampede(evict: bool, trigger: dict, mitigation: dict | None = None, duration: str = "40m") -> dict:
     """A warm cache of every key in front of a store that takes a fifth of the traffic:
-    normally it sees only the misses (well under 1%)."""
+    normally it sees only the misses (well under 1%). At 1 s ticks: a missed key stays
+    missing for the two ticks of its store round trip, and every lookup of it meanwhile
+    asks the store again, so how strong the stampede is depends on the tick (see the
+    reference's cache section); at 0.1 s ticks this one does not hold."""
     more = {"triggers": [{"name": "trigger", "at": "00:05", "effects": [trigger]}]}
     if mitigation:
         more["mitigations"] = [{"name": "fix", "deploy": False, "effects": [mitigation]}]
@@ -162,9 +178,9 @@ def test_evict_on_error_turns_a_flush_into_a_stampede_that_sustains_itself(tmp_p
         assert late["db.success_ratio"].mean() > 0.999
     else:  # a hot key's failed answers delete it as fast as its good ones store it
         assert hit_ratio(late) < 0.8
-        assert late["cache.store_requests"].mean() > 2 * 1000  # the store stays overloaded, half an hour on
+        assert late["cache.store_requests"].mean() > 1.5 * 1000  # the store stays overloaded, half an hour on
         assert late["db.success_ratio"].mean() < 0.6
-        assert late["clients.tries"].sum() > 1.3 * late["clients.demand"].sum()  # and the clients retry
+        assert late["clients.tries"].sum() > 1.1 * late["clients.demand"].sum()  # and the clients retry
 
 
 @pytest.mark.parametrize("fix", [{"target": "cache", "op": "set_coalescing", "args": {}},

@@ -252,7 +252,11 @@ SERVICE = M(
     cache=M("the service is a cache in front of a store service (see agents/cache.py): callers ask for keys of "
             "Zipf popularity; a lookup of a fresh key is answered by the cache (at the service's own capacity), "
             "a miss is asked of the store and its caller is answered when the store answers (or at its timeout). "
-            "The operations flush_cache, set_coalescing, set_serve_stale, set_evict_on_error and set_cache_ttl "
+            "A store round trip takes two ticks (asked at one, answered at the next, heard at the one after), which "
+            "are not counted against the caller's timeout, as the ticks a request the cache answers at once takes are "
+            "not; but a missed key stays missing for them, and without coalescing each lookup of it meanwhile asks "
+            "the store again: how hard a flush hits the store, and whether a stampede holds, depends on the tick. "
+            "Check a cache world's outcome at a shorter tick (--tick). The operations flush_cache, set_coalescing, set_serve_stale, set_evict_on_error and set_cache_ttl "
             "change it during a run",
             store=Field("str", required=True, example="user-db",
                         doc="the service misses are asked of (another service; it answers the cache)"),
