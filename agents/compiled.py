@@ -102,6 +102,8 @@ def _register_draws() -> None:
     def compiled_multinomial_into(draws, n, probs, out):
         def impl(draws, n, probs, out):
             d = len(probs)
+            if not (probs.flags.c_contiguous and out.flags.c_contiguous and len(out) >= d):
+                raise ValueError("multinomial_into: expected contiguous probabilities and room for the counts")
             out[:d] = 0
             c_multinomial(pointer(draws[0]), n, pointer(out.ctypes.data), pointer(probs.ctypes.data), d,
                           pointer(draws[1]))
