@@ -208,8 +208,8 @@ class Draws:
             out[:d] = self.rng.multinomial(n, probs)
             return
         out[:d] = 0
-        _lib.random_multinomial(self._bitgen, n, _ffi.from_buffer("int64_t[]", out), _ffi.from_buffer("double[]", probs),
-                                d, self._binomial)
+        counts, pix = _ffi.from_buffer("int64_t[]", out), _ffi.from_buffer("double[]", probs)
+        _lib.random_multinomial(self._bitgen, n, counts, pix, d, self._binomial)
 
 
 _ZEROS = [0] * _MAX_CLASSES

@@ -101,7 +101,8 @@ def test_a_miss_is_answered_when_the_store_answers_whatever_the_tick(tmp_path, t
     w["populations"][0]["request"] = {"timeout": "2s"}
     m = play(tmp_path, w).metrics
     assert (m["cache.store_requests"] > 0).mean() > 0.5  # misses all along
-    assert m["clients.failed"].sum() == 0 and m["clients.ok"].sum() > 0.95 * m["clients.demand"].sum()  # (some in flight at the end)
+    assert m["clients.failed"].sum() == 0
+    assert m["clients.ok"].sum() > 0.95 * m["clients.demand"].sum()  # (the last ticks' answers are on their way)
 
 
 def test_a_flush_is_a_cold_start_whose_misses_all_go_to_the_store(tmp_path):
@@ -153,7 +154,7 @@ def stampede(evict: bool, trigger: dict, mitigation: dict | None = None, duratio
     normally it sees only the misses (well under 1%). At 1 s ticks: a missed key stays
     missing for the two ticks of its store round trip, and every lookup of it meanwhile
     asks the store again, so how strong the stampede is depends on the tick (see the
-    reference's cache section); at 0.1 s ticks this one does not hold."""
+    reference's cache section); at 0.25 s ticks this one does not hold."""
     more = {"triggers": [{"name": "trigger", "at": "00:05", "effects": [trigger]}]}
     if mitigation:
         more["mitigations"] = [{"name": "fix", "deploy": False, "effects": [mitigation]}]
