@@ -169,7 +169,7 @@ def seeds_needed(min_p, threshold: float, limit: int = 10_000) -> int:
 def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFrame:
     """Per runbook (and sweep point): runs, success rate (loop broken within the
     horizon and not re-formed, or never formed), the runs whose loop never formed, median and p90 time to break with 95%
-    CIs, median impact with its CI, collateral and actions."""
+    CIs, median impact with its CI, collateral (connections broken, requests turned away) and actions."""
     keys = [*(sweep_vars or []), "runbook"]
     out = []
     for key, g in df.groupby(keys, sort=False):
@@ -185,7 +185,8 @@ def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFra
                 "median_break_s": quantile(t, 0.5), "median_break_ci": (lo, hi),
                 "p90_break_s": quantile(t, 0.9), "p90_break_ci": (lo90, hi90),
                 "median_impact": quantile(impact, 0.5), "median_impact_ci": (ilo, ihi),
-                "mean_collateral": float(g["collateral"].mean()), "mean_actions": float(g["actions"].mean())}
+                "mean_connections_broken": float(g["connections_broken"].mean()),
+                "mean_turned_away": float(g["turned_away"].mean()), "mean_actions": float(g["actions"].mean())}
         out.append(rec)
     return pd.DataFrame(out)
 

@@ -5,6 +5,7 @@ second), so many seeds stay cheap."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_the_statistics_on_known_samples():
     assert cs.mann_whitney(np.array([np.inf] * 4), np.array([np.inf] * 4)) == 1.0
     df = pd.DataFrame({"runbook": ["a"] * 4, "seed": range(4), "loop_formed": [True, True, False, True],
                        "loop_broken_s": [60.0, np.nan, np.nan, 120.0], "impact": [1.0, 2, 3, 4],
-                       "collateral": 0, "actions": 1})
+                       "connections_broken": 0, "turned_away": 0, "actions": 1})
     t = cs.time_to_break(df).tolist()
     assert t == [60.0, np.inf, 0.0, 120.0]  # never formed counts 0, stuck counts slowest
     s = cs.summary(df).iloc[0]
@@ -124,6 +125,19 @@ def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
                                "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
         assert not out.exists()
+
+
+def test_the_table_counts_the_requests_a_runbook_turned_away_beside_the_connections_it_broke(tmp_path):
+    """Shedding load is collateral too: a runbook that halves the rate shows the requests it
+    held back, as its runs' score.json counts them (it used to show 0)."""
+    shed = tmp_path / "shed.yaml"
+    shed.write_text('name: shed\nrules:\n  - {name: shed, when: {at: "00:04"}, do: shed_load}\n')
+    df = compare(MINI, ["none", str(shed)], 2, parallel=False, keep_runs=tmp_path / "runs")
+    assert set(df[df["runbook"] == "none"]["turned_away"]) == {0}
+    for _, row in df[df["runbook"] == "shed"].iterrows():
+        score = json.loads((tmp_path / "runs" / f"shed-s{row['seed']}" / "score.json").read_text())
+        assert row["turned_away"] == score["collateral"]["requests_turned_away"] > 0
+        assert row["connections_broken"] == score["collateral"]["connections_broken_by_actions"]
 
 
 # -- the cache of runs ------------------------------------------------------------------------------

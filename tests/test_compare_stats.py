@@ -28,7 +28,7 @@ def results(times: dict[str, list[float]], relapsed: dict[str, list[int]] | None
             row = dict.fromkeys(COLUMNS, math.nan)
             row |= {"runbook": rb, "seed": seed, "trigger_s": 1800.0, "loop_formed": True,
                     "loop_broken_s": math.nan if rel else t, "loop_broken": "", "backlog_drained": "",
-                    "impact": 100.0 + seed, "collateral": 0, "actions": 2, "horizon_s": 14400.0,
+                    "impact": 100.0 + seed, "connections_broken": 0, "turned_away": 0, "actions": 2, "horizon_s": 14400.0,
                     "outcome": "relapsed" if rel else "stuck" if math.isnan(t) else "broken after the runbook acted"}
             rows.append(row)
     return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -25,7 +25,7 @@ from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, 
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_drained_s", "backlog_drained",
-           "impact", "first_update_s", "collateral", "actions", "outcome", "horizon_s")
+           "impact", "first_update_s", "connections_broken", "turned_away", "actions", "outcome", "horizon_s")
 #: a run's outcome: no loop formed; it broke with nobody acting; it broke after the runbook acted
 #: (whether because of it, the counterfactuals of `gameday run` say; a comparison does not play
 #: them); it broke and re-formed, and was not broken at the horizon; it never broke
@@ -110,7 +110,8 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
            "loop_broken": broken.get("clock", ""), "backlog_drained_s": after_trigger(backlog),
            "backlog_drained": backlog.get("clock", ""), "impact": float(score["impact"]["weighted_total"]),
            "first_update_s": after_trigger(score.get("first_customer_update")),
-           "collateral": int(score["collateral"]["connections_broken_by_actions"]),
+           "connections_broken": int(score["collateral"]["connections_broken_by_actions"]),
+           "turned_away": int(score["collateral"].get("requests_turned_away", 0)),
            "actions": int(score["actions_taken"]), "outcome": outcome, "horizon_s": horizon_s}
     return row
 
