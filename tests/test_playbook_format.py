@@ -292,3 +292,21 @@ def test_every_agent_refuses_an_apply_outside_an_operations_declared_choices_or_
                 assert events[0]["reason"].startswith(f"{arg} {bad!r}: expected "), events[0]
                 checked.add((type(agent).__name__, op))
     assert len(checked) >= 20, sorted(checked)
+
+
+def test_the_tick_is_held_to_the_timeouts_that_apply(tmp_path):
+    """A per-request population's connection timeout does not apply (it opens no pooled
+    connection), unless an effect may switch it to pooled."""
+    from orchestrator.errors import InvalidInput
+
+    base = {"name": "t", "title": "t", "clock": {"start": "00:00", "tick": "4s", "duration": "5m"},
+            "services": [{"name": "svc"}],
+            "populations": [{"name": "phones", "clients": 10, "rate": 1.0, "mode": "per_request", "target": "svc",
+                             "request": {"timeout": "5s"}, "connection": {"timeout": "3s"}}]}
+    path = tmp_path / "t.yaml.j2"
+    path.write_text(yaml.safe_dump(base))
+    assert load_playbook(str(path)).data["clock"]["tick"] == 4.0
+    base["mitigations"] = [{"name": "pool", "effects": [{"target": "phones", "op": "set_mode", "args": {"mode": "pooled"}}]}]
+    path.write_text(yaml.safe_dump(base))
+    with pytest.raises(InvalidInput, match="populations\\[0\\].connection.timeout of phones: 3 s"):
+        load_playbook(str(path))

@@ -433,8 +433,12 @@ def _check_clock(data: dict, n: _Names) -> None:
 def tick_issues(data: dict, tick: float, where: str) -> list[Issue]:
     """A tick no longer than the clients' shortest timeout: a client hears of its requests
     and connections tick by tick, so a longer tick would let it wait far past its timeout."""
+    switched = {e["target"] for section in ("triggers", "mitigations", "faults") for a in data.get(section) or []
+                for e in a["effects"] if e["op"] == "set_mode"}
+    # a connection's timeout counts for pooled clients, or clients an effect may switch to pooled
     timeouts = [(f"populations[{i}].{part}.timeout of {p['name']}", p[part]["timeout"])
-                for i, p in enumerate(data["populations"]) for part in ("request", "connection")]
+                for i, p in enumerate(data["populations"]) for part in ("request", "connection")
+                if part == "request" or p["mode"] == "pooled" or p["name"] in switched]
     if not timeouts:
         return []
     field_, shortest = min(timeouts, key=lambda t: t[1])
