@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
-from .timefmt import format_clock, format_delta as _delta, format_minutes, parse_clock
+from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock
 from .summary import not_reached
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
@@ -156,6 +156,7 @@ class _Reading:
     loop: dict  # the playbook's scoring.loop
     signal: tuple | None  # loop_signal: (name, series, threshold)
     effective: list[dict]  # action_effective events
+    changes: list[dict]  # what changed the world: actions taking effect, triggers, faults injected (_changes)
 
     @classmethod
     def of(cls, run: RunData) -> _Reading:
@@ -171,7 +172,7 @@ class _Reading:
                    next((e for e in events if e["event"] == "trigger"), None),
                    next((e["tick"] for e in events if e["event"] == "status_posted"), None),
                    loop, loop_signal(loop, m, dt) if len(m) else None,
-                   [e for e in events if e["event"] == "action_effective"])
+                   [e for e in events if e["event"] == "action_effective"], _changes(events))
 
     @property
     def m(self) -> pd.DataFrame:
@@ -305,7 +306,7 @@ def _timeline(r: _Reading) -> list[dict]:
             add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == r.first_update else None)
         elif ev == "action_effective":
             lead = (tick - e.get("asked_tick", tick)) * r.dt
-            add(tick, f"took effect: {e['action']}", f"{format_minutes(lead, 0)} after it was asked")
+            add(tick, f"took effect: {e['action']}", f"{format_wait(lead)} after it was asked")
             if e["action"] in history and r.trigger_tick is not None:
                 real = history[e["action"]]
                 timeline[-1]["par"] = (f"{_clock(real)} (T{_delta(real - r.start_s - r.trigger_tick * r.dt)}, the real "
@@ -318,9 +319,9 @@ def _timeline(r: _Reading) -> list[dict]:
             add(e["at_tick"], f"milestone: {_milestone_label(e['milestone'])}",
                 "" if final or r.relapses.get(e["milestone"]) is None else "it did not hold", e["milestone"] if final else None)
         elif e["event"] == "relapse":
-            before = _last_before(r.effective, e["at_tick"])
+            before = _last_before(r.changes, e["at_tick"])
             add(e["at_tick"], f"relapse: {_milestone_label(e['milestone'])} no longer",
-                f"{_relapse_what(e['milestone'])}" + (f", after {before['action']} ({r.at(before['tick'])})" if before else ""))
+                f"{_relapse_what(e['milestone'])}" + (f", after {before['what']} ({r.at(before['tick'])})" if before else ""))
     timeline.sort(key=lambda row: row["tick"])
     return timeline
 
@@ -345,7 +346,7 @@ def _findings(r: _Reading) -> list[Finding]:
         if n:
             findings.append(Finding(f"{who} turned away {n:,} requests", "refused by its throttle or held back by "
                                     "its lowered rate, for as long as it held", "collateral"))
-    findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.effective, at, r.until)
+    findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.changes, at, r.until)
     loop_at = r.milestones_reached.get("loop_broken")
     if r.run.attribution is not None:
         findings += _counterfactual_findings(r.run.attribution)
@@ -403,20 +404,34 @@ def _relapse_what(key: str) -> str:
         key, f"{key[len('recovered:'):]} failed again" if key.startswith("recovered:") else f"{key} failed again")
 
 
-def _last_before(effective: list[dict], tick: int) -> dict | None:
-    """The last action to take effect at or before ``tick``."""
-    before = [e for e in effective if e["tick"] <= tick]
+def _changes(events: list[dict]) -> list[dict]:
+    """What changed the world, in order, each with its tick and ``what`` happened: actions
+    taking effect, triggers firing, faults injected (a relapse follows one of these)."""
+    out = []
+    for e in events:
+        if e["event"] == "action_effective":
+            out.append({"tick": e["tick"], "what": f"{e['action']} took effect"})
+        elif e["event"] == "trigger":
+            out.append({"tick": e["tick"], "what": f"the trigger {e.get('trigger', '')} fired".replace("  ", " ")})
+        elif e["event"] == "fault_injected":
+            out.append({"tick": e["tick"], "what": f"the fault {e.get('fault', '')} was injected".replace("  ", " ")})
+    return out
+
+
+def _last_before(changes: list[dict], tick: int) -> dict | None:
+    """The last change at or before ``tick``."""
+    before = [e for e in changes if e["tick"] <= tick]
     return before[-1] if before else None
 
 
-def _relapses(relapses, first, final, effective, at, until) -> list[Finding]:
+def _relapses(relapses, first, final, changes, at, until) -> list[Finding]:
     """A finding per milestone that relapsed: when it first held, when it failed again
-    and after what, and whether it came back."""
+    and after what (an action, a trigger or a fault), and whether it came back."""
     out = []
     for key, ticks in relapses.items():
         label = _milestone_label(key)
-        before = _last_before(effective, ticks[-1])
-        after = f" after {before['action']} took effect at {at(before['tick'])}" if before else ""
+        before = _last_before(changes, ticks[-1])
+        after = f" after {before['what']} at {at(before['tick'])}" if before else ""
         end = (f"it held again from {at(final[key])} to the end" if key in final
                else f"it did not hold again by {until}")
         times = f"{len(ticks)} times" if len(ticks) > 1 else "once"
@@ -456,12 +471,13 @@ def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relap
         out.append(f"No trigger fired by {until}.")
     elif bad_tick is not None:
         out.append(f"The trigger at {at(trigger_tick)} set off the loop: {measure} fell out of bounds at "
-                   f"{at(bad_tick)}, {format_minutes((bad_tick - trigger_tick) * dt, 0)} after it.")
+                   f"{at(bad_tick)}, {format_wait((bad_tick - trigger_tick) * dt)} after it.")
     else:
         out.append(f"The trigger at {at(trigger_tick)} did not push {measure} out of bounds.")
     alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
-    actions = sum(1 for e in events if e["event"] == "action_requested")
     loop = milestones.get("loop_broken")
+    # the actions asked before the loop broke (or all of them, if it did not)
+    actions = sum(1 for e in events if e["event"] == "action_requested" and (loop is None or e["tick"] <= loop))
     seen = f"The operators' first alarm ({alarm['alarm']}) came at {at(alarm['tick'])}" if alarm else \
         "No alarm reached the operators"
     broken = f"the loop was broken at {at(loop)}" if loop is not None else f"the loop was not broken by {until}"

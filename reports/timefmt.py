@@ -84,6 +84,11 @@ def format_minutes(seconds: float | None, decimals: int = 1) -> str:
     return f"{seconds / 60:.{decimals}f} min"
 
 
+def format_wait(seconds: float) -> str:
+    """A short wait as people say it: ``35 s`` under a minute, else ``12 min``."""
+    return f"{seconds:.0f} s" if seconds < 60 else format_minutes(seconds, 0)
+
+
 def format_minutes_difference(seconds: float) -> str:
     """``+12.5 min``; "undefined" when both sides are unbroken, ±inf when one is."""
     if math.isnan(seconds):

@@ -86,6 +86,20 @@ def test_compare_counts_a_relapsed_run_as_not_broken(herd, paced):
     assert rows["paced"]["outcome"] == "broken after the runbook acted" and rows["paced"]["loop_broken_s"] > 0
 
 
+def test_a_relapse_is_put_down_to_the_last_change_before_it_whatever_made_it():
+    """A trigger firing again (or a fault injected) after the last action is what came
+    before a relapse: the report names it, not the innocent action before it."""
+    from reports.analysis import _changes, _last_before
+
+    events = [{"event": "action_effective", "tick": 100, "action": "restore_load"},
+              {"event": "trigger", "tick": 200, "trigger": "brownout"},
+              {"event": "fault_injected", "tick": 300, "fault": "dns-outage"}]
+    assert _last_before(_changes(events), 150)["what"] == "restore_load took effect"
+    assert _last_before(_changes(events), 222)["what"] == "the trigger brownout fired"
+    assert _last_before(_changes(events), 300)["what"] == "the fault dns-outage was injected"
+    assert _last_before(_changes(events), 99) is None
+
+
 def test_the_report_and_the_summary_say_the_loop_re_formed(herd):
     a = analyse(herd)
     assert a.verdict.startswith("The loop broke at 00:1") and "re-formed at 00:20" in a.verdict
