@@ -219,7 +219,13 @@ def analyse(run: RunData) -> Analysis:
                 "ticks": f"{r.ticks_done} of {meta.get('ticks_planned', '?')} ({r.dt:g} s each)"}
     summary = _summary(r.trigger, r.trigger_tick, r.bad_tick, r.signal[0] if r.signal else "the loop's measure", r.events,
                        r.milestones_reached, r.relapses, r.score, weighted, backlog, r.at, r.dt, r.partial, r.until)
-    return Analysis(title=f"{meta.get('playbook')} - runbook {meta.get('runbook')} - seed {meta.get('seed')}",
+    handovers = meta.get("takeovers") or []
+    if handovers:  # a fork: say whose runbook played when, first
+        summary.insert(0, f"This run is a fork of {meta.get('forked_from')}: runbook {meta.get('runbook_before_fork')} "
+                          f"until {r.at(handovers[-1]['tick'])}, then {handovers[-1]['runbook']} (fork.json compares "
+                          f"them).")
+    fork_note = f" (a fork at {r.at(handovers[-1]['tick'])})" if handovers else ""
+    return Analysis(title=f"{meta.get('playbook')} - runbook {meta.get('runbook')}{fork_note} - seed {meta.get('seed')}",
                     partial=r.partial, status=str(meta.get("status")), simulated_until=r.until,
                     summary=summary, verdict=_verdict(r), measures=_measures(r), impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,

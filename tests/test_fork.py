@@ -45,6 +45,31 @@ def test_a_fork_is_the_original_up_to_t_and_differs_after_when_the_runbook_acts_
     assert meta["forked_at_tick"] == t and meta["runbook"] == "fix-early" and meta["runbook_before_fork"] == "fix-late"
 
 
+def test_a_fork_replays_as_it_was_played_and_a_fork_of_it_is_it_up_to_t(original, tmp_path):
+    """A replay of a fork plays the runbook it started with, hands over at the fork's tick,
+    and writes the very same files; a fork of a fork is the fork up to its own tick (both
+    used to play the fork's runbook from the first tick)."""
+    from orchestrator.runs.runner import replay, same_as_recording
+    from reports.analysis import analyse
+
+    run, late = original
+    fork(run.dir, "00:06", FIX, tmp_path / "fork")
+    again = replay(tmp_path / "fork", tmp_path / "replayed")
+    assert same_as_recording(tmp_path / "fork", again.dir) == []
+    assert again.meta["takeovers"] == json.loads((tmp_path / "fork" / "meta.json").read_text())["takeovers"]
+    assert again.meta["variables"] == run.meta["variables"] != {}  # (the run's copy of its playbook has none)
+    report = analyse(again)
+    assert report.summary[0].startswith("This run is a fork of") and "then fix-early" in report.summary[0]
+    assert "(a fork at 00:06:00)" in report.title
+    fork(tmp_path / "fork", "00:09", late, tmp_path / "fork2")  # (fix-late never acts again: the fix is in)
+    t = 540
+    a, b = pd.read_csv(tmp_path / "fork" / "metrics.csv"), pd.read_csv(tmp_path / "fork2" / "metrics.csv")
+    pd.testing.assert_frame_equal(a.iloc[:t], b.iloc[:t])
+    meta = json.loads((tmp_path / "fork2" / "meta.json").read_text())
+    assert [(h["tick"], h["runbook"]) for h in meta["takeovers"]] == [(360, "fix-early"), (540, "fix-late")]
+    assert same_as_recording(tmp_path / "fork2", replay(tmp_path / "fork2", tmp_path / "replayed2").dir) == []
+
+
 def test_a_fork_finds_a_playbook_files_own_runbook_by_name(tmp_path):
     """Named, a runbook is one of those beside the run's playbook file (the run directory
     holds a copy of the playbook, with no runbooks beside it)."""

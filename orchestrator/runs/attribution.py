@@ -36,6 +36,7 @@ from reports.rundir import read_events
 
 from orchestrator.hosting.inprocess import InProcessHost
 from orchestrator.engine.journal import write_json_atomic
+from orchestrator.errors import RunDirectoryError
 from orchestrator.runs.runner import prepare, recording
 from orchestrator.engine.scoring import Scorer
 from reports.timefmt import format_clock, parse_clock
@@ -52,7 +53,9 @@ class Replay:
     its score, whose effects of some actions can be withheld."""
 
     def __init__(self, run_dir: Path):
-        self.meta, self.injections, spec = recording(run_dir)
+        self.meta, self.injections, takeovers, spec = recording(run_dir)
+        if takeovers:
+            raise RunDirectoryError(f"{run_dir} is a fork: its counterfactuals are not played (attribute its original)")
         spec.duration = float(self.meta["ticks_done"]) * float(self.meta["tick_s"])
         self.pb, _, _, self.plan = prepare(spec)
         self.host = InProcessHost(self.plan)

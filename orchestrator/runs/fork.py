@@ -15,13 +15,11 @@ import json
 from pathlib import Path
 
 from reports import rundir
-from orchestrator.hosting.inprocess import build_agent
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.playbook.loader import load_playbook, load_runbook
-from orchestrator.runs.runner import WorldRun, feed, recording
+from orchestrator.runs.runner import TAKEOVERS, WorldRun, feed, recording, take_over
 from reports.timefmt import format_clock, parse_clock
 from orchestrator.errors import InvalidInput, Issue
-from orchestrator.engine.world import OPERATOR
 
 MEASURES = (("loop_broken", "loop broken"), ("backlog_drained", "backlog drained"),
             ("devices_healthy", "devices healthy"), ("first_customer_update", "first customer update"))
@@ -42,37 +40,34 @@ def at_tick(meta: dict, at: str) -> int:
     return t
 
 
-def take_over(run: WorldRun, rules: list[dict]) -> None:
-    """Replace the world's operator by one that follows ``rules``, with what the old one knew."""
-    host = run.host
-    old = host.agents[OPERATOR]
-    spec = {"rules": rules, "_wiring": old.wiring}
-    new = build_agent("operator:runbook", OPERATOR, spec, run.plan.info)
-    new.take_over(old)
-    host.agents[OPERATOR] = new
-
-
 def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     """Write the fork into ``out``; returns the comparison with the original."""
     run_dir = Path(run_dir)
-    meta, injections, spec = recording(run_dir)
+    meta, injections, takeovers, spec = recording(run_dir)
     spec.duration = float(meta["duration_s"])  # play on to the scenario's end
     t_fork = at_tick(meta, at)
     pb = load_playbook(str(run_dir / rundir.PLAYBOOK))
     source = meta.get("playbook_source")
     # A runbook named is one of those beside the run's own playbook file, not beside its copy in the run.
     rb_text, rb = load_runbook(runbook, dataclasses.replace(pb, source=source) if source else pb)
+    # Up to the fork, the recording: its inputs and its own takeovers (a fork of a fork);
+    # at the fork, the new runbook's.
+    before = {t: a for t, a in takeovers.items() if t < t_fork}
+    handovers = [*(dict(a, tick=t) for t, a in sorted(before.items())),
+                 {"tick": t_fork, "runbook": rb["name"], "rules": rb.get("rules") or []}]
     run = WorldRun(spec, out, meta={"forked_from": str(run_dir), "forked_at": at, "forked_at_tick": t_fork,
-                                    "runbook": rb["name"], "runbook_before_fork": meta.get("runbook")})
-    (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text((run_dir / rundir.RUNBOOK).read_text(encoding="utf-8"))
+                                    "runbook": rb["name"], "runbook_before_fork": meta.get("runbook"),
+                                    "variables": meta.get("variables", {}), TAKEOVERS: handovers})
+    (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text(Path(spec.runbook).read_text(encoding="utf-8"))
     (Path(out) / rundir.RUNBOOK).write_text(rb_text, encoding="utf-8")
+    plays = {**before, t_fork: handovers[-1]}
     status = rundir.INTERRUPTED
     try:
         while not run.done:
+            take_over(run, plays.get(run.tick))
             if run.tick < t_fork:
                 feed(run, injections.get(run.tick, []))  # the recording's commands, before the fork only
             elif run.tick == t_fork:
-                take_over(run, rb.get("rules") or [])
                 run.note("forked", runbook=rb["name"], before=meta.get("runbook"))
             run.step()
         status = rundir.COMPLETE

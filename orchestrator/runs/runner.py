@@ -16,12 +16,12 @@ from reports.rundir import RunData, load_run
 from orchestrator.engine.clock import PacedClock, SimulatedClock
 from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError
 from orchestrator.hosting.host import Host, HostingOptions
-from orchestrator.hosting.inprocess import TickResult
+from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import RunWriter, check_out_dir
 from orchestrator.playbook.loader import MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook, parse_yaml, read_text, runbook_files, tick_issues
 from orchestrator.engine.scoring import Scorer
 from orchestrator.hosting.wire import encode
-from orchestrator.engine.world import build_plan
+from orchestrator.engine.world import OPERATOR, build_plan
 
 
 @dataclass
@@ -178,14 +178,16 @@ class WorldRun:
 
 def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: HostingOptions = HostingOptions(),
             speed: float | None = None, injections: dict[int, list[dict]] | None = None,
-            attribution: bool = False) -> RunData:
+            attribution: bool = False, takeovers: dict[int, dict] | None = None, meta: dict | None = None) -> RunData:
     """``speed``: simulated seconds per wall second (None: as fast as possible).
     ``injections``: tick -> recorded ``injected`` events (and session notes) to send into
-    the world again before that tick (a replay). ``attribution``: once the run is
+    the world again before that tick (a replay). ``takeovers``: tick -> the runbook whose
+    operator takes over before that tick (a replayed fork: ``take_over``). ``meta``: more
+    for meta.json. ``attribution``: once the run is
     complete, play the counterfactuals of the actions before the loop broke and write
     ``attribution.json`` (orchestrator/runs/attribution.py)."""
-    run = WorldRun(spec, out, hosting, speed, keep_action_states=attribution)
-    if not injections:  # nothing comes from outside: the hosts may step ahead of the journal
+    run = WorldRun(spec, out, hosting, speed, meta=meta, keep_action_states=attribution)
+    if not injections and not takeovers:  # nothing comes from outside: the hosts may step ahead of the journal
         run.host.run_ahead()
     if speed is not None:
         clock = PacedClock(run.plan.info.dt, speed)
@@ -194,6 +196,7 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
     try:
         while not run.done:
+            take_over(run, (takeovers or {}).get(run.tick))
             feed(run, (injections or {}).get(run.tick, []))
             clock.wait_for(run.tick)
             run.step()
@@ -231,9 +234,29 @@ def feed(run: WorldRun, recorded: list[dict]) -> None:
             run.note(e["event"], **rest)
 
 
-def recording(run_dir: Path, duration_s: float | None = None) -> tuple[dict, dict[int, list[dict]], RunSpec]:
-    """What it takes to play a recorded run again: (meta, tick -> recorded inputs, the
-    spec). ``duration_s``: play this long instead of the ticks the run did."""
+#: meta.json's key for the runbooks that took over during a run (a fork's): [{tick, runbook, rules}]
+TAKEOVERS = "takeovers"
+
+
+def take_over(run: WorldRun, runbook: dict | None) -> None:
+    """Replace the world's operator by one that follows ``runbook["rules"]``, with what the
+    old one knew (None: nothing to do)."""
+    if runbook is None:
+        return
+    host = run.host
+    old = host.agents[OPERATOR]
+    spec = {"rules": runbook["rules"], "_wiring": old.wiring}
+    new = build_agent("operator:runbook", OPERATOR, spec, run.plan.info)
+    new.take_over(old)
+    host.agents[OPERATOR] = new
+
+
+def recording(run_dir: Path, duration_s: float | None = None) \
+        -> tuple[dict, dict[int, list[dict]], dict[int, dict], RunSpec]:
+    """What it takes to play a recorded run again: (meta, tick -> recorded inputs, tick ->
+    the runbook that took over then, the spec). A fork starts with the runbook in
+    ``runbook-before-fork.yaml``. ``duration_s``: play this long instead of the ticks the
+    run did."""
     run_dir = Path(run_dir)
     try:
         meta = json.loads((run_dir / rundir.META).read_text(encoding="utf-8"))
@@ -251,10 +274,12 @@ def recording(run_dir: Path, duration_s: float | None = None) -> tuple[dict, dic
     ticks = int(meta.get("ticks_done", 0))
     if ticks == 0:
         raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to play again")
-    spec = RunSpec(playbook=str(run_dir / rundir.PLAYBOOK), runbook=str(run_dir / rundir.RUNBOOK), seed=int(meta["seed"]),
+    takeovers = {int(a["tick"]): a for a in meta.get(TAKEOVERS) or []}
+    first = rundir.RUNBOOK_BEFORE_FORK if takeovers else rundir.RUNBOOK
+    spec = RunSpec(playbook=str(run_dir / rundir.PLAYBOOK), runbook=str(run_dir / first), seed=int(meta["seed"]),
                    duration=duration_s or ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]),
                    shards=meta.get("shards_option"), console=meta.get("operator") == "console")
-    return meta, injections, spec
+    return meta, injections, takeovers, spec
 
 
 def replay(run_dir: Path, out: Path, hosting: HostingOptions = HostingOptions()) -> RunData:
@@ -262,8 +287,9 @@ def replay(run_dir: Path, out: Path, hosting: HostingOptions = HostingOptions())
     the seed, and everything that entered the world from outside (a team's commands, a
     facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
     are copied at their ticks. The result is identical, ticks and events."""
-    _, injections, spec = recording(run_dir)
-    return execute(spec, out, hosting=hosting, injections=injections)
+    meta, injections, takeovers, spec = recording(run_dir)
+    keep = {k: meta[k] for k in ("variables", TAKEOVERS) if k in meta}  # (a fork's rendered playbook has no variables)
+    return execute(spec, out, hosting=hosting, injections=injections, takeovers=takeovers, meta=keep)
 
 
 #: what a replay must reproduce byte for byte
