@@ -20,6 +20,7 @@ from .summary import not_reached
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
 BLIND_VISIBILITY = 0.5  # monitoring is blind while under half of the observed metrics are fresh
+SEEING_VISIBILITY = 0.9  # with this share of them fresh, what held in ground truth was seen
 MIN_BLIND_S = 300.0  # shorter blindness (the first telemetry still on its way) is not a finding
 WINDOW_S = 60.0  # rates are reported per minute
 
@@ -504,18 +505,19 @@ def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relap
     return out
 
 
-def _condition_metrics(cond: dict) -> list[tuple[str, dict]]:
-    """(metric, condition) for every metric condition in a rule's ``when``."""
+def _leaf_conditions(cond: dict) -> list[dict]:
+    """Every simple condition (metric, alarm, done, at, ...) in a rule's ``when``, however
+    nested in all / any / not."""
     if not isinstance(cond, dict):
         return []
     out = []
     for key in ("all", "any"):
         for c in cond.get(key) or []:
-            out += _condition_metrics(c)
+            out += _leaf_conditions(c)
     if "not" in cond:
-        out += _condition_metrics(cond["not"])
-    if "metric" in cond:
-        out.append((cond["metric"], cond))
+        out += _leaf_conditions(cond["not"])
+    if not {"all", "any", "not"} & set(cond):
+        out.append(cond)
     return out
 
 
@@ -529,19 +531,19 @@ def _rules_never_fired(runbook, events, playbook, m, dt, at) -> list[Finding]:
         name = rule.get("name", f"rule {i + 1}")
         if name in fired:
             continue
-        when = rule.get("when") or {}
         why = []
-        for metric, cond in _condition_metrics(when):
-            why.append(_why_metric(metric, cond, m, dt, at))
-        if "alarm" in when:
-            a = alarm_defs.get(when["alarm"], {})
-            if when["alarm"] not in alarms_raised:
-                why.append(f"alarm {when['alarm']} never fired" + (
-                    f"; {_why_metric(a['metric'], a, m, dt, at)}" if a.get("metric") and not a.get("no_data") else ""))
-        if "done" in when and when["done"] not in requested:
-            why.append(f"it waits for {when['done']}, which nobody asked for")
-        if "at" in when:
-            why.append(f"it is timed for {when['at']}")
+        for leaf in _leaf_conditions(rule.get("when") or {}):
+            if "metric" in leaf:
+                why.append(_why_metric(leaf["metric"], leaf, m, dt, at))
+            if "alarm" in leaf:
+                a = alarm_defs.get(leaf["alarm"], {})
+                if leaf["alarm"] not in alarms_raised:
+                    why.append(f"alarm {leaf['alarm']} never fired" + (
+                        f"; {_why_metric(a['metric'], a, m, dt, at)}" if a.get("metric") and not a.get("no_data") else ""))
+            if "done" in leaf and leaf["done"] not in requested:
+                why.append(f"it waits for {leaf['done']}, which nobody asked for")
+            if "at" in leaf:
+                why.append(f"it is timed for {leaf['at']}")
         out.append(Finding(f"Runbook rule \"{name}\" never fired", "; ".join(why) or "its condition never held",
                            "rule_never_fired"))
     return out
@@ -558,7 +560,8 @@ def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
     text = f"in ground truth {metric} was {sign} {limit} for {format_minutes(held.sum() * dt, 0)} from {at(int(held.idxmax()))}"
     if "monitoring.visibility" in m:
         vis = m.loc[held, "monitoring.visibility"].mean()
-        text += f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"
+        text += (f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"
+                 if vis < SEEING_VISIBILITY else f", and monitoring saw it ({vis:.0%} of its metrics fresh)")
     return text
 
 

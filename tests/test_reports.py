@@ -87,6 +87,20 @@ def test_findings_a_blind_monitoring_and_a_rule_that_never_fired(run_2021):
     assert "bridge-hot never fired" in never[0].evidence and "data missing" in never[0].evidence
 
 
+def test_a_rule_that_never_fired_is_explained_by_every_condition_it_has_however_nested():
+    """A rule waiting for an action nobody asked, inside all: [...] with a metric that held
+    and was seen: the action is the reason, and monitoring is not blamed."""
+    import pandas as pd
+    from reports.analysis import _rules_never_fired
+
+    m = pd.DataFrame({"orders.queue_wait_s": [0.5] * 10, "monitoring.visibility": [1.0] * 10})
+    rule = {"name": "restore", "do": "restore_load",
+            "when": {"all": [{"done": "shed_load", "after": "10m"}, {"metric": "orders.queue_wait_s", "below": 1}]}}
+    (never,) = _rules_never_fired({"rules": [rule]}, [], {}, m, 1.0, str)
+    assert "it waits for shed_load, which nobody asked for" in never.evidence
+    assert "monitoring saw it (100% of its metrics fresh)" in never.evidence and "data missing" not in never.evidence
+
+
 def test_findings_an_action_whose_collateral_damage_outweighed_its_benefit(run_2021):
     r = run_2021("restart")
     found = [f for f in analyse(r).findings if f.kind == "collateral"]
