@@ -283,7 +283,7 @@ class PopulationControls:
     def _readmit_step(self, tick: int) -> None:
         r = self.readmission
         now = self.dispatch_factor if self.durable else self.rate_factor
-        share = min(1.0, now + r["step"])
+        share = min(1.0, round(now + r["step"], 9))  # steps of 0.1 add up to 0.9999999999999999, one step short
         if self.durable:
             self.op_scale_dispatch(tick, share)
         else:

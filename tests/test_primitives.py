@@ -40,6 +40,19 @@ def test_a_readmission_lets_back_a_share_per_step(tmp_path):
     assert list(steps["clock"]) == ["00:04:02", "00:06:02", "00:08:02", "00:10:02"]
 
 
+def test_a_readmission_in_tenths_takes_ten_steps(tmp_path):
+    """Ten steps of 0.1 add up to 0.9999999999999999 in floating point: that used to take
+    an eleventh step (and an 'every' more) to let the last of the traffic back."""
+    world = dict(BASE, mitigations=[
+        {"name": "pause", "deploy": False, "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 0.0}}]},
+        {"name": "readmit", "deploy": False,
+         "effects": [{"target": "clients", "op": "readmit", "args": {"step": 0.1, "every": "10s"}}]}])
+    world["clock"] = dict(world["clock"], duration="6m")
+    r = play(tmp_path, world, [{"when": {"at": "00:02"}, "do": "pause"}, {"when": {"at": "00:03"}, "do": "readmit"}])
+    steps = r.events[r.events["event"] == "readmitted"]
+    assert list(steps["share"]) == [round(0.1 * k, 1) for k in range(1, 11)]
+
+
 def test_a_per_request_surge_is_one_more_request_from_that_share_of_the_clients(tmp_path):
     world = dict(BASE, triggers=[{"name": "disruption", "at": "00:05", "effects": [
         {"target": "clients", "op": "surge", "args": {"reconnect_fraction": 0.4, "duration": "20s"}}]}])
