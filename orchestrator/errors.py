@@ -18,7 +18,7 @@ class Issue:
     expected: str
 
     def __str__(self) -> str:
-        shown = repr(self.value)
+        shown = "nothing" if self.value is None else repr(self.value)  # a field left out, or YAML's null
         if len(shown) > 80:
             shown = shown[:77] + "..."
         return f"{self.location}: got {shown}; expected {self.expected}"
