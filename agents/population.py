@@ -381,7 +381,8 @@ class Population(PopulationControls, Agent):
         "clients": ("count", "clients in the population"),
         "connected": ("count", "clients holding an established connection (pooled mode)"),
         "waiting": ("count", "clients waiting in the timing wheel for their next connection attempt"),
-        "demand": ("requests", "fresh requests wanted this tick (all clients, connected or not)"),
+        "demand": ("requests", "fresh requests wanted this tick (all clients, connected or not; what a scale_rate "
+                               "below 1 holds back is not in it: see held_back)"),
         "fresh": ("requests", "fresh requests sent or queued this tick"),
         "attempts": ("requests", "request attempts put on the wire this tick (fresh + retries)"),
         "conn_attempts": ("setups", "connection attempts (setups) put on the wire this tick"),

@@ -487,8 +487,9 @@ PLAYBOOK = M(
                                         "draining its backlog sends more than its fresh demand too: its drain then "
                                         "counts as part of the loop)", "the name of a population",
                                         ["internal-clients"]),
-                     services=_names("services whose work must be useful again (work_useful / work_done at least "
-                                     "useful_work_min; a service that does no work counts as useful)",
+                     services=_names("services whose work must be useful again (work_useful / work_done over the "
+                                     "last minute at least useful_work_min, each tick's useful work counted at most "
+                                     "its work done; a service that does no work counts as useful)",
                                      "the name of a service", ["droplet-manager"]),
                      setup_success_min=ratio(default=0.95, unit="share of setups (0-1)",
                                              doc="least share of the loop devices' setups that succeed"),

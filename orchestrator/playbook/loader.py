@@ -345,7 +345,8 @@ def _check_populations(data: dict, n: _Names) -> None:
             if d not in n.health_sources or d == p["name"]:
                 issues.append(Issue(f"{loc}.depends_on[{j}]", d, "another population or a service"))
         if p["work"] == "durable" and p.get("max_rate") is None:
-            issues.append(Issue(f"{loc}.max_rate", None, f"a dispatch rate (requests/s), since the work of {p['name']} is durable"))
+            issues.append(Issue(f"{loc}.max_rate", None,
+                                f"a dispatch rate (requests/s), since the work of {p['name']} is durable"))
         if p["health"] == "clients_without_backlog" and p["work"] != "durable":
             issues.append(Issue(f"{loc}.health", p["health"], "attempts (only durable work has a backlog)"))
 
