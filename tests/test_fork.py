@@ -154,3 +154,16 @@ def test_every_file_a_run_its_report_and_its_fork_write_is_one_the_run_directory
         assert json.loads((d / rundir.META).read_text())["status"] == rundir.COMPLETE
         check_score_record(json.loads((d / rundir.SCORE).read_text()))
 
+
+
+def test_the_fork_summary_says_when_a_milestone_was_reached_but_did_not_hold():
+    from orchestrator.runs.fork import differences
+
+    relapsed = {"reached": False, "relapsed": True, "first_at": {"clock": "09:20:38"}, "clock": None}
+    held = {"reached": True, "clock": "10:40:38", "seconds_after_start": 13238.0}
+    impact = {"impact": {"weighted_total": 1.0}}
+    (loop, _) = differences({"loop_broken": relapsed, **impact}, {"loop_broken": held, **impact})
+    assert loop["text"] == "loop broken at 10:40:38, where the original got there at 09:20:38 but did not hold"
+    (loop, _) = differences({"loop_broken": held, **impact}, {"loop_broken": relapsed, **impact})
+    assert loop["text"] == ("loop broken never in the end (it got there at 09:20:38 but did not hold), where the "
+                            "original got there at 10:40:38")

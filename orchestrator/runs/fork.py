@@ -81,6 +81,15 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     return result
 
 
+def _did_not_hold(m: dict) -> str:
+    """How a milestone that relapsed for good went ("" if it did not)."""
+    return f"got there at {m['first_at']['clock']} but did not hold" if m.get("relapsed") and m.get("first_at") else ""
+
+
+def _held_not(m: dict) -> str:
+    return f" in the end (it got there at {m['first_at']['clock']} but did not hold)" if _did_not_hold(m) else ""
+
+
 def differences(original: dict, forked: dict) -> list[dict]:
     """Each measure before and after the fork, with a sentence."""
     out = []
@@ -96,11 +105,12 @@ def differences(original: dict, forked: dict) -> list[dict]:
             rec["text"] = (f"{label} {abs(delta):.0f} minutes {word} ({a['clock']} -> {b['clock']})" if abs(delta) >= 0.5
                            else f"{label} at the same time ({a['clock']})")
         elif b.get("reached"):
-            rec["text"] = f"{label} at {b['clock']}, where the original never got there"
+            rec["text"] = f"{label} at {b['clock']}, where the original {_did_not_hold(a) or 'never got there'}"
         elif a.get("reached"):
-            rec["text"] = f"{label} never, where the original got there at {a['clock']}"
+            rec["text"] = f"{label} never{_held_not(b)}, where the original got there at {a['clock']}"
         else:
-            rec["text"] = f"{label} in neither"
+            rec["text"] = f"{label} in neither" + (f" (the fork {_did_not_hold(b)}; the original {_did_not_hold(a)})"
+                                                  if b.get("relapsed") or a.get("relapsed") else "")
         out.append(rec)
     ia, ib = original["impact"]["weighted_total"], forked["impact"]["weighted_total"]
     out.append({"measure": "impact", "original": ia, "fork": ib, "text": f"impact {ib:.1f} weighted minutes against {ia:.1f}"})
