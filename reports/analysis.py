@@ -79,7 +79,8 @@ TIMELINE_ROWS = {
     "action_requested": lambda e: (f"asked: {e['action']}", e.get("reason", "")),
     "action_started": lambda e: (f"started: {e['action']}",
                                  f"lead time {format_minutes(float(e.get('lead_time_s', 0)), 0)}, "
-                                 f"{int(e.get('steps', 0))} deployment steps, risk {e.get('risk', '')}"),
+                                 f"{int(e.get('steps', 0))} deployment step{'s' if int(e.get('steps', 0)) != 1 else ''}, "
+                                 f"risk {e.get('risk', '')}"),
     "log_result": lambda e: ("log query answered", f"for {e.get('reply_to', '')}"),
     "fault_injected": lambda e: (f"fault injected: {e['fault']}", f"by the facilitator; {e.get('description', '')}"),
     "facilitator_message": lambda e: ("facilitator's message", e.get("text", "")),
@@ -583,7 +584,9 @@ def _counterfactual_findings(att: dict) -> list[Finding]:
         if others:
             title += f" ({', '.join(others)} {'was' if len(others) == 1 else 'were'} needed too)"
         return [Finding(title, evidence, "loop_breaker")]
-    return [Finding("No single action broke the loop", att.get("text", "") + " " + evidence, "loop_breaker")]
+    title = "No single action broke the loop"
+    text = att.get("text", "").removeprefix(title + ": ")  # (the title says it already)
+    return [Finding(title, f"{text[:1].upper()}{text[1:]} {evidence}", "loop_breaker")]
 
 
 def _window_means(series: pd.Series, t: int, ticks: int) -> tuple[float, float]:

@@ -298,7 +298,7 @@ def test_validate_rejects_each_broken_input(case):
     result = CliRunner().invoke(main, ["playbooks", "validate", *case.validate])
     assert isinstance(result.exception, SystemExit), result.exc_info  # not an uncaught exception
     # with --runbook, validate first says the playbook itself is valid
-    ok = f"{VALID}: valid (1 populations, 1 device pools, 1 mitigations)\n" if "--runbook" in case.validate else ""
+    ok = f"{VALID}: valid (1 population, 1 device pool, 1 mitigation)\n" if "--runbook" in case.validate else ""
     _assert_clear_error(result.exit_code, result.stdout, result.stderr, case, stdout_ok=ok)
 
 

@@ -37,7 +37,7 @@ def playbooks_show(name):
     click.echo("\nmitigations:")
     for m in info["mitigations"]:
         lead = f"lead {m['lead_time'] / 60:g} min" if m["lead_time"] else "no lead time"
-        dep = f"{m['steps']} deployment steps" if m["deploy"] else "no deployment"
+        dep = f"{m['steps']} deployment step{'s' if m['steps'] != 1 else ''}" if m["deploy"] else "no deployment"
         params = ", ".join(f"{k}={v!r}" for k, v in m["params"].items())
         click.echo(f"  {m['name']:28s} risk {m['risk']:6s} {lead}, {dep}" + (f"; params {params}" if params else ""))
         if m["description"]:
@@ -72,8 +72,10 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     from orchestrator.playbook.loader import load_playbook, load_runbook
 
     pb = load_playbook(file, variables(file, sets, vars_file))
-    click.echo(f"{pb.source}: valid ({len(pb.data['populations'])} populations, {len(pb.data['devices'])} device pools, "
-               f"{len(pb.data['mitigations'])} mitigations)")
+    counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (
+        (len(pb.data["populations"]), "population"), (len(pb.data["devices"]), "device pool"),
+        (len(pb.data["mitigations"]), "mitigation")))
+    click.echo(f"{pb.source}: valid ({counts})")
     for rb in runbooks:
         load_runbook(rb, pb)
         click.echo(f"{rb}: valid")
