@@ -747,8 +747,9 @@ def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):
 def _check_when(value, loc: str, first_trigger: float | None, issues: list[Issue]):
     """A clock time (\"07:30\") or +DURATION after the playbook's first trigger, as a clock time."""
     if isinstance(value, str) and value.strip().startswith("+"):
-        after = check(value.strip()[1:], non_negative("duration"), loc, issues)
+        after = check(value.strip()[1:], non_negative("duration"), loc, [])
         if after is None:
+            issues.append(Issue(loc, value, "+ and a duration after the first trigger, such as +15m or +90s"))
             return None
         if first_trigger is None:
             issues.append(Issue(loc, value, "a clock time (the playbook has no trigger to count from)"))

@@ -80,7 +80,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         try:
             value = parse_clock(value)
         except ValueError:
-            issues.append(Issue(loc, value, "a clock time such as \"07:30\" (quote it)"))
+            issues.append(Issue(loc, value, "a clock time HH:MM or HH:MM:SS such as \"07:30\" (quoted in YAML)"))
             return None
     elif t == "bool":
         if not isinstance(value, bool):
