@@ -31,9 +31,8 @@ def _fmt_p(p: float) -> str:
 
 
 def _interval(lo: float, hi: float, fmt) -> str:
-    """A CI as text; one side unbounded (infinite times) reads "at least" / "at most"."""
-    if lo == hi and math.isinf(lo):
-        return fmt(lo)
+    """A CI as text; one side unbounded (infinite times) reads "at least" / "at most", both
+    (or a single infinite value: one runbook never broke the loop) "unbounded"."""
     if math.isinf(lo) and math.isinf(hi):
         return "unbounded"
     if math.isinf(hi):
