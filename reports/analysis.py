@@ -465,11 +465,15 @@ def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series,
 
 def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     """Per tick, the share of the work ``service`` did over the last minute that was
-    useful (0 while it did none, as the score counts it): near 0 in congestive collapse."""
+    useful: near 0 in congestive collapse. A minute in which it did none counts as the
+    score counts it: 1 if nothing reached it (traffic cut or refused), 0 if work reached
+    it that it could not do (engine/scoring.py, Scorer._idle_share)."""
     w = max(1, round(60 / dt))
     done = m[f"{service}.work_done"].rolling(w, min_periods=1).sum()
     useful = m[f"{service}.work_useful"].clip(upper=m[f"{service}.work_done"]).rolling(w, min_periods=1).sum()
-    return (useful / done.where(done > 0)).fillna(0.0)
+    taken = (m[f"{service}.work_admitted"] + m[f"{service}.queue_backlog"]).rolling(w, min_periods=1).sum()
+    idle = (taken <= 0).astype(float)
+    return (useful / done.where(done > 0)).fillna(idle)
 
 
 def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relapses, score, weighted, backlog, at, dt,

@@ -201,3 +201,18 @@ def test_asking_for_the_score_during_a_run_changes_nothing():
                 scorer.score()
         scores.append(scorer.score())
     assert scores[0] == scores[1] and scores[0]["impact"]["weighted_total"] > 0
+
+
+def test_the_reports_useful_work_counts_an_idle_service_as_the_score_does():
+    """Traffic cut (nothing reached it): useful, 1; work waiting that it did not do: 0
+    (the chart used to draw a paused service's useful work at 0 while the score said the
+    loop was broken)."""
+    import pandas as pd
+    from reports.analysis import useful_share
+
+    m = pd.DataFrame({"svc.work_done": [10.0] * 3 + [0.0] * 70 + [0.0] * 70,
+                      "svc.work_useful": [5.0] * 3 + [0.0] * 140,
+                      "svc.work_admitted": [10.0] * 3 + [0.0] * 70 + [5.0] * 70,
+                      "svc.queue_backlog": [0.0] * 143})
+    share = useful_share(m, "svc", 1.0)
+    assert share.iloc[2] == 0.5 and share.iloc[72] == 1.0 and share.iloc[142] == 0.0
