@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
-from .retry import BACKOFFS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
+from .retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
 from .wheel import Delay, DelayTable, TimingWheel, delay, delay_table
 
@@ -174,6 +174,27 @@ class PopulationControls:
         """A client hot-fix: from now on the clients' retries are held by a token-bucket retry
         budget (retries beyond it fail for good, or wait, for durable work), or no longer are."""
         self.budget = None if ratio is None else TokenBucket(share_or_rate("ratio", ratio), share_or_rate("capacity", capacity))
+
+    @operation(example={"threshold": 0.5, "open_for": 30.0},
+               enabled=Arg("true: the clients get a circuit breaker from now on (closed, with no history); false: "
+                           "they have none"),
+               threshold=Arg("it opens when more than this share of the attempts over `window` failed",
+                             unit="share of failed attempts (0-1)", min=0, max=1),
+               window=Arg("the sliding window the failure share is measured over (also how long it stays half-open)",
+                          unit="s", min=0),
+               open_for=Arg("how long it stays open", unit="s", min=0),
+               probe_fraction=Arg("half-open, after open_for: the share of requests let through for one window",
+                                  unit="share of requests (0-1)", min=0, max=1))
+    def op_set_circuit_breaker(self, tick: int, enabled: bool = True, threshold: float = BREAKER_DEFAULTS["threshold"],
+                               window: float = BREAKER_DEFAULTS["window"], open_for: float = BREAKER_DEFAULTS["open_for"],
+                               probe_fraction: float = BREAKER_DEFAULTS["probe_fraction"]) -> None:
+        """A client hot-fix: from now on the clients' requests go through a circuit breaker
+        (as retry.circuit_breaker in a playbook: while open, they fail at once without
+        touching the network), or no longer do."""
+        self.breaker = CircuitBreaker(share_or_rate("threshold", threshold, 1.0), share_or_rate("window", window),
+                                      share_or_rate("open_for", open_for),
+                                      share_or_rate("probe_fraction", probe_fraction, 1.0), self.world.dt) \
+            if enabled else None
 
     @operation(example={"seconds": 30.0},
                seconds=Arg("the clients' request timeout from now on", unit="s", min=0))

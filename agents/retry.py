@@ -174,6 +174,10 @@ class TokenBucket:
         return granted
 
 
+#: a circuit breaker's settings when a playbook or an operation leaves them out
+BREAKER_DEFAULTS = {"threshold": 0.5, "window": 10.0, "open_for": 30.0, "probe_fraction": 0.1}
+
+
 class CircuitBreaker:
     """Opens when the failure ratio over a window exceeds a threshold; while open,
     requests fail fast without touching the network; then lets a probe fraction through."""

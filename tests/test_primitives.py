@@ -235,6 +235,26 @@ def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
     _both_models_agree(tmp_path, world, ops, windows, ("demand", "tries", "errors"))
 
 
+def test_a_circuit_breaker_hot_fixed_in_stops_the_retries_against_a_failing_service(tmp_path):
+    """The service fails every request; from 00:02 the clients have a breaker (and from
+    00:05 no longer): while it is on, most attempts fail at once without reaching the
+    service. Both population models agree, within the noise."""
+    world = dict(BASE, clock=dict(BASE["clock"], duration="7m"))
+    world["services"] = [{"name": "api", "fault": {"share": 1.0, "kind": "error"}}]
+    world["populations"] = [dict(BASE["populations"][0], retry={"max_attempts": 3, "base": "1s"})]
+    ops = [("00:02", "set_circuit_breaker", {"threshold": 0.5, "window": "10s", "open_for": "30s"}),
+           ("00:05", "set_circuit_breaker", {"enabled": False})]
+    windows = {"before": (60, 120), "breaker": (140, 290), "after": (320, 410)}
+    _both_models_agree(tmp_path, world, ops, windows, ("demand", "attempts", "failed", "errors"), seeds=2)
+    r = play(tmp_path / "cohort", dict(world, triggers=[
+        {"name": f"t{i}", "at": at_, "effects": [{"target": "clients", "op": op, "args": args}]}
+        for i, (at_, op, args) in enumerate(ops)]))
+    offered = r.metrics["api.offered"]
+    assert offered.iloc[140:290].mean() < 0.3 * offered.iloc[60:120].mean()  # mostly open or probing
+    assert offered.iloc[320:410].mean() > 0.9 * offered.iloc[60:120].mean()  # no breaker: all of it again
+    assert list(r.events[r.events["event"] == "applied"]["op"]) == ["set_circuit_breaker"] * 2
+
+
 @pytest.mark.slow
 def test_the_client_by_client_reference_agrees_on_the_connection_hot_fixes(tmp_path):
     """Pooled clients that drop their connection on every refusal and reconnect after 2 s;

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field as dfield
 
 from agents.base import FAULT_KINDS
 from agents.population import MODES, WORKS
-from agents.retry import BACKOFFS, JITTERS, RECONNECT_ON
+from agents.retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON
 
 from orchestrator.playbook.schema import Field, L, M, names, non_negative, positive, ratio
 
@@ -35,13 +35,13 @@ _BUDGET = M("a token-bucket retry budget: every fresh request earns `ratio` toke
                               doc="most tokens the bucket holds (it starts full): the burst of retries it allows"))
 _CIRCUIT_BREAKER = M("a client-side circuit breaker: while open, requests fail at once without touching the network "
                      "(and are retried or given up like any failure)",
-                     threshold=ratio(default=0.5, unit="share of failed attempts (0-1)",
+                     threshold=ratio(default=BREAKER_DEFAULTS["threshold"], unit="share of failed attempts (0-1)",
                                      doc="it opens when more than this share of the attempts over `window` failed"),
-                     window=positive("duration", default=10.0,
+                     window=positive("duration", default=BREAKER_DEFAULTS["window"],
                                      doc="the sliding window the failure share is measured over (also how long it "
                                          "stays half-open)"),
-                     open_for=positive("duration", default=30.0, doc="how long it stays open"),
-                     probe_fraction=ratio(default=0.1, unit="share of requests (0-1)",
+                     open_for=positive("duration", default=BREAKER_DEFAULTS["open_for"], doc="how long it stays open"),
+                     probe_fraction=ratio(default=BREAKER_DEFAULTS["probe_fraction"], unit="share of requests (0-1)",
                                           doc="half-open, after `open_for`: the share of requests let through for one "
                                               "window"))
 
