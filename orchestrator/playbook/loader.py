@@ -367,8 +367,8 @@ def _check_services(data: dict, n: _Names) -> None:
                            (f"services[{i}].health_checks.network", (s.get("health_checks") or {}).get("network")),
                            (f"services[{i}].cache.store", (s.get("cache") or {}).get("store"))):
             if other is not None and (other not in services or other == s["name"]):
-                names = ", ".join(sorted(x for x in services if x != s["name"]))
-                issues.append(Issue(loc, other, f"another service ({names})" if names else "another service (there is none)"))
+                names = ", ".join(sorted(x for x in services if x != s["name"])) or "there is none"
+                issues.append(Issue(loc, other, f"another service ({names})"))
         if s.get("cache") and s.get("then"):
             issues.append(Issue(f"services[{i}].then", s["then"], "no then on a cache (its misses go to cache.store)"))
         if s.get("cache") and s["cache"].get("size") is not None and s["cache"]["size"] > s["cache"]["keys"]:

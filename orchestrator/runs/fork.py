@@ -86,7 +86,8 @@ def _did_not_hold(m: dict) -> str:
     return f"got there at {m['first_at']['clock']} but did not hold" if m.get("relapsed") and m.get("first_at") else ""
 
 
-def _held_not(m: dict) -> str:
+def _in_the_end(m: dict) -> str:
+    """" in the end (...)" after "never" for a milestone that relapsed for good."""
     return f" in the end (it got there at {m['first_at']['clock']} but did not hold)" if _did_not_hold(m) else ""
 
 
@@ -107,10 +108,10 @@ def differences(original: dict, forked: dict) -> list[dict]:
         elif b.get("reached"):
             rec["text"] = f"{label} at {b['clock']}, where the original {_did_not_hold(a) or 'never got there'}"
         elif a.get("reached"):
-            rec["text"] = f"{label} never{_held_not(b)}, where the original got there at {a['clock']}"
+            rec["text"] = f"{label} never{_in_the_end(b)}, where the original got there at {a['clock']}"
         else:
-            rec["text"] = f"{label} in neither" + (f" (the fork {_did_not_hold(b)}; the original {_did_not_hold(a)})"
-                                                  if b.get("relapsed") or a.get("relapsed") else "")
+            held = [f"the {which} {_did_not_hold(m)}" for which, m in (("fork", b), ("original", a)) if _did_not_hold(m)]
+            rec["text"] = f"{label} in neither" + (f" ({'; '.join(held)})" if held else "")
         out.append(rec)
     ia, ib = original["impact"]["weighted_total"], forked["impact"]["weighted_total"]
     out.append({"measure": "impact", "original": ia, "fork": ib, "text": f"impact {ib:.1f} weighted minutes against {ia:.1f}"})
