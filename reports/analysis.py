@@ -420,9 +420,9 @@ def _changes(events: list[dict]) -> list[dict]:
         if e["event"] == "action_effective":
             out.append({"tick": e["tick"], "what": f"{e['action']} took effect"})
         elif e["event"] == "trigger":
-            out.append({"tick": e["tick"], "what": f"the trigger {e.get('trigger', '')} fired".replace("  ", " ")})
+            out.append({"tick": e["tick"], "what": f"the trigger {e['trigger']} fired"})
         elif e["event"] == "fault_injected":
-            out.append({"tick": e["tick"], "what": f"the fault {e.get('fault', '')} was injected".replace("  ", " ")})
+            out.append({"tick": e["tick"], "what": f"the fault {e['fault']} was injected"})
     return out
 
 

@@ -59,7 +59,7 @@ def test_a_fork_replays_as_it_was_played_and_a_fork_of_it_is_it_up_to_t(original
     assert again.meta["takeovers"] == json.loads((tmp_path / "fork" / "meta.json").read_text())["takeovers"]
     assert again.meta["variables"] == run.meta["variables"] != {}  # (the run's copy of its playbook has none)
     report = analyse(again)
-    assert report.summary[0].startswith("This run is a fork of") and "then fix-early" in report.summary[0]
+    assert report.summary[0].startswith(f"This run is a fork of {run.dir}: runbook fix-late until 00:06:00, then fix-early")
     assert "(a fork at 00:06:00)" in report.title
     fork(tmp_path / "fork", "00:09", late, tmp_path / "fork2")  # (fix-late never acts again: the fix is in)
     t = 540

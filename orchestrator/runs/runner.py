@@ -236,6 +236,8 @@ def feed(run: WorldRun, recorded: list[dict]) -> None:
 
 #: meta.json's key for the runbooks that took over during a run (a fork's): [{tick, runbook, rules}]
 TAKEOVERS = "takeovers"
+#: what meta.json says of a fork (written by runs/fork.py)
+FORK_META = ("forked_from", "forked_at", "forked_at_tick", "runbook_before_fork", TAKEOVERS)
 
 
 def take_over(run: WorldRun, runbook: dict | None) -> None:
@@ -288,7 +290,8 @@ def replay(run_dir: Path, out: Path, hosting: HostingOptions = HostingOptions())
     facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
     are copied at their ticks. The result is identical, ticks and events."""
     meta, injections, takeovers, spec = recording(run_dir)
-    keep = {k: meta[k] for k in ("variables", TAKEOVERS) if k in meta}  # (a fork's rendered playbook has no variables)
+    # what the rendered playbook and runbook do not say: the variables, and a fork's history
+    keep = {k: meta[k] for k in ("variables", *FORK_META) if k in meta}
     return execute(spec, out, hosting=hosting, injections=injections, takeovers=takeovers, meta=keep)
 
 
