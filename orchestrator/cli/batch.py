@@ -53,7 +53,10 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
                  progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
                  cache=Path(cache) if cache else None)
-    written = write_comparison(df, out, list(sweep), {"playbook": stem(playbook), "seeds": seeds}, report=report)
+    from orchestrator.playbook.loader import load_playbook
+
+    name = load_playbook(playbook, values).name  # (checked by compare already)
+    written = write_comparison(df, out, list(sweep), {"playbook": name, "seeds": seeds}, report=report)
     if cache:
         click.echo(_from_cache(df, cache))
     for line in summary_lines(written.summary, written.pairs, list(sweep)):
