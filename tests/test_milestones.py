@@ -120,3 +120,25 @@ def test_the_scoreboard_does_not_rank_a_relapsed_loop_as_broken(herd, paced):
     assert herd_row["loop"] == f"re-formed {herd.score['loop_broken']['relapses'][-1]['clock']}" and herd_row["relapses"] == 1
     assert paced_row["loop"] == f"broken {paced.score['loop_broken']['clock']}"
     assert paced_row["_key"] < herd_row["_key"]  # the relapsed team ranks behind, though its loop first broke earlier
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_population_that_gets_nothing_through_has_not_recovered(tmp_path, paused):
+    """Durable work paused for good after a fault: nothing fails any more because nothing
+    goes out, and its backlog grows; it used to count as recovered (no attempts, success 1)."""
+    from helpers import play
+
+    world = {"name": "paused", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
+             "services": [{"name": "svc", "capacity": 1000}],
+             "populations": [{"name": "jobs", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "svc",
+                              "work": "durable", "max_rate": 200, "request": {"timeout": "5s"}}],
+             "triggers": [{"name": "trigger", "at": "00:02", "effects": [
+                 {"target": "svc", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": 120}}]}],
+             "mitigations": [{"name": "pause", "effects": [{"target": "jobs", "op": "scale_dispatch", "args": {"factor": 0}}]}],
+             "scoring": {"recovered": {"populations": ["jobs"]}}}
+    r = play(tmp_path, world, [{"when": {"at": "00:03"}, "do": "pause"}] if paused else [])
+    recovered = r.score["recovered"]["jobs"]
+    assert recovered["reached"] is (not paused)
+    if paused:
+        assert r.metrics["jobs.attempts"].iloc[300:].sum() == 0 and r.metrics["jobs.backlog"].iloc[-1] > 100_000
+

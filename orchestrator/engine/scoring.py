@@ -153,6 +153,7 @@ class Scorer:
         self.dev_util = {d: Rolling(w) for d in self.healthy_devices}
         self.dev_ok = {d: Rolling(w) for d in self.healthy_devices}
         self.pop_ok = {p: Rolling(w) for p in sc["recovered"]["populations"]}
+        self.pop_wanted = {p: Rolling(w) for p in sc["recovered"]["populations"]}  # requests asked or held back
         self.svc_ok = {s: Rolling(w) for s in sc["recovered"]["services"]}
         self.svc_useful = {s: Rolling(w) for s in sc["recovered"]["services"]}
         hold = lambda s: max(0, round(s / dt))  # noqa: E731
@@ -203,6 +204,7 @@ class Scorer:
             self.dev_ok[d].add(metrics[d]["request_success_ratio"] * metrics[d]["setup_success_ratio"], 1)
         for p, r in self.pop_ok.items():
             r.add(metrics[p]["ok"], metrics[p]["ok"] + metrics[p]["failed"])
+            self.pop_wanted[p].add(metrics[p]["demand"] + metrics[p]["held_back"], 1)
         for s, r in self.svc_ok.items():
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
@@ -237,8 +239,9 @@ class Scorer:
         if "backlog_drained" in self.milestones:
             conds["backlog_drained"] = (all(not self._late(p, metrics, thr) for p in self.sc["backlog"]["populations"])
                                         and all(metrics[s]["queue_wait_s"] <= thr for s in self.sc["backlog"]["services"]))
-        for p, r in self.pop_ok.items():
-            conds[f"recovered:{p}"] = r.ratio(1.0) >= self.sc["recovered"]["success_min"]
+        for p, r in self.pop_ok.items():  # served again; one that wants requests and gets none through has not
+            conds[f"recovered:{p}"] = (r.ratio(1.0) >= self.sc["recovered"]["success_min"]
+                                       and (r.den > 0 or self.pop_wanted[p].num <= 0))
         for s, r in self.svc_ok.items():  # serving again: an idle service has not recovered
             conds[f"recovered:{s}"] = r.ratio(0.0) >= self.sc["recovered"]["success_min"] and self.svc_useful[s].num > 0
         out = []

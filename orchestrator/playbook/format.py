@@ -519,7 +519,9 @@ PLAYBOOK = M(
               recovered=M("recovery milestones, per population (success of its attempts) and per service "
                           "(its success ratio)", default=dict,
                           populations=_names("populations that must succeed again: ok / (ok + failed) attempts over a "
-                                             "minute at least success_min", "the name of a population", ["dns-lookups"]),
+                                             "minute at least success_min (one whose requests, asked or held back by "
+                                             "scale_rate, get none through, as when paused, has not)",
+                                             "the name of a population", ["dns-lookups"]),
                           services=_names("services that must serve again: mean success ratio over a minute at least "
                                           "success_min, with useful work done", "the name of a service", ["ec2-api"]),
                           success_min=ratio(default=0.95, unit="success ratio (0-1)", doc="least success to count"),
