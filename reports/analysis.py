@@ -348,7 +348,9 @@ def _findings(r: _Reading) -> list[Finding]:
                 f"under {BLIND_VISIBILITY:.0%} of the observed metrics were fresh for {format_minutes(total, 0)} in all; "
                 f"the longest stretch ran {at(first)}-{at(last + 1)} ({format_minutes((last - first + 1) * dt, 0)}), "
                 f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
-    findings += _rules_never_fired(r.runbook, r.events, r.playbook, m, dt, at)
+    # (a rule's conditions as they went from the trigger on: before it, a rule had nothing to answer)
+    since = m.iloc[r.trigger_tick:] if r.trigger_tick is not None else m
+    findings += _rules_never_fired(r.runbook, r.events, r.playbook, since, dt, at)
     findings += _collateral(r.effective, m, dt, r.signal, at)
     for who, n in ((r.score.get("collateral") or {}).get("requests_turned_away_by") or {}).items():
         if n:
@@ -549,8 +551,8 @@ def _rules_never_fired(runbook, events, playbook, m, dt, at) -> list[Finding]:
                 why.append(f"it waits for {leaf['done']}, which nobody asked for")
             if "at" in leaf:
                 why.append(f"it is timed for {leaf['at']}")
-        out.append(Finding(f"Runbook rule \"{name}\" never fired", "; ".join(why) or "its condition never held",
-                           "rule_never_fired"))
+        because = "; ".join(why) or "its condition never held"
+        out.append(Finding(f"Runbook rule \"{name}\" never fired", because[:1].upper() + because[1:], "rule_never_fired"))
     return out
 
 
