@@ -180,12 +180,14 @@ class Service(Agent):
             self.queue.reset(fraction)
 
     @operation(example={"rate": 500.0},
-               rate=Arg("requests per second admitted; leave it out (or null) to lift the throttle",
-                        unit="requests/s", min=0))
+               rate=Arg("requests per second admitted (items, not work units: a lease renewal and a lease "
+                        "re-establishment count one each, whatever their cost); leave it out (or null) to lift the "
+                        "throttle", unit="requests/s", min=0))
     def op_throttle(self, tick: int, rate: float | None = None) -> None:
         """Admit about ``rate`` requests per second, lease work included (each one is admitted
-        with the chance that keeps the tick's total at the rate, the rest is refused at once);
-        no rate lifts the throttle."""
+        with the chance that keeps the tick's total at the rate, the rest is refused at once:
+        renewals and re-establishments alike, counted one each whatever their work); no rate
+        lifts the throttle."""
         self.throttle = None if rate is None else share_or_rate("rate", rate)
 
     @operation(example={"enabled": False},

@@ -203,7 +203,9 @@ SERVICE = M(
              count=positive("int", required=True, unit="leases", example=50000,
                             doc="leases held (say, one per server managed)"),
              store=Field("str", required=True, example="dynamodb",
-                         doc="the service the leases are kept in; renewing needs it"),
+                         doc="the service the leases are kept in; a renewal succeeds with the chance given by its "
+                             "latest success ratio (a store that fails some of its requests lets some leases lapse). "
+                             "The renewals are work of this service, not of the store (they do not load it)"),
              ttl=positive("duration", default=300.0,
                           doc="a lease not renewed for this long expires (a whole number of renewal periods)"),
              renew_every=positive("duration", default=60.0,
