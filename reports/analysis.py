@@ -43,7 +43,7 @@ class Analysis:
     measures: list[dict]  # measure, yours, par, vs_par
     impact: list[dict]  # population, failed_request_minutes, impaired_minutes, worst_error_ratio, late_minutes (or None)
     weighted_impact: float | None
-    backlog: list[dict]  # population, peak, drained
+    backlog: list[dict]  # population, peak, peak_at, drained (the milestone's clock or None), shared (it names more), text
     timeline: list[dict]  # tick, clock, t_plus, what, detail, par
     findings: list[Finding]
     appendix: dict
@@ -282,13 +282,23 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     else:  # a run stopped before it was scored: its error-minutes only
         weighted = sum(x["failed_request_minutes"] * float(weights.get(x["population"], 0)) for x in impact) if weights else None
     backlog = []
-    for pop in ((r.playbook.get("scoring") or {}).get("backlog") or {}).get("populations", []):
+    scope = (r.playbook.get("scoring") or {}).get("backlog") or {}
+    pops, queues = scope.get("populations", []), scope.get("services", [])
+    for pop in pops:
         col = f"{pop}.backlog"
         if col in m:
             drained = r.milestones_reached.get("backlog_drained")
+            # the milestone is every backlog and queue it names at once: say so when it names more than this one
+            others = [f"the backlog of {p}" for p in pops if p != pop] + [f"the queue of {s}" for s in queues]
+            if not others:
+                text = f"drained at {r.at(drained)}" if drained is not None else f"not drained by {r.until}"
+            else:
+                text = (f"the backlog milestone, which also needs {' and '.join(others)}, "
+                        + (f"was reached at {r.at(drained)}" if drained is not None else f"was not reached by {r.until}"))
             backlog.append({"population": pop, "peak": int(m[col].max()) if r.ticks_done else 0,
                             "peak_at": r.at(int(m[col].idxmax())) if r.ticks_done else "",
-                            "drained": r.at(drained) if drained is not None else f"not drained by {r.until}"})
+                            "drained": r.at(drained) if drained is not None else None, "shared": bool(others),
+                            "text": text})
     return impact, weighted, backlog
 
 
@@ -503,8 +513,8 @@ def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relap
     if weighted is not None:
         third.append(f"customers saw {weighted:.0f} weighted impaired minutes (failing, or late)")
     for b in backlog:
-        third.append(f"the {b['population']} backlog peaked at {b['peak']:,} and was "
-                     f"{'drained at ' + b['drained'] if not b['drained'].startswith('not') else b['drained']}")
+        third.append(f"the {b['population']} backlog peaked at {b['peak']:,}"
+                     + (f"; {b['text']}" if b["shared"] else f" and was {b['text']}"))
     if third:
         out.append("In all, " + "; ".join(third) + ".")
     if partial:
