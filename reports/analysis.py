@@ -83,6 +83,8 @@ TIMELINE_ROWS = {
                                  f"risk {e.get('risk', '')}"),
     "log_result": lambda e: ("log query answered", f"for {e.get('reply_to', '')}"),
     "fault_injected": lambda e: (f"fault injected: {e['fault']}", f"by the facilitator; {e.get('description', '')}"),
+    "fault_lifted": lambda e: (f"fault lifted: {e['agent']}", "its duration was over"),
+    "readmitted": lambda e: (f"readmitted: {e['agent']}", f"{float(e['share']):.0%} of its traffic let back"),
     "facilitator_message": lambda e: ("facilitator's message", e.get("text", "")),
     "session_paused": lambda e: ("game day paused", "simulated time stood still meanwhile"),
     "session_resumed": lambda e: ("game day resumed", ""),
@@ -249,7 +251,10 @@ def _measures(r: _Reading) -> list[dict]:
         measures.append(row)
 
     measure("trigger", "trigger", r.trigger_tick)
-    measure("first customer update", "first_customer_update", r.first_update)
+    posts = any(e.get("op") == "post" for section in ("mitigations", "triggers", "faults")
+                for a in r.playbook.get(section) or [] for e in a.get("effects") or [])
+    if posts or r.first_update is not None:  # (a playbook that can post no customer update has no such measure)
+        measure("first customer update", "first_customer_update", r.first_update)
     for key, tick in sorted(r.milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)
     scored = _scored_milestones(r.score)

@@ -51,6 +51,12 @@ def test_a_readmission_in_tenths_takes_ten_steps(tmp_path):
     r = play(tmp_path, world, [{"when": {"at": "00:02"}, "do": "pause"}, {"when": {"at": "00:03"}, "do": "readmit"}])
     steps = r.events[r.events["event"] == "readmitted"]
     assert list(steps["share"]) == [round(0.1 * k, 1) for k in range(1, 11)]
+    from reports.analysis import analyse
+
+    report = analyse(r)  # its timeline shows the steps; a playbook that posts no customer update has no such measure
+    assert [row["detail"] for row in report.timeline if row["what"] == "readmitted: clients"][-1] == \
+        "100% of its traffic let back"
+    assert "first customer update" not in [row["measure"] for row in report.measures]
 
 
 def test_a_per_request_surge_is_one_more_request_from_that_share_of_the_clients(tmp_path):
