@@ -216,3 +216,33 @@ def test_the_reports_useful_work_counts_an_idle_service_as_the_score_does():
                       "svc.queue_backlog": [0.0] * 143})
     share = useful_share(m, "svc", 1.0)
     assert share.iloc[2] == 0.5 and share.iloc[72] == 1.0 and share.iloc[142] == 0.0
+
+
+def test_a_report_tells_a_shared_backlog_milestone_from_a_population_and_reads_rules_from_the_trigger_on(tmp_path):
+    """Durable jobs that drain while a second service's queue stays full: the backlog
+    milestone fails on that queue, which the report says, rather than that the jobs' backlog
+    was not drained. A rule that never fired is explained by its condition from the trigger
+    on, not by the calm before it."""
+    from helpers import play
+
+    world = {"name": "shared", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "12m"},
+             "services": [{"name": "svc", "capacity": 1000},
+                          {"name": "slow", "capacity": 100, "queue": {"limit": "60s"}}],
+             "populations": [{"name": "jobs", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "svc",
+                              "work": "durable", "max_rate": 300, "request": {"timeout": "5s"}},
+                             {"name": "flood", "clients": 200, "rate": 1.0, "mode": "per_request", "target": "slow",
+                              "request": {"timeout": "5s"}}],
+             "monitoring": {"observe": ["jobs.success_ratio"]},
+             "triggers": [{"name": "trigger", "at": "00:02", "effects": [
+                 {"target": "svc", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": 60}}]}],
+             "mitigations": [{"name": "noop", "effects": [{"target": "jobs", "op": "scale_rate", "args": {"factor": 1}}]}],
+             "scoring": {"backlog": {"populations": ["jobs"], "services": ["slow"]}}}
+    rule = {"name": "never", "when": {"all": [{"metric": "jobs.success_ratio", "above": 0.99}, {"at": "23:00"}]},
+            "do": "noop"}
+    r = play(tmp_path, world, [rule])
+    a = analyse(r)
+    (jobs,) = a.backlog
+    assert jobs["shared"] and "which also needs the queue of slow, was not reached" in jobs["text"]
+    assert r.metrics["jobs.backlog"].iloc[-1] < 300  # the jobs did drain
+    (never,) = [f for f in a.findings if f.kind == "rule_never_fired"]
+    assert "from 00:02" in never.evidence or "from 00:03" in never.evidence, never.evidence  # not 00:00:00
