@@ -566,9 +566,14 @@ def _rules_never_fired(runbook, events, playbook, m, dt, at) -> list[Finding]:
                 why.append(f"it waits for {leaf['done']}, which nobody asked for")
             if "at" in leaf:
                 why.append(f"it is timed for {leaf['at']}")
-        because = "; ".join(why) or "its condition never held"
-        out.append(Finding(f"Runbook rule \"{name}\" never fired", because[:1].upper() + because[1:], "rule_never_fired"))
+        out.append(Finding(f"Runbook rule \"{name}\" never fired", _sentence("; ".join(why) or "its condition never held"),
+                           "rule_never_fired"))
     return out
+
+
+def _sentence(text: str) -> str:
+    """``text`` with a capital first letter, to start a finding's evidence."""
+    return text[:1].upper() + text[1:]
 
 
 def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
@@ -607,7 +612,7 @@ def _counterfactual_findings(att: dict) -> list[Finding]:
         return [Finding(title, evidence, "loop_breaker")]
     title = "No single action broke the loop"
     text = att.get("text", "").removeprefix(title + ": ")  # (the title says it already)
-    return [Finding(title, f"{text[:1].upper()}{text[1:]} {evidence}", "loop_breaker")]
+    return [Finding(title, f"{_sentence(text)} {evidence}", "loop_breaker")]
 
 
 def _window_means(series: pd.Series, t: int, ticks: int) -> tuple[float, float]:

@@ -52,15 +52,14 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     rb_text, rb = load_runbook(runbook, dataclasses.replace(pb, source=source) if source else pb)
     # Up to the fork, the recording: its inputs and its own takeovers (a fork of a fork);
     # at the fork, the new runbook's.
-    before = {t: a for t, a in takeovers.items() if t < t_fork}
-    handovers = [*(dict(a, tick=t) for t, a in sorted(before.items())),
-                 {"tick": t_fork, "runbook": rb["name"], "rules": rb.get("rules") or []}]
+    plays = {t: a for t, a in takeovers.items() if t < t_fork}
+    plays[t_fork] = {"tick": t_fork, "runbook": rb["name"], "rules": rb.get("rules") or []}
     run = WorldRun(spec, out, meta={"forked_from": str(run_dir), "forked_at": at, "forked_at_tick": t_fork,
                                     "runbook": rb["name"], "runbook_before_fork": meta.get("runbook"),
-                                    "variables": meta.get("variables", {}), TAKEOVERS: handovers})
+                                    "variables": meta.get("variables", {}),
+                                    TAKEOVERS: [plays[t] for t in sorted(plays)]})
     (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text(Path(spec.runbook).read_text(encoding="utf-8"))
     (Path(out) / rundir.RUNBOOK).write_text(rb_text, encoding="utf-8")
-    plays = {**before, t_fork: handovers[-1]}
     status = rundir.INTERRUPTED
     try:
         while not run.done:
