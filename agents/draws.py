@@ -85,9 +85,10 @@ def _check_counts(good: int, bad: int, sample: int) -> None:
                          f"and a sample of at most their sum")
 
 
-def _check_spread(n: int, probs: list[float]) -> None:
-    if n < 0:
-        raise ValueError(f"n {n!r}: expected a count >= 0")
+def _check_spread(ns: list[int], probs: list[float]) -> None:
+    for n in ns:
+        if n < 0:
+            raise ValueError(f"n {n!r}: expected a count >= 0")
     for p in probs:
         _check_p(p)
     if sum(probs[:-1]) > 1.0 + 1e-12:
@@ -184,17 +185,26 @@ class Draws:
 
     def multinomial(self, n: int, probs: list[float]) -> list[int]:
         """``rng.multinomial(n, probs)`` for a few outcomes (probabilities that add up to 1)."""
+        return self.multinomials([n], probs)[0]
+
+    def multinomials(self, ns: list[int], probs: list[float]) -> list[list[int]]:
+        """``[rng.multinomial(n, probs) for n in ns]``, the same outcomes for every count
+        (probabilities checked once)."""
         d = len(probs)
-        _check_spread(n, probs)
-        if not n:
-            return [0] * d
-        if self.fast and d <= _MAX_CLASSES:
-            pix, out = self._probs, self._colors
-            pix[0:d] = probs
-            out[0:d] = _ZEROS[:d]
+        _check_spread(ns, probs)
+        if not (self.fast and d <= _MAX_CLASSES):
+            return [self.rng.multinomial(n, probs).tolist() if n else [0] * d for n in ns]
+        pix, out, zeros = self._probs, self._colors, _ZEROS[:d]
+        pix[0:d] = probs
+        drawn = []
+        for n in ns:
+            if not n:
+                drawn.append(list(zeros))
+                continue
+            out[0:d] = zeros
             _lib.random_multinomial(self._bitgen, n, out, pix, d, self._binomial)
-            return _ffi.unpack(out, d)
-        return self.rng.multinomial(n, probs).tolist()
+            drawn.append(_ffi.unpack(out, d))
+        return drawn
 
     # -- over many slots ------------------------------------------------------------------------------
     def multinomial_into(self, n: int, probs: np.ndarray, out: np.ndarray) -> None:

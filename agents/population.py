@@ -608,11 +608,13 @@ class Population(PopulationControls, Agent):
             # The bug's delay does not depend on the attempt: one slot for every class.
             wheel.schedule_classes(self._offsets(policy, 0, lag, True).first, per_class, shift)
             return
-        rows = [k for k, n in enumerate(per_class) if n]
-        if len(rows) == 1:  # one class: a multinomial draw over its delay
-            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, len(per_class), rows[0]), rows[0])
-        elif rows:  # several: one per class over the table of their delays
-            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, len(per_class), None))
+        classes = len(per_class)
+        empty = per_class.count(0)
+        if empty == classes - 1:  # one class: a multinomial draw over its delay
+            row = next(k for k, n in enumerate(per_class) if n)
+            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, classes, row), row)
+        elif empty < classes:  # several: one per class over the table of their delays
+            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, classes, None))
 
     def _split(self, per_class: list[int], ok: int) -> tuple[list[int], list[int]]:
         total = sum(per_class)
@@ -807,11 +809,8 @@ class Population(PopulationControls, Agent):
             self.orphans_back += self.draws.binomial(waiting, q_ok)
         if any(self.parked):
             # one multinomial draw per attempt class over (goes out, fails, waits on)
-            probs = [q_ok, q_fail, max(0.0, 1.0 - q_ok - q_fail)]
-            released, lost = [0] * len(self.parked), [0] * len(self.parked)
-            for k, n in enumerate(self.parked):
-                if n:
-                    released[k], lost[k], _ = self.draws.multinomial(n, probs)
+            drawn = self.draws.multinomials(self.parked, [q_ok, q_fail, max(0.0, 1.0 - q_ok - q_fail)])
+            released, lost = [r for r, _, _ in drawn], [x for _, x, _ in drawn]
             self.released = _plus(self.released, released)
             self.released_by += min(ok, sum(released))
             self.parked = [p - r - x for p, r, x in zip(self.parked, released, lost)]
@@ -835,7 +834,7 @@ class Population(PopulationControls, Agent):
         """Failed attempts of class k retry as class k+1 unless attempts are exhausted;
         ``orphan``: their client dropped its connection, so the retry waits for its next one."""
         limit = self.retry.max_attempts
-        if limit and not self.durable:
+        if limit and not self.durable and any(failed[limit - 1:]):
             res["errors"] += sum(failed[limit - 1:])
             failed = failed[:limit - 1] + [0] * (len(failed) - len(failed[:limit - 1]))
         if any(failed):

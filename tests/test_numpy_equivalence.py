@@ -78,6 +78,8 @@ def test_multinomials_are_numpys(pair):
         w[-1] += 1e-3
         small = (w / w.sum()).tolist()
         assert draws.multinomial(n, small) == theirs.multinomial(n, small).tolist()
+        ns = [r.choice([0, 1, 7, 10**5]) for _ in range(r.randint(0, 4))]  # several counts, the same outcomes
+        assert draws.multinomials(ns, small) == [theirs.multinomial(m, small).tolist() for m in ns]
         long = np.append(np.full(r.randint(1, 300), 1.0), [0.0] * r.randint(0, 3))  # a delay's slots, padded
         long /= long.sum()
         out = np.full(len(long) + 2, -1, dtype=np.int64)
@@ -91,6 +93,7 @@ def test_draws_check_their_arguments_as_numpy_does(pair):
     for bad in (lambda: draws.binomial(5, 1.5), lambda: draws.binomial(-1, 0.5), lambda: draws.binomial(3, float("nan")),
                 lambda: draws.poisson(-1.0), lambda: draws.hypergeometric(3, 2, 6), lambda: draws.split([3, -1], 1),
                 lambda: draws.multinomial(-1, [0.5, 0.5]), lambda: draws.multinomial(4, [0.9, 0.9, 0.0]),
+                lambda: draws.multinomials([2, -1], [0.5, 0.5]), lambda: draws.multinomials([], [0.9, 0.9, 0.0]),
                 lambda: draws.multinomial_into(-1, np.array([0.5, 0.5]), np.zeros(2, dtype=np.int64))):
         with pytest.raises(ValueError):
             bad()
