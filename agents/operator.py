@@ -109,9 +109,12 @@ class RunbookOperator(Operator):
         for i, rule in enumerate(self.rules):
             if self.fired.get(i) and not rule["repeat"]:
                 continue
+            # A repeating rule's conditions are watched while it waits out ``every``, so that
+            # a ``for`` counts an unbroken stretch, not one with a gap nobody looked at.
+            holds = self._holds(tick, rule["when"], (i,))
             if rule["repeat"] and self.fired.get(i) and tick - self.last_fired[i] < self._ticks(rule["every"]):
                 continue
-            if self._holds(tick, rule["when"], (i,)):
+            if holds:
                 self.fired[i] = self.fired.get(i, 0) + 1
                 self.last_fired[i] = tick
                 self.event(tick, "rule_fired", rule=rule["name"] or f"rule {i + 1}", action=rule["do"]["action"])
@@ -123,10 +126,12 @@ class RunbookOperator(Operator):
     def _holds(self, tick: int, cond: dict, path: tuple) -> bool:
         """Evaluate one condition; ``for`` makes it hold only after being true that long."""
         now = self.world.clock(tick)
-        if "all" in cond:
-            ok = all(self._holds(tick, c, path + (j,)) for j, c in enumerate(cond["all"]))
-        elif "any" in cond:
-            ok = any(self._holds(tick, c, path + (j,)) for j, c in enumerate(cond["any"]))
+        if "all" in cond or "any" in cond:
+            # Every part is evaluated, not only up to the first that decides: each ``for``
+            # inside counts its own unbroken stretch, whatever the order of the list.
+            items = cond["all"] if "all" in cond else cond["any"]
+            parts = [self._holds(tick, c, path + (j,)) for j, c in enumerate(items)]
+            ok = all(parts) if "all" in cond else any(parts)
         elif "not" in cond:
             ok = not self._holds(tick, cond["not"], path + ("not",))
         elif "at" in cond:

@@ -1,0 +1,57 @@
+"""A runbook operator's rules over its view, driven tick by tick: a ``for`` inside ``all`` or
+``any`` counts its own unbroken stretch whatever the order of the list, and a repeating
+rule's ``for`` counts through the wait between firings (an outsider trial saw a rule fire
+5 minutes later, and the loop stay unbroken, when its two conditions were listed the other
+way round)."""
+from __future__ import annotations
+
+import itertools
+
+from agents import UNWIRED, WorldInfo, agent_rng
+from agents.operator import RunbookOperator
+
+WORLD = WorldInfo(dt=1.0, start_s=0.0, seed=1)
+WAIT = {"metric": "db.wait", "below": 0.5, "for": 300.0, "max_age": 1e9}  # 5 minutes without a break
+DONE = {"done": "shed", "effective": True, "after": 600.0}  # 10 minutes after the shedding took effect
+
+
+def rule(when: dict, repeat: bool = False, every: float = 0.0) -> dict:
+    return {"name": "lift", "when": when, "do": {"action": "lift"}, "repeat": repeat, "every": every}
+
+
+def fired_at(rules: list[dict], wait: dict[int, float], ticks: int, effective: dict[str, int] | None = None) -> list[int]:
+    """The ticks at which the rules fired, with the view's ``db.wait`` from ``wait``
+    (tick -> value, held until the next entry)."""
+    op = RunbookOperator("ops", {"rules": rules, "_wiring": UNWIRED}, agent_rng(1, "ops"), WORLD)
+    op.effective = dict(effective or {})
+    value, fired = None, []
+    for t in range(ticks):
+        value = wait.get(t, value)
+        op.view, op.view_tick = {"db.wait": [value, 0.0]}, t
+        op.decide(t)
+        fired += [t for e in op._events if e["event"] == "rule_fired"]
+        op._events, op._outbox = [], []
+    return fired
+
+
+def test_a_for_inside_all_counts_whatever_the_order_of_the_list():
+    wait = {0: 2.0, 100: 0.1}  # below 0.5 from tick 100 on: held 5 minutes at tick 400
+    for parts in itertools.permutations([DONE, WAIT]):
+        # shed took effect at tick 300: done for 10 minutes at tick 900, the wait long enough by then
+        assert fired_at([rule({"all": list(parts)})], wait, 1200, {"shed": 300}) == [900], parts
+    # any: the `for` counts also while the other part holds (until tick 200), so at 450 the
+    # wait has held since 100
+    for parts in itertools.permutations([{"not": {"at": 200.0}}, WAIT]):
+        assert fired_at([rule({"all": [{"at": 450.0}, {"any": list(parts)}]})], wait, 1200) == [450], parts
+    late = {0: 2.0, 800: 0.1}  # the wait falls at 800: the rule needs it held until 1100, whatever the order
+    for parts in itertools.permutations([DONE, WAIT]):
+        assert fired_at([rule({"all": list(parts)})], late, 1200, {"shed": 300}) == [1100], parts
+
+
+def test_a_repeating_rules_for_counts_through_its_wait_between_firings():
+    # below 0.5 from 0 to 499, above for a minute, then below again from 560
+    wait = {0: 0.1, 500: 2.0, 560: 0.1}
+    fired = fired_at([rule(WAIT, repeat=True, every=400.0)], wait, 1200)
+    # fires at 300 (held 5 minutes); may fire again from 700, but the wait broke at 500:
+    # held 5 minutes again only at 860, and then every 400 s while it holds
+    assert fired == [300, 860], fired
