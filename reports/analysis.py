@@ -323,8 +323,8 @@ def _timeline(r: _Reading) -> list[dict]:
         ev, tick = e["event"], e["tick"]
         if ev in TIMELINE_ROWS:
             add(tick, *TIMELINE_ROWS[ev](e))
-        elif ev == "trigger":
-            add(tick, "trigger", e.get("description") or e.get("trigger", ""), "trigger")
+        elif ev == "trigger":  # par's trigger is the first one
+            add(tick, "trigger", e.get("description") or e.get("trigger", ""), "trigger" if tick == r.trigger_tick else None)
         elif ev == "status_posted":
             add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == r.first_update else None)
         elif ev == "action_effective":
@@ -401,7 +401,8 @@ def _verdict(r: _Reading) -> str:
     if not lb.get("reached"):
         return f"The loop was not broken by {r.until}."
     if lb.get("vs_par_s") is not None:
-        return (f"Loop broken {_delta(abs(lb['vs_par_s'])).lstrip('+')} "
+        gap = abs(lb["vs_par_s"])
+        return (f"Loop broken {format_wait(gap) if gap < 3600 else _delta(gap).lstrip('+')} "
                 f"{'ahead of' if lb['vs_par_s'] < 0 else 'behind'} the historical response.")
     return f"Loop broken at {lb.get('clock')}."
 

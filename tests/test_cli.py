@@ -185,3 +185,26 @@ def test_unknown_playbook_for_show_is_a_clear_error():
     result = invoke("playbooks", "show", "no-such-playbook")
     assert result.exit_code == 2
     assert "no playbook 'no-such-playbook'" in result.stderr and FLAGSHIP in result.stderr
+
+
+def test_what_a_run_can_never_reach_is_a_warning_before_it_plays(tmp_path):
+    """A trigger or a runbook clock condition at or after the end of the run: said by validate
+    (against the playbook's duration) and by run (against its own), and kept in meta.json;
+    the run still plays (a short run of a long scenario is a fair check)."""
+    late = tmp_path / "late.yaml"
+    late.write_text("name: late\nrules:\n  - when: {all: [{alarm: bridge-hot}, {at: \"07:30\"}]}\n    do: add_capacity\n"
+                    "  - when: {at: \"07:01\"}\n    do: add_capacity\n")
+    result = invoke("playbooks", "validate", str(VALID), "--runbook", str(late))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        f"warning: {late}: rules[0].when.all[1].at 07:30 is at or after the end of the run (07:10): it never holds"]
+    out = tmp_path / "run"
+    result = invoke("run", str(VALID), "--runbook", str(late), "--duration", "30s", "--out", str(out), "--no-report")
+    assert result.exit_code == 0, result.output
+    expected = ["rules[0].when.all[1].at 07:30 is at or after the end of the run (07:00:30): it never holds",
+                "rules[1].when.at 07:01 is at or after the end of the run (07:00:30): it never holds"]
+    assert result.stderr.splitlines() == [f"warning: {t}" for t in expected]
+    assert json.loads((out / "meta.json").read_text())["never_reached"] == expected
+    from orchestrator.playbook.loader import never_reached
+    assert never_reached({"triggers": [{"at": 7 * 3600.0}, {"at": 9 * 3600.0}]}, None, 8 * 3600.0) == [
+        "triggers[1].at 09:00 is at or after the end of the run (08:00): it never fires"]

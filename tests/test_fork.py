@@ -70,7 +70,7 @@ def test_a_fork_replays_as_it_was_played_and_a_fork_of_it_is_it_up_to_t(original
     assert same_as_recording(tmp_path / "fork2", replay(tmp_path / "fork2", tmp_path / "replayed2").dir) == []
 
 
-def test_a_fork_finds_a_playbook_files_own_runbook_by_name(tmp_path):
+def test_a_fork_finds_a_playbook_files_own_runbook_by_name(tmp_path, monkeypatch):
     """Named, a runbook is one of those beside the run's playbook file (the run directory
     holds a copy of the playbook, with no runbooks beside it)."""
     import shutil
@@ -78,7 +78,12 @@ def test_a_fork_finds_a_playbook_files_own_runbook_by_name(tmp_path):
     (tmp_path / "runbooks" / "mini-loop").mkdir(parents=True)  # the playbook's name
     shutil.copy(MINI, tmp_path / "mini_loop.yaml.j2")
     shutil.copy(FIX, tmp_path / "runbooks" / "mini-loop" / "fix_early.yaml")
-    run = orchestrator.run(str(tmp_path / "mini_loop.yaml.j2"), runbook="none", seed=2, out=tmp_path / "none")
+    # played from the playbook's directory, named relative to it; forked from elsewhere (an
+    # outsider trial's fork looked for the runbooks beside a file of that name in its own directory)
+    monkeypatch.chdir(tmp_path)
+    run = orchestrator.run("mini_loop.yaml.j2", runbook="none", seed=2, out=tmp_path / "none")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     by_name = fork(run.dir, "00:06", "fix_early", tmp_path / "by-name")
     by_file = fork(run.dir, "00:06", FIX, tmp_path / "by-file")
     assert by_name["differences"] == by_file["differences"]

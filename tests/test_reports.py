@@ -246,3 +246,25 @@ def test_a_report_tells_a_shared_backlog_milestone_from_a_population_and_reads_r
     assert r.metrics["jobs.backlog"].iloc[-1] < 300  # the jobs did drain
     (never,) = [f for f in a.findings if f.kind == "rule_never_fired"]
     assert "from 00:02" in never.evidence or "from 00:03" in never.evidence, never.evidence  # not 00:00:00
+
+
+def test_a_short_gap_to_par_is_said_in_seconds_and_only_the_first_trigger_is_set_against_par(historical, tmp_path):
+    """An outsider trial read "loop broken 0h00m behind" for 43 s, and a second trigger (a
+    fault lifting) set against par's trigger time as "+0h10m vs par"."""
+    import shutil
+
+    from reports.rundir import load_run
+
+    copy = tmp_path / "run"
+    shutil.copytree(historical.dir, copy, ignore=shutil.ignore_patterns("report"))
+    score = json.loads((copy / "score.json").read_text())
+    score["loop_broken"]["vs_par_s"] = 43.0
+    (copy / "score.json").write_text(json.dumps(score))
+    lines = (copy / "events.jsonl").read_text().splitlines()
+    first = next(json.loads(x) for x in lines if json.loads(x)["event"] == "trigger")
+    later = dict(first, tick=first["tick"] + 600, clock="later", description="a second trigger")
+    (copy / "events.jsonl").write_text("\n".join(lines + [json.dumps(later)]) + "\n")
+    a = analyse(load_run(copy))
+    assert a.verdict == "Loop broken 43 s behind the historical response."
+    triggers = [row for row in a.timeline if row["what"] == "trigger"]
+    assert [bool(row["par"]) for row in triggers] == [True, False]

@@ -63,6 +63,8 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     out = out_dir(out, f"runs/{stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
     data = execute(spec, Path(out), progress=progress, hosting=HostingOptions(hosting, placement, address, snapshot_every),
                    speed=speed, attribution=attribution)
+    for text in data.meta.get("never_reached", []):
+        click.echo(f"warning: {text}", err=True)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
     else:

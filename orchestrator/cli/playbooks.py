@@ -69,16 +69,21 @@ def playbooks_render(name, sets, vars_file):
 @click.option("--runbook", "-r", "runbooks", multiple=True, help="Also validate these runbooks against it.")
 def playbooks_validate(file, sets, vars_file, runbooks):
     """Render, parse and validate FILE; report every error with its location."""
-    from orchestrator.playbook.loader import load_playbook, load_runbook
+    from orchestrator.playbook.loader import load_playbook, load_runbook, never_reached
 
     pb = load_playbook(file, variables(file, sets, vars_file))
     counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (
         (len(pb.data["populations"]), "population"), (len(pb.data["devices"]), "device pool"),
         (len(pb.data["mitigations"]), "mitigation")))
     click.echo(f"{pb.source}: valid ({counts})")
+    end = pb.data["clock"]["start"] + pb.data["clock"]["duration"]  # a run's --duration may end it sooner
+    for text in never_reached(pb.data, None, end):
+        click.echo(f"warning: {text}", err=True)
     for rb in runbooks:
-        load_runbook(rb, pb)
+        _, runbook = load_runbook(rb, pb)
         click.echo(f"{rb}: valid")
+        for text in never_reached({"triggers": []}, runbook, end):
+            click.echo(f"warning: {rb}: {text}", err=True)
 
 
 @playbooks.command("new")

@@ -460,6 +460,31 @@ def _check_triggers(data: dict, n: _Names) -> None:
             _check_effect(e, f"triggers[{i}].effects[{j}]", n.kinds, n.parts, n.issues)
 
 
+def never_reached(data: dict, runbook: dict | None, end_s: float) -> list[str]:
+    """What a run ending at clock time ``end_s`` can never reach: triggers, and runbook
+    conditions on the clock, timed at or after its end. Not an error (a short run of a
+    long scenario is a fair check), but said before the run, since such a run reports
+    "trigger not reached" and a loop that never formed."""
+    end = format_clock(end_s)
+    out = [f"triggers[{i}].at {format_clock(t['at'])} is at or after the end of the run ({end}): it never fires"
+           for i, t in enumerate(data["triggers"]) if t["at"] >= end_s]
+
+    def walk(cond, loc: str) -> None:
+        if not isinstance(cond, dict):
+            return
+        if isinstance(cond.get("at"), (int, float)) and cond["at"] >= end_s:
+            out.append(f"{loc}.at {format_clock(cond['at'])} is at or after the end of the run ({end}): it never holds")
+        for key in ("all", "any"):
+            for j, c in enumerate(cond.get(key) or []):
+                walk(c, f"{loc}.{key}[{j}]")
+        if "not" in cond:
+            walk(cond["not"], f"{loc}.not")
+
+    for i, rule in enumerate((runbook or {}).get("rules") or []):
+        walk(rule.get("when"), f"rules[{i}].when")
+    return out
+
+
 def _check_actions(data: dict, n: _Names) -> None:
     """Mitigations and faults: unique names, and effects their targets and operations accept."""
     for section in ("mitigations", "faults"):

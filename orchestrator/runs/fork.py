@@ -54,7 +54,7 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     # at the fork, the new runbook's.
     plays = {t: a for t, a in takeovers.items() if t < t_fork}
     plays[t_fork] = {"tick": t_fork, "runbook": rb["name"], "rules": rb.get("rules") or []}
-    run = WorldRun(spec, out, meta={"forked_from": str(run_dir), "forked_at": at, "forked_at_tick": t_fork,
+    run = WorldRun(spec, out, meta={"forked_from": str(run_dir.resolve()), "forked_at": at, "forked_at_tick": t_fork,
                                     "runbook": rb["name"], "runbook_before_fork": meta.get("runbook"),
                                     "variables": meta.get("variables", {}),
                                     TAKEOVERS: [plays[t] for t in sorted(plays)]})
@@ -74,7 +74,7 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
         run.close(status)
     original = json.loads((run_dir / rundir.SCORE).read_text(encoding="utf-8"))
     forked = json.loads((Path(out) / rundir.SCORE).read_text(encoding="utf-8"))
-    result = {"original": str(run_dir), "fork": str(out), "at": at, "runbook": rb["name"],
+    result = {"original": str(run_dir.resolve()), "fork": str(Path(out).resolve()), "at": at, "runbook": rb["name"],
               "runbook_before": meta.get("runbook"), "differences": differences(original, forked)}
     write_json_atomic(Path(out) / rundir.FORK, result)
     return result

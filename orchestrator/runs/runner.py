@@ -18,7 +18,8 @@ from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Is
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import RunWriter, check_out_dir
-from orchestrator.playbook.loader import MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook, parse_yaml, read_text, runbook_files, tick_issues
+from orchestrator.playbook.loader import (MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook,
+                                         never_reached, parse_yaml, read_text, runbook_files, tick_issues)
 from orchestrator.engine.scoring import Scorer
 from orchestrator.hosting.wire import encode
 from orchestrator.engine.world import OPERATOR, build_plan
@@ -92,12 +93,16 @@ class WorldRun:
         an action took effect (in-process hosting only), for the counterfactuals."""
         pb, rb_text, rb, self.plan = prepare(spec)
         self.pb = pb
-        info = {"playbook": pb.name, "playbook_source": pb.source, "runbook": "console" if spec.console else rb["name"],
+        # the playbook's absolute path, so that a fork finds the runbooks beside it from anywhere
+        info = {"playbook": pb.name, "playbook_source": str(Path(pb.source).resolve()),
+                "runbook": "console" if spec.console else rb["name"],
                 "seed": spec.seed, "variables": pb.variables, "duration_s": self.plan.ticks * self.plan.info.dt, **hosting.meta(),
                 "speed": speed or "max",
                 "operator": "console" if spec.console else "runbook", "shards_option": spec.shards,
                 "shards": {pop: len(parts) for pop, parts in self.plan.shards.items()},
-                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | (meta or {})
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "never_reached": never_reached(pb.data, None if spec.console else rb,
+                                               self.plan.info.start_s + self.plan.ticks * self.plan.info.dt)} | (meta or {})
         check_out_dir(out)  # before starting any actor
         self.host: Host = hosting.make(self.plan)
         try:
