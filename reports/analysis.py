@@ -295,7 +295,10 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
             drained = r.milestones_reached.get("backlog_drained")
             # the milestone is every backlog and queue it names at once: say so when it names more than this one
             others = [f"the backlog of {p}" for p in pops if p != pop] + [f"the queue of {s}" for s in queues]
-            if not others:
+            if (r.score.get("backlog_drained") or {}).get("impaired") is False:  # under its threshold all along
+                text = (f"never over the backlog milestone's threshold ({scope['threshold']:g} s of arrivals) after the "
+                        f"trigger (nothing to drain)")
+            elif not others:
                 text = f"drained at {r.at(drained)}" if drained is not None else f"not drained by {r.until}"
             else:
                 text = (f"the backlog milestone, which also needs {' and '.join(others)}, "

@@ -268,3 +268,20 @@ def test_a_short_gap_to_par_is_said_in_seconds_and_only_the_first_trigger_is_set
     assert a.verdict == "Loop broken 43 s behind the historical response."
     triggers = [row for row in a.timeline if row["what"] == "trigger"]
     assert [bool(row["par"]) for row in triggers] == [True, False]
+
+
+def test_a_backlog_never_over_its_threshold_is_not_said_to_be_undrained(tmp_path):
+    """An outsider trial's summary said a backlog that peaked far under the milestone's
+    threshold 'was not drained by 09:00:00' (the score said 'never impaired')."""
+    from pathlib import Path
+
+    import orchestrator
+
+    text = (Path(__file__).parent / "playbooks" / "relapse.yaml.j2").read_text()
+    assert "    threshold: 60\n" in text
+    (tmp_path / "high.yaml.j2").write_text(text.replace("    threshold: 60\n", "    threshold: 100000\n"))
+    run = orchestrator.run(str(tmp_path / "high.yaml.j2"), runbook="none", duration="20m", out=tmp_path / "run")
+    assert run.score["backlog_drained"]["impaired"] is False and run.metrics["jobs.backlog"].max() > 0
+    a = analyse(run)
+    line = next(x for x in a.summary if "backlog peaked" in x)
+    assert "never over the backlog milestone's threshold (100000 s of arrivals)" in line and "not drained" not in line
