@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
-from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock
+from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
 from .summary import not_reached
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
@@ -588,7 +588,14 @@ def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
     sign, limit = (">", cond["above"]) if "above" in cond else ("<", cond["below"])
     if not held.any():
         return f"in ground truth {metric} was never {sign} {limit} (range {truth.min():.3g}-{truth.max():.3g})"
-    text = f"in ground truth {metric} was {sign} {limit} for {format_minutes(held.sum() * dt, 0)} from {at(int(held.idxmax()))}"
+    text = f"in ground truth {metric} was {sign} {limit} for {format_wait(held.sum() * dt)} in all from {at(int(held.idxmax()))}"
+    hold = parse_duration(cond.get("for") or 0.0)  # (as written in the run's playbook or runbook: "5m")
+    if hold > 0:  # what the rule waits for: an unbroken stretch of that long
+        stretch = held.ne(held.shift()).cumsum()[held]  # a label per unbroken stretch
+        sizes = stretch.value_counts(sort=False)
+        longest = sizes.idxmax()
+        text += (f", at most {format_wait(sizes[longest] * dt)} without a break (from "
+                 f"{at(int(stretch.index[stretch == longest][0]))}) where it needed {format_wait(hold)}")
     if "monitoring.visibility" in m:
         vis = m.loc[held, "monitoring.visibility"].mean()
         text += (f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"

@@ -285,3 +285,17 @@ def test_a_backlog_never_over_its_threshold_is_not_said_to_be_undrained(tmp_path
     a = analyse(run)
     line = next(x for x in a.summary if "backlog peaked" in x)
     assert "never over the backlog milestone's threshold (100000 s of arrivals)" in line and "not drained" not in line
+
+
+def test_a_never_fired_rules_for_is_explained_by_its_longest_unbroken_stretch():
+    """An outsider trial read 'was < 1 for 1 min from 07:15:00' of a wait under 1 for 76 s in
+    scattered pieces, the longest 15 s, where the rule needed 5 minutes without a break."""
+    import pandas as pd
+
+    from reports.analysis import _why_metric
+
+    m = pd.DataFrame({"db.wait": [2, 0.5, 0.5, 2, 2, 0.1, 0.2, 0.3, 2, 0.4]}, index=range(10, 20))
+    text = _why_metric("db.wait", {"metric": "db.wait", "below": 1, "for": "5m"}, m, 1.0, lambda t: f"tick {t}")
+    assert text == ("in ground truth db.wait was < 1 for 6 s in all from tick 11, at most 3 s without a break "
+                    "(from tick 15) where it needed 5 min")
+    assert "without a break" not in _why_metric("db.wait", {"metric": "db.wait", "below": 1}, m, 1.0, str)
