@@ -59,19 +59,33 @@ def time_to_break(df: pd.DataFrame) -> pd.Series:
 
 
 def quantile(values: np.ndarray, q: float) -> float:
-    """An observed value (no interpolation), so that infinite times stay meaningful."""
-    return float(np.quantile(values, q, method="inverted_cdf"))
+    """The median as people compute it (over an even number of values, the mean of the two
+    middle ones: infinite if either is); any other quantile an observed value (no
+    interpolation, which would make 0 x inf of an infinite time next to it)."""
+    return float(_quantiles(np.asarray(values, dtype=float)[None, :], q)[0])
+
+
+def _quantiles(rows: np.ndarray, q: float) -> np.ndarray:
+    """``quantile`` of each row."""
+    if q == 0.5:
+        return np.median(rows, axis=1)  # times are >= 0: a middle pair with inf has the mean inf, never NaN
+    return np.quantile(rows, q, axis=1, method="inverted_cdf")
 
 
 def _resampled(values: np.ndarray, q: float, rng: np.random.Generator) -> np.ndarray:
     """The q-quantile of each of RESAMPLES bootstrap resamples of ``values``."""
     idx = rng.integers(0, len(values), size=(RESAMPLES, len(values)))
-    return np.quantile(values[idx], q, axis=1, method="inverted_cdf")
+    return _quantiles(values[idx], q)
 
 
 def bootstrap_ci(values: np.ndarray, q: float, seed: int = 0) -> tuple[float, float]:
     stats = _resampled(values, q, np.random.default_rng(seed))
-    return quantile(stats, 0.025), quantile(stats, 0.975)
+    return _percentile(stats, 0.025), _percentile(stats, 0.975)
+
+
+def _percentile(stats: np.ndarray, q: float) -> float:
+    """A bound of a percentile-bootstrap interval: one of the resampled statistics."""
+    return float(np.quantile(stats, q, method="inverted_cdf"))
 
 
 def median_difference(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, tuple[float, float]]:
@@ -85,8 +99,8 @@ def median_difference(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[floa
         d = ma - mb
         point = quantile(a, 0.5) - quantile(b, 0.5)
     undefined = np.isnan(d)
-    return float(point), (quantile(np.where(undefined, -np.inf, d), 0.025),
-                          quantile(np.where(undefined, np.inf, d), 0.975))
+    return float(point), (_percentile(np.where(undefined, -np.inf, d), 0.025),
+                          _percentile(np.where(undefined, np.inf, d), 0.975))
 
 
 def wilson(x: int, n: int, z: float = Z95) -> tuple[float, float]:

@@ -88,7 +88,12 @@ def test_the_statistics_on_known_samples():
     t = cs.time_to_break(df).tolist()
     assert t == [60.0, np.inf, 0.0, 120.0]  # never formed counts 0, stuck counts slowest
     s = cs.summary(df).iloc[0]
-    assert s["success_rate"] == 0.75 and s["median_break_s"] == 60.0 and np.isinf(s["p90_break_s"])
+    # a median over an even number of runs is the mean of the middle two (two outsider trials
+    # read the lower one as wrong); a p90 is a run's own value
+    assert s["success_rate"] == 0.75 and s["median_break_s"] == 90.0 and np.isinf(s["p90_break_s"])
+    assert s["median_impact"] == 2.5
+    assert np.isinf(cs.quantile(np.array([0.0, 60.0, np.inf, np.inf]), 0.5))  # a middle run stuck: infinite, never NaN
+    assert cs.quantile(np.array([0.0, 60.0, np.inf]), 0.5) == 60.0
 
 
 def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session, tmp_path):
