@@ -208,3 +208,17 @@ def test_what_a_run_can_never_reach_is_a_warning_before_it_plays(tmp_path):
     from orchestrator.playbook.loader import never_reached
     assert never_reached({"triggers": [{"at": 7 * 3600.0}, {"at": 9 * 3600.0}]}, None, 8 * 3600.0) == [
         "triggers[1].at 09:00 is at or after the end of the run (08:00): it never fires"]
+
+
+def test_a_number_of_seconds_sets_a_duration_variable(tmp_path, monkeypatch):
+    """Both outsider trials had --set timeout=5 refused ("same type as the default '3s'"),
+    while the format takes a number of seconds as a duration."""
+    monkeypatch.chdir(tmp_path)
+    assert invoke("playbooks", "new", "mine").exit_code == 0
+    result = invoke("playbooks", "render", "mine.yaml.j2", "--set", "timeout=3")
+    assert result.exit_code == 0, result.output
+    assert "request: {timeout: 3}" in result.stdout
+    assert invoke("playbooks", "validate", "mine.yaml.j2", "--set", "timeout=3").exit_code == 0
+    refused = invoke("playbooks", "render", "mine.yaml.j2", "--set", "clients=2s")  # (and not the other way round)
+    assert refused.exit_code == 2 and "--set clients: got '2s'; expected a value of the same type as the default 2000" \
+        in refused.output

@@ -24,7 +24,7 @@ from orchestrator.playbook.operations import operations
 from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
 from orchestrator.playbook.schema import _MISSING, Field, check, non_negative
-from reports.timefmt import format_clock
+from reports.timefmt import format_clock, parse_duration
 
 MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
 MAX_TICKS = 2_000_000  # a run longer than this is almost certainly a typo in --tick
@@ -220,7 +220,17 @@ def _same_type(default, value) -> bool:
         return isinstance(default, bool) and isinstance(value, bool)
     if isinstance(default, num):
         return isinstance(value, num)
+    if isinstance(default, str) and isinstance(value, num) and _is_duration(default):
+        return True  # a number of seconds is a duration too (the format says so)
     return isinstance(value, type(default))
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except ValueError:
+        return False
+    return True
 
 
 def render(tpl: Template, values: dict) -> str:
