@@ -38,6 +38,11 @@ def test_a_readmission_lets_back_a_share_per_step(tmp_path):
     assert list(steps["share"]) == [0.25, 0.5, 0.75, 1.0]
     # the first step as the action takes effect (a tick after the rule fires), then one every 2 minutes
     assert list(steps["clock"]) == ["00:04:02", "00:06:02", "00:08:02", "00:10:02"]
+    # what the readmission still holds back is the cost of the pause it lifts (an outsider
+    # trial's report charged it to the readmission): 2 min paused, then 75%, 50%, 25% for 2 min each
+    held = r.metrics["clients.held_back"].sum()
+    assert held == pytest.approx(nominal * (120 + 0.75 * 120 + 0.5 * 120 + 0.25 * 120), abs=nominal * 2)
+    assert r.score["collateral"]["requests_turned_away_by"] == {"pause": int(round(held))}
 
 
 def test_a_readmission_in_tenths_takes_ten_steps(tmp_path):

@@ -189,7 +189,10 @@ class Scorer:
             elif e["event"] == "action_requested":
                 self.actions += 1
             elif e["event"] == "applied" and e.get("op") in TURNS_AWAY:
-                self.turning[source_of(e["agent"])] = e.get("by") or e["agent"]
+                part = source_of(e["agent"])
+                if e.get("op") != "readmit" or part not in self.turning:
+                    # what a readmission still holds back is the cost of the cut it lifts
+                    self.turning[part] = e.get("by") or e["agent"]
         setups = sum(metrics[d]["setups"] for d in self.loop_devices)
         ok = sum(metrics[d]["setups"] * metrics[d]["setup_success_ratio"] for d in self.loop_devices)
         self.setup.add(ok, setups)
