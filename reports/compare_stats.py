@@ -298,7 +298,8 @@ def pairs(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFrame
         key = key if isinstance(key, tuple) else (key,)
         names = list(dict.fromkeys(g["runbook"]))
         recs = [{**dict(zip(keys, key)), **_compare(a, b, time_to_break(g[g["runbook"] == a]).to_numpy(),
-                                                    time_to_break(g[g["runbook"] == b]).to_numpy())}
+                                                    time_to_break(g[g["runbook"] == b]).to_numpy()),
+                 "formed": int(g.loc[g["runbook"].isin([a, b]), "loop_formed"].astype(bool).sum())}
                 for a, b in itertools.combinations(names, 2)]
         m = len(recs)
         for t in _TESTS:
@@ -310,6 +311,9 @@ def pairs(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFrame
                 rec |= {f"{t.p}_holm": adj, "pairs": m, "holm_alpha": ALPHA / m, t.seeds: need,
                         t.possible: rec[t.min_p] < ALPHA and family_min < ALPHA / m}
         for rec in recs:
+            if not rec.pop("formed"):  # more seeds cannot help: there is nothing to compare
+                rec["power"], rec["verdict"], rec["better"] = "", f"no run of {rec['a']} or {rec['b']} formed a loop", ""
+                continue
             rec["power"] = power_sentence(rec)
             rec["verdict"], rec["better"] = _verdict(rec)
         out += recs

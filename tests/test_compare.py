@@ -300,3 +300,14 @@ def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped
     # and a stuck system brought to just under the tipping load stays stuck
     just_under = h["recovery"][h["recovery"]["runbook"] == "shed-to-0.9"]
     assert set(just_under["outcome"]) == {"stuck"}
+
+
+def test_a_sweep_point_where_no_run_formed_a_loop_is_not_a_matter_of_seeds():
+    """An outsider trial's sweep point where all six runs stayed healthy read 'cannot tell:
+    too few seeds ... use at least 4'; more seeds cannot help there."""
+    rows = [{"runbook": rb, "seed": s, "load": load, "loop_formed": formed, "loop_broken_s": 100.0 + s if formed else np.nan,
+             "impact": 1.0, "connections_broken": 0, "turned_away": 0, "actions": 1}
+            for load, formed in ((0.2, False), (0.6, True)) for rb in ("none", "shed") for s in range(3)]
+    p = cs.pairs(pd.DataFrame(rows), ["load"]).set_index("load")
+    assert p.loc[0.2, "verdict"] == "no run of none or shed formed a loop" and p.loc[0.2, "power"] == ""
+    assert p.loc[0.6, "verdict"].startswith("cannot tell") and "use at least" in p.loc[0.6, "power"]
