@@ -13,7 +13,7 @@ from .deployment import resolve_param
 
 class Automation(Agent):
     kind = "automation"
-    METRICS = {"fired": ("count", "triggers fired this tick"), "enabled": ("count", "triggers still enabled")}
+    METRICS = {"fired": ("count per tick", "triggers fired this tick"), "enabled": ("count", "triggers still enabled")}
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)

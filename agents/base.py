@@ -8,6 +8,7 @@ No clocks, sockets or Ray in here: the hosting layer moves the messages.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -28,6 +29,16 @@ OUTSIDE = "outside"
 
 #: The unit of a share from 0 to 1 in an agent's METRICS; consoles and pages draw it from 0 to 100%.
 RATIO = "ratio"
+
+#: How a METRICS unit ends for a count of what happened during one tick (requests sent,
+#: setups failed): metrics.csv holds it per tick, and monitoring's view per second, so
+#: that an alarm's or a rule's threshold means the same at any tick.
+PER_TICK = " per tick"
+
+
+def per_second(unit: str) -> str:
+    """A METRICS unit as monitoring's view (alarms, runbook conditions) holds it."""
+    return unit[:-len(PER_TICK)] + " per second" if unit.endswith(PER_TICK) else unit
 
 #: How the requests a fault (toxic) hits fail: their callers wait out their timeout, or are refused at once.
 FAULT_KINDS = ("timeout", "error")
@@ -210,10 +221,13 @@ class Agent:
             self.send(dst, "apply", {"op": op, "args": part, "by": by}, tick)
 
     def report(self, tick: int, metrics: dict[str, float]) -> None:
-        """Send this tick's telemetry to monitoring, if it is due."""
+        """Send this tick's telemetry to monitoring, if it is due: counts per tick as rates
+        per second (``PER_TICK``)."""
         w = self.wiring
         if w.monitor and w.telemetry and tick % w.telemetry_every == 0:
-            self.send(w.monitor, "telemetry", {"at": tick, "values": {m: float(metrics[m]) for m in w.telemetry}}, tick)
+            per_tick, dt = _per_tick_metrics(type(self)), self.world.dt
+            self.send(w.monitor, "telemetry", {"at": tick, "values": {
+                m: float(metrics[m]) / dt if m in per_tick else float(metrics[m]) for m in w.telemetry}}, tick)
 
     def send_flow(self, hops: list, tick: int, requests: int, setups: int = 0, coupled: int = 0, closes: int = 0,
                   ct: float = 5.0, rt: float = 5.0) -> None:
@@ -260,3 +274,8 @@ class Agent:
         self.__dict__.update(state)
         for name in self.DERIVED:
             getattr(self, name).clear()
+
+
+@functools.lru_cache(maxsize=None)
+def _per_tick_metrics(cls: type) -> frozenset:
+    return frozenset(m for m, (unit, _) in cls.METRICS.items() if unit.endswith(PER_TICK))

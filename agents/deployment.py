@@ -17,8 +17,8 @@ class Deployment(Agent):
     kind = "deployment"
     METRICS = {
         "actions_in_progress": ("count", "actions accepted and not yet effective"),
-        "step_attempts": ("count", "deployment steps attempted this tick"),
-        "step_failures": ("count", "deployment step attempts that failed (results received this tick)"),
+        "step_attempts": ("count per tick", "deployment steps attempted this tick"),
+        "step_failures": ("count per tick", "deployment step attempts that failed (results received this tick)"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):

@@ -74,15 +74,15 @@ class DevicePool(Agent):
                         "with no budget (no device in service), 1 while work arrives, else 0"),
         "offered_load": ("ratio", "work arriving this tick / budget; above 1 means overload"),
         "queue_delay_ms": ("ms", "mean delay an arrival sees this tick"),
-        "setups": ("setups", "connection setups offered this tick"),
+        "setups": ("setups per tick", "connection setups offered this tick"),
         "setup_success_ratio": ("ratio", "setups that completed within their caller's timeout / offered; 1 if none"),
         "request_success_ratio": ("ratio", "requests forwarded within their caller's timeout / offered; 1 if none"),
-        "rejected": ("items", "items rejected cheaply (protection or full connection table)"),
-        "dropped": ("items", "items dropped because the queue was full"),
+        "rejected": ("items per tick", "items rejected cheaply (protection or full connection table)"),
+        "dropped": ("items per tick", "items dropped because the queue was full"),
         "wasted_work_ratio": ("ratio", "share of processed work whose caller had already timed out"),
         "table_used_ratio": ("ratio", "connection-tracking entries in use / capacity"),
         "connections": ("count", "established connections tracked"),
-        "dropped_by_action": ("count", "established connections dropped by an operator action this tick"),
+        "dropped_by_action": ("count per tick", "established connections dropped by an operator action this tick"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):

@@ -17,8 +17,8 @@ from .shards import merge_metrics
 class Monitoring(Agent):
     kind = "monitoring"
     METRICS = {
-        "reports_sent": ("count", "telemetry reports sent across the monitoring path this tick"),
-        "reports_arrived": ("count", "telemetry reports that arrived this tick"),
+        "reports_sent": ("count per tick", "telemetry reports sent across the monitoring path this tick"),
+        "reports_arrived": ("count per tick", "telemetry reports that arrived this tick"),
         "visibility": ("ratio", "share of observed metrics whose value is fresh (age below stale_after)"),
         "alarms_firing": ("count", "alarms firing in the observed view"),
     }

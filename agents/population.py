@@ -402,23 +402,23 @@ class Population(PopulationControls, Agent):
         "clients": ("count", "clients in the population"),
         "connected": ("count", "clients holding an established connection (pooled mode)"),
         "waiting": ("count", "clients waiting in the timing wheel for their next connection attempt"),
-        "demand": ("requests", "fresh requests wanted this tick (all clients, connected or not; what a scale_rate "
+        "demand": ("requests per tick", "fresh requests wanted this tick (all clients, connected or not; what a scale_rate "
                                "below 1 holds back is not in it: see held_back)"),
-        "fresh": ("requests", "fresh requests sent or queued this tick"),
-        "attempts": ("requests", "request attempts put on the wire this tick (fresh + retries)"),
-        "conn_attempts": ("setups", "connection attempts (setups) put on the wire this tick"),
-        "tries": ("requests", "request attempts and reconnections put on the wire this tick (a per-request client's "
+        "fresh": ("requests per tick", "fresh requests sent or queued this tick"),
+        "attempts": ("requests per tick", "request attempts put on the wire this tick (fresh + retries)"),
+        "conn_attempts": ("setups per tick", "connection attempts (setups) put on the wire this tick"),
+        "tries": ("requests per tick", "request attempts and reconnections put on the wire this tick (a per-request client's "
                               "setup is part of its attempt); retry amplification is tries / demand"),
-        "ok": ("requests", "request attempts that succeeded (results received this tick)"),
-        "failed": ("requests", "request attempts that failed (results received this tick)"),
-        "errors": ("requests", "requests that failed for good this tick (customer-visible errors)"),
+        "ok": ("requests per tick", "request attempts that succeeded (results received this tick)"),
+        "failed": ("requests per tick", "request attempts that failed (results received this tick)"),
+        "errors": ("requests per tick", "requests that failed for good this tick (customer-visible errors)"),
         "success_ratio": ("ratio", "ok / (ok + failed) of attempts resolved this tick; 1 if none"),
         "error_ratio": ("ratio", "errors / (ok + errors) this tick; 0 if none"),
-        "setup_ok": ("setups", "connection attempts that succeeded (results received this tick)"),
-        "setup_failed": ("setups", "connection attempts that failed (results received this tick)"),
+        "setup_ok": ("setups per tick", "connection attempts that succeeded (results received this tick)"),
+        "setup_failed": ("setups per tick", "connection attempts that failed (results received this tick)"),
         "backlog": ("requests", "durable work not yet done (queued, waiting to retry or in flight)"),
-        "broken_connections": ("count", "connections broken by operator actions this tick"),
-        "held_back": ("requests", "fresh requests not sent this tick because an operation scaled the rate below 1 "
+        "broken_connections": ("count per tick", "connections broken by operator actions this tick"),
+        "held_back": ("requests per tick", "fresh requests not sent this tick because an operation scaled the rate below 1 "
                                   "(the expected count; durable work a paused dispatch holds waits in the backlog instead)"),
     }
 

@@ -80,7 +80,7 @@ def _due(b: dict, dt: float) -> int:
 class Service(Agent):
     kind = "service"
     METRICS = {
-        "offered": ("requests", "requests that reached the service this tick"),
+        "offered": ("requests per tick", "requests that reached the service this tick"),
         "success_ratio": ("ratio", "share of requests the service answered well; without traffic, its readiness "
                                    "(reachable, dependencies up, not failed by a fault, some capacity)"),
         "utilisation": ("ratio", "work done / capacity this tick (work admitted / capacity without a queue); "
@@ -90,21 +90,21 @@ class Service(Agent):
         "queue_backlog": ("units", "work waiting in the work queue (0 without a queue)"),
         "queue_wait_s": ("seconds", "how long work arriving this tick waits for its turn; "
                          "infinite while the service's capacity is 0"),
-        "goodput": ("requests", "requests answered this tick while their callers still waited"),
-        "work_done": ("units", "work the service did this tick, its own lease work included"),
-        "work_admitted": ("units", "work the service took on this tick (queued, or begun without a queue), its own lease work included"),
-        "work_useful": ("units", "work that succeeded in time: requests answered this tick, lease work started this tick (useful / done falls to 0 in congestive collapse)"),
-        "throttled": ("requests", "requests and lease work refused this tick by the throttle"),
+        "goodput": ("requests per tick", "requests answered this tick while their callers still waited"),
+        "work_done": ("units per tick", "work the service did this tick, its own lease work included"),
+        "work_admitted": ("units per tick", "work the service took on this tick (queued, or begun without a queue), its own lease work included"),
+        "work_useful": ("units per tick", "work that succeeded in time: requests answered this tick, lease work started this tick (useful / done falls to 0 in congestive collapse)"),
+        "throttled": ("requests per tick", "requests and lease work refused this tick by the throttle"),
         "leases_held": ("ratio", "share of the service's leases held (1 without leases)"),
-        "leases_expired": ("leases", "leases that expired this tick"),
+        "leases_expired": ("leases per tick", "leases that expired this tick"),
         "dns_records_ok": ("flag", "1 while the service's endpoint has DNS records (always, without DNS automation)"),
         "targets_in_service": ("ratio", "share of a load balancer's targets in service (1 without health checks)"),
-        "target_flaps": ("targets", "targets taken out of or put back into service this tick"),
+        "target_flaps": ("targets per tick", "targets taken out of or put back into service this tick"),
         "hit_ratio": ("ratio", "share of this tick's cache lookups answered from a fresh key (0 without a cache)"),
         "cache_fill": ("ratio", "share of the cache's size holding fresh keys (0 without a cache)"),
-        "store_requests": ("requests", "requests the cache sent its store this tick (0 without a cache)"),
-        "stale_served": ("requests", "misses answered with a stale value because the store failed (serve_stale)"),
-        "error_evictions": ("keys", "keys deleted this tick because an answer failed (evict_on_error)"),
+        "store_requests": ("requests per tick", "requests the cache sent its store this tick (0 without a cache)"),
+        "stale_served": ("requests per tick", "misses answered with a stale value because the store failed (serve_stale)"),
+        "error_evictions": ("keys per tick", "keys deleted this tick because an answer failed (evict_on_error)"),
     }
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):

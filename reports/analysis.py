@@ -14,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from agents.base import PER_TICK
+
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
 from .summary import not_reached
@@ -368,7 +370,7 @@ def _findings(r: _Reading) -> list[Finding]:
                 f"lowest visibility {m['monitoring.visibility'].min():.0%}", "monitoring_blind"))
     # (a rule's conditions as they went from the trigger on: before it, a rule had nothing to answer)
     since = m.iloc[r.trigger_tick:] if r.trigger_tick is not None else m
-    findings += _rules_never_fired(r.runbook, r.events, r.playbook, since, dt, at)
+    findings += _rules_never_fired(r.runbook, r.events, r.playbook, _as_monitoring_sees(since, r.run.columns, dt), dt, at)
     findings += _collateral(r.effective, m, dt, r.signal, at)
     for who, n in ((r.score.get("collateral") or {}).get("requests_turned_away_by") or {}).items():
         if n:
@@ -572,6 +574,17 @@ def _rules_never_fired(runbook, events, playbook, m, dt, at) -> list[Finding]:
                 why.append(f"it is timed for {leaf['at']}")
         out.append(Finding(f"Runbook rule \"{name}\" never fired", _sentence("; ".join(why) or "its condition never held"),
                            "rule_never_fired"))
+    return out
+
+
+def _as_monitoring_sees(m: pd.DataFrame, columns: dict, dt: float) -> pd.DataFrame:
+    """The metrics in the units of monitoring's view, which thresholds are written in:
+    counts per tick per second (agents.base.PER_TICK)."""
+    per_tick = [c for c in m.columns if isinstance(columns.get(c), dict) and columns[c]["unit"].endswith(PER_TICK)]
+    if not per_tick or dt == 1.0:
+        return m
+    out = m.copy()
+    out[per_tick] = out[per_tick] / dt
     return out
 
 

@@ -101,6 +101,12 @@ class RunData:
     def events(self) -> pd.DataFrame:
         return read_events(self.dir)
 
+    @cached_property
+    def columns(self) -> dict:
+        """columns.json: every metrics column's agent, metric, unit and meaning ({} if missing)."""
+        path = self.dir / COLUMNS
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
     @property
     def complete(self) -> bool:
         return self.meta.get("status") == COMPLETE

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from agents import UNWIRED, WorldInfo, agent_rng
 from agents.operator import RunbookOperator
 
@@ -55,3 +57,46 @@ def test_a_repeating_rules_for_counts_through_its_wait_between_firings():
     # fires at 300 (held 5 minutes); may fire again from 700, but the wait broke at 500:
     # held 5 minutes again only at 860, and then every 400 s while it holds
     assert fired == [300, 860], fired
+
+
+def test_a_threshold_on_a_count_means_the_same_at_any_tick(tmp_path):
+    """Counts per tick reach monitoring as rates per second: a rule on 'attempts above 700'
+    (1,000 a second are sent) fires at 1 s and at 0.25 s ticks alike, and so does an alarm
+    on them (an outsider trial's rule fired at 1 s and never at 0.25 s, where a tick holds
+    250 attempts). metrics.csv keeps the counts per tick."""
+    from helpers import play
+
+    world = {"name": "counts", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "4m"},
+             "services": [{"name": "api", "capacity": 5000}],
+             "populations": [{"name": "clients", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "2s"}}],
+             "monitoring": {"observe": ["clients.attempts"],
+                            "alarms": [{"name": "busy", "metric": "clients.attempts", "above": 700, "for": "20s"}]},
+             "mitigations": [{"name": "noop", "deploy": False,
+                              "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 1}}]}]}
+    rules = [{"name": "many", "when": {"metric": "clients.attempts", "above": 700, "for": "30s"}, "do": "noop"}]
+    fired = {}
+    for tick in (1.0, 0.25):
+        r = play(tmp_path / str(tick), world, rules, tick=tick)
+        ev = r.events
+        fired[tick] = (ev.loc[ev["event"] == "rule_fired", "clock"].tolist(), ev.loc[ev["event"] == "alarm_raised", "clock"].tolist())
+        assert r.metrics["clients.attempts"].mean() == pytest.approx(1000 * tick, rel=0.05)  # per tick in metrics.csv
+    for tick, (rule, alarm) in fired.items():
+        assert len(rule) == 1 and len(alarm) == 1, (tick, fired)
+    # a report explains a rule that never fired in the same units: per second
+    from reports.analysis import analyse
+
+    never = [{"name": "never", "when": {"metric": "clients.attempts", "above": 2000}, "do": "noop"}]
+    (finding,) = [f for f in analyse(play(tmp_path / "never", world, never, tick=0.25)).findings
+                  if f.kind == "rule_never_fired"]
+    low, high = (float(x) for x in finding.evidence.split("(range ")[1].rstrip(")").split("-"))
+    assert 500 < low < 1000 < high < 1500, finding.evidence  # (per tick: about 190-310)
+    # the same time, give or take the monitoring path's delay and a tick
+    for i in (0, 1):
+        a, b = (fired[t][i][0] for t in (1.0, 0.25))
+        assert abs(_seconds(a) - _seconds(b)) <= 3, fired
+
+
+def _seconds(clock: str) -> float:
+    h, m, *s = clock.split(":")
+    return int(h) * 3600 + int(m) * 60 + (float(s[0]) if s else 0.0)

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.base import per_second
 from reports import rundir
 from orchestrator.errors import GamedayError, InvalidInput, Issue
 from orchestrator.engine.journal import write_json_atomic
@@ -75,7 +76,7 @@ class TeamView:
         self.dt, self.start_s = run.plan.info.dt, run.plan.info.start_s
         self.stale_after = float(data["monitoring"]["stale_after"])
         self.observe = list(data["monitoring"]["observe"])
-        self.units = {m: run.plan.metric_info(m)["unit"] for m in self.observe}
+        self.units = {m: per_second(run.plan.metric_info(m)["unit"]) for m in self.observe}  # as monitoring sees them
         self.catalogue = [{"name": m["name"], "description": m["description"], "params": m["params"],
                            "lead_time_s": m["lead_time"], "steps": m["steps"] if m["deploy"] else 0,
                            "deploy": m["deploy"], "risk": m["risk"]} for m in data["mitigations"]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import yaml
 
 from agents import AGENT_CLASSES
+from agents.base import PER_TICK
 from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.operations import TARGET_KINDS, has_default, operations
 from orchestrator.playbook.schema import _MISSING, Field
@@ -238,7 +239,12 @@ def _metrics_section() -> list[str]:
     out = ["## Metrics", "",
            "What each kind of part reports every tick (the run directory's `metrics.csv`, with units and "
            "meanings in `columns.json`). Monitoring observes those listed in `monitoring.observe` as "
-           "`PART.METRIC`, and runbook conditions and alarms read them from there.", ""]
+           "`PART.METRIC`, and runbook conditions and alarms read them from there.", "",
+           f"A unit ending \"{PER_TICK.strip()}\" counts what happened during one tick (in `metrics.csv`). "
+           "Monitoring's view holds it **per second** (divided by the tick), so a threshold on it (an alarm's "
+           "`above`, a rule's `metric` or `log` condition) means the same at any `--tick`: "
+           "`{metric: clients.attempts, above: 15000}` is 15,000 attempts a second. Ratios, delays and levels "
+           "(connections, backlogs) are the same in both.", ""]
     for kind in ("device", "service", "population", "monitoring", "deployment", "status", "automation"):
         metrics = AGENT_CLASSES[kind].METRICS
         out += [f"### Metrics of a {KIND_TITLE[kind]}", "", "| metric | unit | meaning |", "|---|---|---|"]
