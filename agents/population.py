@@ -405,7 +405,8 @@ class Population(PopulationControls, Agent):
         "demand": ("requests per tick", "fresh requests wanted this tick (all clients, connected or not; what a scale_rate "
                                "below 1 holds back is not in it: see held_back)"),
         "fresh": ("requests per tick", "fresh requests sent or queued this tick"),
-        "attempts": ("requests per tick", "request attempts put on the wire this tick (fresh + retries)"),
+        "attempts": ("requests per tick", "request attempts put on the wire this tick (fresh + retries; durable "
+                                          "work: what was dispatched, fresh work included, at most max_rate)"),
         "conn_attempts": ("setups per tick", "connection attempts (setups) put on the wire this tick"),
         "tries": ("requests per tick", "request attempts and reconnections put on the wire this tick (a per-request client's "
                               "setup is part of its attempt); retry amplification is tries / demand"),

@@ -67,3 +67,19 @@ def test_a_repeated_action_does_not_crowd_out_the_others_and_those_left_untested
     assert untested == ["pace"]
     picks, untested = candidates(events, loop_tick=50, limit=5)
     assert [e["action"] for e in picks] == ["late", "purge", "shed", "pace"] and untested == []
+
+
+def test_the_actions_needed_besides_the_breaker_are_named_in_its_sentence():
+    from orchestrator.runs.attribution import breaker
+
+    def cf(action, tick, later):
+        return {"action": action, "tick": tick, "took_effect": f"t{tick}", "later_by_s": later,
+                "loop_broken_without": None if later is None else "later", "played_until": "end"}
+
+    shed, lift = cf("shed", 10, None), cf("lift", 20, 600.0)
+    who, text = breaker([shed, lift])
+    assert who == "shed" and text == ("shed broke the loop: without shed (in effect from t10) the loop was still unbroken "
+                                      "at end. lift was needed too: without lift (in effect from t20) the loop broke only "
+                                      "at later, 10 minutes later.")
+    assert breaker([lift]) == ("lift", "lift broke the loop: without lift (in effect from t20) the loop broke only at later, "
+                                       "10 minutes later.")

@@ -217,7 +217,12 @@ SERVICE = M(
              reestablish_cost=positive(default=1.0, unit="work units",
                                        doc="units of work re-establishing a lease costs (a renewal costs 1)")),
     health_checks=M("the service is a load balancer whose health checks take targets out of service and put "
-                    "them back (see agents/health_checks.py)",
+                    "them back. A check fails only when its checker or its target has no network yet (a new one, "
+                    "while the `network` service's queue wait, the propagation delay, has not passed), not because "
+                    "the target is slow or overloaded; after `fall` failures in a row a target goes out of service, "
+                    "after `rise` passes it comes back. The service's capacity scales with the share of its targets "
+                    "in service (`targets_in_service`), and callers of a removed target keep getting connection "
+                    "errors for `dns_ttl`",
                     network=Field("str", required=True, example="network-manager",
                                   doc="the service (with a queue) whose queue wait is the network propagation delay"),
                     targets=positive("int", default=100, unit="targets", doc="the load balancer's targets (nodes)"),
@@ -251,7 +256,7 @@ SERVICE = M(
                         doc="the clean-up deletes the plans more than this many generations older than the one its "
                             "enactor applied"),
           guard=Field("bool", default=False, doc="skip stale plans and never delete the plan in place")),
-    cache=M("the service is a cache in front of a store service (see agents/cache.py): callers ask for keys of "
+    cache=M("the service is a cache in front of a store service: callers ask for keys of "
             "Zipf popularity; a lookup of a fresh key is answered by the cache (at the service's own capacity), "
             "a miss is asked of the store and its caller is answered when the store answers (or at its timeout). "
             "A store round trip takes two ticks (asked at one, answered at the next, heard at the one after), which "
@@ -271,9 +276,12 @@ SERVICE = M(
                               doc="popularity: the k-th most popular key is asked k^-s times as often as the first "
                                   "(0: every key equally; about 0.6 to 1.2 for web objects)"),
             ttl=positive("duration", example=300.0,
-                         doc="how long a stored key stays fresh (nearly fixed: its life varies by about a quarter, "
-                             "see agents/cache.py); a lapsed key's value is kept, stale, until it is replaced. Unset: "
-                             "fresh until replaced or evicted"),
+                         doc="how long a stored key stays fresh, on average: its life passes through min(16, ttl / "
+                             "tick) stages of equal mean length (an Erlang time: it varies by a quarter with 16 "
+                             "stages, more for a ttl under 16 ticks; at least a tick); a lapsed key's value is kept, "
+                             "stale, until it is replaced. set_cache_ttl changes the pace of every stored key from "
+                             "then on (a longer ttl stretches what is left of their lives alike). Unset: fresh until "
+                             "replaced or evicted"),
             start=Field("str", choices=("warm", "cold"), default="warm",
                         doc="warm: at the first traffic it holds the keys it would hold in the long run at that "
                             "rate; cold: empty (a cache just deployed or restarted)"),

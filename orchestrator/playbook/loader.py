@@ -444,20 +444,27 @@ def _check_clock(data: dict, n: _Names) -> None:
 
 def tick_issues(data: dict, tick: float, where: str) -> list[Issue]:
     """A tick no longer than the clients' shortest timeout: a client hears of its requests
-    and connections tick by tick, so a longer tick would let it wait far past its timeout."""
+    and connections tick by tick, so a longer tick would let it wait far past its timeout.
+    And no longer than a cache's ttl, which a key would otherwise outlive by whole ticks."""
     switched = {e["target"] for section in ("triggers", "mitigations", "faults") for a in data.get(section) or []
                 for e in a["effects"] if e["op"] == "set_mode"}
     # a connection's timeout counts for pooled clients, or clients an effect may switch to pooled
     timeouts = [(f"populations[{i}].{part}.timeout of {p['name']}", p[part]["timeout"])
                 for i, p in enumerate(data["populations"]) for part in ("request", "connection")
                 if part == "request" or p["mode"] == "pooled" or p["name"] in switched]
-    if not timeouts:
-        return []
-    field_, shortest = min(timeouts, key=lambda t: t[1])
-    if tick <= shortest:
-        return []
-    return [Issue(where, tick, f"a tick no longer than the shortest timeout ({field_}: {shortest:g} s), since clients "
-                               "hear of their requests tick by tick; use a shorter tick or a longer timeout")]
+    out = []
+    if timeouts:
+        field_, shortest = min(timeouts, key=lambda t: t[1])
+        if tick > shortest:
+            out.append(Issue(where, tick, f"a tick no longer than the shortest timeout ({field_}: {shortest:g} s), since "
+                                          "clients hear of their requests tick by tick; use a shorter tick or a longer "
+                                          "timeout"))
+    for i, svc in enumerate(data.get("services") or []):
+        ttl = (svc.get("cache") or {}).get("ttl")
+        if ttl is not None and tick > ttl:
+            out.append(Issue(where, tick, f"a tick no longer than services[{i}].cache.ttl of {svc['name']} ({ttl:g} s), "
+                                          "since a cache ages its keys tick by tick; use a shorter tick or a longer ttl"))
+    return out
 
 
 def _check_triggers(data: dict, n: _Names) -> None:

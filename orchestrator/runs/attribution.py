@@ -162,10 +162,7 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
     needed = [c for c in out["counterfactuals"] if c["mattered"]]
     out["needed"] = [c["action"] for c in needed]
     if needed:
-        # the latest-acting among those whose absence delays the loop the most
-        worst = max(needed, key=lambda c: (math.inf if c["later_by_s"] is None else c["later_by_s"], c["tick"]))
-        out["breaker"] = worst["action"]
-        out["text"] = f"{worst['action']} broke the loop: {describe(worst)}."
+        out["breaker"], out["text"] = breaker(needed)
     else:
         out["text"] = (f"No single action broke the loop: without any one of the {len(picks)} latest before "
                        f"{lb['clock']}, it broke within {slack_s / 60:.0f} minutes of the same time.")
@@ -173,6 +170,19 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
             out["text"] += (f" Not tested (at most {limit} actions are): {', '.join(untested)}, which took effect "
                             f"earlier.")
     return out
+
+
+def breaker(needed: list[dict]) -> tuple[str, str]:
+    """(the action that broke the loop, the sentence) of the counterfactuals of the actions
+    it could not have broken without: the latest-acting among those whose absence delays
+    the loop the most, and the others named as needed too (an outsider trial's command
+    line named the lift of a throttle alone, the report the throttle as well)."""
+    worst = max(needed, key=lambda c: (math.inf if c["later_by_s"] is None else c["later_by_s"], c["tick"]))
+    text = f"{worst['action']} broke the loop: {describe(worst)}."
+    for c in needed:
+        if c is not worst:
+            text += f" {c['action']} was needed too: {describe(c)}."
+    return worst["action"], text
 
 
 def describe(c: dict) -> str:
