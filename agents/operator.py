@@ -27,6 +27,11 @@ class Operator(Agent):
         self.requested: dict[str, int] = {}  # action -> tick first requested
         self.effective: dict[str, int] = {}
         self.n_requested = 0
+        self.true_since: dict[tuple, int] = {}  # a condition (by its path) -> the tick it has held since
+        # The rules of the runbooks that will take over from this operator, in order (a fork
+        # played again): their conditions are watched, never acted on, so that a `for` of
+        # the next one counts from before it takes over, as it would have.
+        self.watching: list[list[dict]] = []
 
     def observe(self, tick: int, inbox: list[Message]) -> None:
         for msg in inbox:
@@ -55,70 +60,17 @@ class Operator(Agent):
         self.view, self.view_tick, self.alarms = old.view, old.view_tick, set(old.alarms)
         self.logs, self.requested, self.effective = dict(old.logs), dict(old.requested), dict(old.effective)
         self.n_requested, self._seq = old.n_requested, old._seq
+        # the next runbook's conditions as ``old`` watched them; the later ones watched on
+        watched = {key[1:]: since for key, since in old.true_since.items() if key[0] == "watch"}  # (k, path...)
+        self.true_since = {key[1:]: since for key, since in watched.items() if key[0] == 0}
+        self.true_since.update({("watch", key[0] - 1, *key[1:]): since for key, since in watched.items() if key[0] > 0})
+        self.watching = old.watching[1:]
 
-    def step(self, tick: int, inbox: list[Message]) -> StepResult:
-        self.observe(tick, inbox)
-        self.decide(tick)
-        return self.finish({"actions_requested": self.n_requested})
-
-
-class NoOperator(Operator):
-    """Nobody acts: the baseline that shows the loop does not heal itself."""
-
-
-class ConsoleOperator(Operator):
-    """A human team: its commands come in from outside the world (``console_command``,
-    stamped with the tick that consumes them), and what it sees goes back out."""
-
-    FORWARDED = ("observed", "log_result", "action_status")
-
-    def step(self, tick: int, inbox: list[Message]) -> StepResult:
-        self.observe(tick, inbox)
-        for msg in inbox:
-            if msg.kind in self.FORWARDED:
-                self.send(OUTSIDE, msg.kind, msg.body, tick)
-            elif msg.kind == "console_command":
-                b = msg.body
-                self.request(tick, b["action"], b["params"], reason=f"console {b.get('by', '')}".strip(), command=b["id"])
-        return self.finish({"actions_requested": self.n_requested})
-
-
-class RunbookOperator(Operator):
-    """Rules over the observed view: time, thresholds, missing data, alarms, earlier actions."""
-
-    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
-        super().__init__(name, spec, rng, world)
-        self.rules = spec.get("rules") or []
-        self.fired: dict[int, int] = {}  # rule index -> times fired
-        self.true_since: dict[tuple, int] = {}
-        self.last_fired: dict[int, int] = {}
-
-    def take_over(self, old: Operator) -> None:
-        """As ``Operator.take_over``; the same rules keep their state, and new rules whose
-        action was already asked for count as fired (so it is not asked again)."""
-        super().take_over(old)
-        if isinstance(old, RunbookOperator) and old.rules == self.rules:
-            self.fired, self.last_fired, self.true_since = dict(old.fired), dict(old.last_fired), dict(old.true_since)
-            return
-        for i, rule in enumerate(self.rules):
-            asked = old.requested.get(rule["do"]["action"])
-            if asked is not None:
-                self.fired[i], self.last_fired[i] = 1, asked
-
-    def decide(self, tick: int) -> None:
-        for i, rule in enumerate(self.rules):
-            if self.fired.get(i) and not rule["repeat"]:
-                continue
-            # A repeating rule's conditions are watched while it waits out ``every``, so that
-            # a ``for`` counts an unbroken stretch, not one with a gap nobody looked at.
-            holds = self._holds(tick, rule["when"], (i,))
-            if rule["repeat"] and self.fired.get(i) and tick - self.last_fired[i] < self._ticks(rule["every"]):
-                continue
-            if holds:
-                self.fired[i] = self.fired.get(i, 0) + 1
-                self.last_fired[i] = tick
-                self.event(tick, "rule_fired", rule=rule["name"] or f"rule {i + 1}", action=rule["do"]["action"])
-                self.request(tick, rule["do"]["action"], rule["do"].get("params"), reason=rule["name"])
+    def watch(self, tick: int) -> None:
+        """Keep the watched runbooks' conditions up to date (no action comes of them)."""
+        for k, rules in enumerate(self.watching):
+            for i, rule in enumerate(rules):
+                self._holds(tick, rule["when"], ("watch", k, i))
 
     def _ticks(self, seconds: float) -> int:
         return max(0, round(float(seconds) / self.world.dt))
@@ -170,3 +122,69 @@ class RunbookOperator(Operator):
             return False
         since = self.true_since.setdefault(path, tick)
         return tick - since >= hold
+
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        self.observe(tick, inbox)
+        self.watch(tick)
+        self.decide(tick)
+        return self.finish({"actions_requested": self.n_requested})
+
+
+class NoOperator(Operator):
+    """Nobody acts: the baseline that shows the loop does not heal itself."""
+
+
+class ConsoleOperator(Operator):
+    """A human team: its commands come in from outside the world (``console_command``,
+    stamped with the tick that consumes them), and what it sees goes back out."""
+
+    FORWARDED = ("observed", "log_result", "action_status")
+
+    def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        self.observe(tick, inbox)
+        self.watch(tick)
+        for msg in inbox:
+            if msg.kind in self.FORWARDED:
+                self.send(OUTSIDE, msg.kind, msg.body, tick)
+            elif msg.kind == "console_command":
+                b = msg.body
+                self.request(tick, b["action"], b["params"], reason=f"console {b.get('by', '')}".strip(), command=b["id"])
+        return self.finish({"actions_requested": self.n_requested})
+
+
+class RunbookOperator(Operator):
+    """Rules over the observed view: time, thresholds, missing data, alarms, earlier actions."""
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        self.rules = spec.get("rules") or []
+        self.fired: dict[int, int] = {}  # rule index -> times fired
+        self.last_fired: dict[int, int] = {}
+
+    def take_over(self, old: Operator) -> None:
+        """As ``Operator.take_over``; the same rules keep their state, and new rules whose
+        action was already asked for count as fired (so it is not asked again)."""
+        super().take_over(old)
+        if isinstance(old, RunbookOperator) and old.rules == self.rules:
+            self.fired, self.last_fired = dict(old.fired), dict(old.last_fired)
+            self.true_since.update({key: since for key, since in old.true_since.items() if key[0] != "watch"})
+            return
+        for i, rule in enumerate(self.rules):
+            asked = old.requested.get(rule["do"]["action"])
+            if asked is not None:
+                self.fired[i], self.last_fired[i] = 1, asked
+
+    def decide(self, tick: int) -> None:
+        for i, rule in enumerate(self.rules):
+            if self.fired.get(i) and not rule["repeat"]:
+                continue
+            # A repeating rule's conditions are watched while it waits out ``every``, so that
+            # a ``for`` counts an unbroken stretch, not one with a gap nobody looked at.
+            holds = self._holds(tick, rule["when"], (i,))
+            if rule["repeat"] and self.fired.get(i) and tick - self.last_fired[i] < self._ticks(rule["every"]):
+                continue
+            if holds:
+                self.fired[i] = self.fired.get(i, 0) + 1
+                self.last_fired[i] = tick
+                self.event(tick, "rule_fired", rule=rule["name"] or f"rule {i + 1}", action=rule["do"]["action"])
+                self.request(tick, rule["do"]["action"], rule["do"].get("params"), reason=rule["name"])

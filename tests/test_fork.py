@@ -172,3 +172,24 @@ def test_the_fork_summary_says_when_a_milestone_was_reached_but_did_not_hold():
     (loop, _) = differences({"loop_broken": held, **impact}, {"loop_broken": relapsed, **impact})
     assert loop["text"] == ("loop broken never in the end (it got there at 09:20:38 but did not hold), where the "
                             "original got there at 10:40:38")
+
+
+def test_a_forks_rules_count_their_for_from_before_the_fork(runbook_file, tmp_path):
+    """The bridge has been saturated since about 00:03:30: a rule 'utilisation above 0.9
+    for 2 minutes' taking over at 00:06 fires when it would have had it been there all
+    along, not 2 minutes after the fork (an outsider trial's fork waited its `for` again
+    from the fork); the fork is still the original up to 00:06, and replays identically."""
+    from orchestrator.runs.runner import replay, same_as_recording
+
+    run = orchestrator.run(MINI, runbook="none", seed=2, out=tmp_path / "none", duration="12m")
+    hot = runbook_file("hot", [{"name": "hot", "when": {"metric": "bridge.utilisation", "above": 0.9, "for": "2m"},
+                                "do": "fix_backoff"}])
+    fork(run.dir, "00:06", hot, tmp_path / "fork")
+    fired = [e["tick"] for e in events(tmp_path / "fork") if e["event"] == "rule_fired"]
+    # with the rule all along, the world is the same until it first acts: the fork's rule
+    # fires then, or at the fork if that was before it
+    played = orchestrator.run(MINI, runbook=hot, seed=2, out=tmp_path / "hot", duration="12m")
+    alone = played.events.loc[played.events["event"] == "rule_fired", "tick"].tolist()
+    assert alone and fired == [max(360, alone[0])] and fired[0] < 360 + 120, (fired, alone)
+    assert [e for e in events(run.dir) if e["tick"] < 360] == [e for e in events(tmp_path / "fork") if e["tick"] < 360]
+    assert same_as_recording(tmp_path / "fork", replay(tmp_path / "fork", tmp_path / "again").dir) == []

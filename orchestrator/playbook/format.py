@@ -569,7 +569,7 @@ class Condition:
 _HOLD = non_negative("duration", default=0.0, unit="s",
                      doc="the condition must have held this long without a break before it counts (watched every tick "
                          "from the start of the run, inside `all` and `any` too, whatever the other conditions say; "
-                         "a repeating rule's while it waits out `every`)")
+                         "a repeating rule's while it waits out `every`; a fork's new runbook's before it takes over)")
 
 #: every runbook condition, by the key that names it; a condition has exactly one of these keys
 CONDITIONS = {

@@ -17,7 +17,7 @@ from pathlib import Path
 from reports import rundir
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.playbook.loader import load_playbook, load_runbook
-from orchestrator.runs.runner import TAKEOVERS, WorldRun, feed, recording, take_over
+from orchestrator.runs.runner import TAKEOVERS, WorldRun, feed, recording, take_over, watch_takeovers
 from reports.timefmt import format_clock, parse_clock
 from orchestrator.errors import InvalidInput, Issue
 
@@ -58,6 +58,7 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
                                     "runbook": rb["name"], "runbook_before_fork": meta.get("runbook"),
                                     "variables": meta.get("variables", {}),
                                     TAKEOVERS: [plays[t] for t in sorted(plays)]})
+    watch_takeovers(run, plays)
     (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text(Path(spec.runbook).read_text(encoding="utf-8"))
     (Path(out) / rundir.RUNBOOK).write_text(rb_text, encoding="utf-8")
     status = rundir.INTERRUPTED

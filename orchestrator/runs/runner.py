@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents import OUTSIDE, Message
+from agents.operator import Operator
 
 from reports import rundir
 from reports.rundir import RunData, load_run
@@ -194,6 +195,7 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
     run = WorldRun(spec, out, hosting, speed, meta=meta, keep_action_states=attribution)
     if not injections and not takeovers:  # nothing comes from outside: the hosts may step ahead of the journal
         run.host.run_ahead()
+    watch_takeovers(run, takeovers or {})
     if speed is not None:
         clock = PacedClock(run.plan.info.dt, speed)
     clock = clock or SimulatedClock()
@@ -243,6 +245,14 @@ def feed(run: WorldRun, recorded: list[dict]) -> None:
 TAKEOVERS = "takeovers"
 #: what meta.json says of a fork (written by runs/fork.py)
 FORK_META = ("forked_from", "forked_at", "forked_at_tick", "runbook_before_fork", TAKEOVERS)
+
+
+def watch_takeovers(run: WorldRun, takeovers: dict[int, dict]) -> None:
+    """Before the first tick: the world's operator (scripted or a team's) watches the conditions of the
+    runbooks that will take over from it, in tick order (``Operator.watching``)."""
+    op = run.host.agents.get(OPERATOR) if run.host.local else None
+    if takeovers and isinstance(op, Operator):
+        op.watching = [takeovers[t]["rules"] for t in sorted(takeovers)]
 
 
 def take_over(run: WorldRun, runbook: dict | None) -> None:
