@@ -13,9 +13,16 @@ numba is imported at a kernel's first call, not before: a process that runs no w
 (the CLI's checks, a report) does not pay its start-up (about 0.3 s to import, 0.4 s
 to load the first kernel from the cache, once per process).
 
-A kernel draws through ``multinomial_into`` with the handle ``Draws.kernel`` gives: the
-agent's ``Draws`` itself when kernels run as Python, the addresses of its bit
-generator and of numpy's binomial set-up when they run compiled.
+A kernel draws through the functions below (``binomial``, ``hypergeometric``,
+``split_into``, ``multinomial_into``) with the handle ``Draws.kernel`` gives: the agent's
+``Draws`` itself when kernels run as Python, the addresses of its bit generator and of
+numpy's binomial set-up when they run compiled. Each is the ``Draws`` method of that name,
+its argument checks and the cases it answers without drawing included. A kernel may call
+another kernel.
+
+numba caches a kernel on disk under its own file's time stamp: a kernel that calls
+kernels of another file is not recompiled when that file changes, so kernels that call
+each other live in one file (``agents/cohort_kernels.py``).
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ import numpy as np
 from agents import draws as _draws
 
 _numba = None  # the numba module once imported; False where kernels run as Python
+_kernels: list = []  # (wrapper, function) of every kernel defined, callable from other kernels once compiling
 
 
 def compiling() -> bool:
@@ -41,8 +49,10 @@ def compiling() -> bool:
             except ImportError:
                 pass
             else:
-                _register_draws()
                 _numba = numba
+                _register_draws()
+                for call, fn in _kernels:
+                    _callable_from_kernels(call, fn)
     return _numba is not False
 
 
@@ -61,7 +71,17 @@ def kernel(fn):
         return impl(draws, *args)
 
     call.py_func = fn
+    _kernels.append((call, fn))
+    if _numba:  # defined after compiling began
+        _callable_from_kernels(call, fn)
     return call
+
+
+def _callable_from_kernels(call, fn) -> None:
+    """A kernel calling ``call`` compiles ``fn`` into itself (as numba's ``register_jitable``)."""
+    from numba.extending import overload
+
+    overload(call, strict=False)(lambda *args: fn)
 
 
 def handle(draws) -> object:
@@ -77,6 +97,24 @@ def multinomial_into(draws, n: int, probs: np.ndarray, out: np.ndarray) -> None:
     draws.multinomial_into(n, probs, out)
 
 
+def binomial(draws, n: int, p: float) -> int:
+    """``Draws.binomial``: ``rng.binomial(n, p)`` on the agent's generator."""
+    return draws.binomial(n, p)
+
+
+def hypergeometric(draws, good: int, bad: int, sample: int) -> int:
+    """``Draws.hypergeometric``: ``rng.hypergeometric(good, bad, sample)``."""
+    return draws.hypergeometric(good, bad, sample)
+
+
+def split_into(draws, counts: np.ndarray, k: int, out: np.ndarray) -> None:
+    """``out[:len(counts)] = Draws.split(counts, k)``: how many of ``k`` drawn without
+    replacement come from each class of ``counts`` (int64, contiguous). Compiled, up to a
+    billion in all (``Draws.split`` goes beyond with a generator method, which compiled
+    code cannot call: a caller with more runs its kernel as Python)."""
+    out[:len(counts)] = draws.split(counts.tolist(), k)
+
+
 def _register_draws() -> None:
     """``multinomial_into`` for compiled kernels: numpy's function called on the addresses."""
     import llvmlite.binding
@@ -87,6 +125,15 @@ def _register_draws() -> None:
     # address (they change from process to process).
     llvmlite.binding.add_symbol("random_multinomial",
                                 int(_draws._ffi.cast("uintptr_t", _draws._lib.random_multinomial)))
+    for name in ("random_binomial", "random_hypergeometric", "random_multivariate_hypergeometric_marginals"):
+        llvmlite.binding.add_symbol(name, int(_draws._ffi.cast("uintptr_t", getattr(_draws._lib, name))))
+    c_binomial = types.ExternalFunction(
+        "random_binomial", types.int64(types.voidptr, types.float64, types.int64, types.voidptr))
+    c_hypergeometric = types.ExternalFunction(
+        "random_hypergeometric", types.int64(types.voidptr, types.int64, types.int64, types.int64))
+    c_marginals = types.ExternalFunction(
+        "random_multivariate_hypergeometric_marginals",
+        types.void(types.voidptr, types.int64, types.uintp, types.voidptr, types.int64, types.uintp, types.voidptr))
     c_multinomial = types.ExternalFunction(
         "random_multinomial", types.void(types.voidptr, types.int64, types.voidptr, types.voidptr, types.int64,
                                          types.voidptr))
@@ -107,4 +154,54 @@ def _register_draws() -> None:
             out[:d] = 0
             c_multinomial(pointer(draws[0]), n, pointer(out.ctypes.data), pointer(probs.ctypes.data), d,
                           pointer(draws[1]))
+        return impl
+
+    limit = _draws._EXACT_LIMIT
+
+    @overload(binomial)
+    def compiled_binomial(draws, n, p):
+        def impl(draws, n, p):
+            if n < 0 or not 0.0 <= p <= 1.0:
+                raise ValueError("binomial: expected a count >= 0 and a probability from 0 to 1")
+            if n == 0 or p == 0.0:  # numpy answers 0 without drawing
+                return 0
+            return c_binomial(pointer(draws[0]), p, n, pointer(draws[1]))
+        return impl
+
+    @overload(hypergeometric)
+    def compiled_hypergeometric(draws, good, bad, sample):
+        def impl(draws, good, bad, sample):
+            if good < 0 or bad < 0 or sample < 0 or sample > good + bad or good > limit or bad > limit:
+                raise ValueError("hypergeometric: expected counts >= 0 below 10**9, and a sample of at most their sum")
+            if sample < 10 or sample > good + bad - 10:  # numpy's simple algorithm, which stops at once here
+                if good == 0 or sample == 0:
+                    return 0
+                if bad == 0:
+                    return sample
+                if sample == good + bad:
+                    return good
+            return c_hypergeometric(pointer(draws[0]), good, bad, sample)
+        return impl
+
+    @overload(split_into)
+    def compiled_split_into(draws, counts, k, out):
+        def impl(draws, counts, k, out):
+            d = len(counts)
+            if not (counts.flags.c_contiguous and out.flags.c_contiguous and len(out) >= d):
+                raise ValueError("split_into: expected contiguous counts and room for the draw")
+            total = 0
+            for c in counts:
+                if c < 0:
+                    raise ValueError("split_into: expected counts >= 0")
+                total += c
+            k = min(max(0, k), total)
+            if k == total:
+                out[:d] = counts
+                return
+            out[:d] = 0
+            if k == 0:
+                return
+            if total > limit:
+                raise ValueError("split_into: more than a billion in all (run the kernel as Python)")
+            c_marginals(pointer(draws[0]), total, d, pointer(counts.ctypes.data), k, 1, pointer(out.ctypes.data))
         return impl

@@ -114,7 +114,8 @@ class Draws:
 
     @functools.cached_property
     def kernel(self):
-        """The handle compiled kernels draw with (``agents.compiled``)."""
+        """The handle compiled kernels draw with (``agents.compiled``): addresses inside this
+        object, valid while it lives."""
         from agents.compiled import handle
 
         return handle(self)

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import cohort_kernels as kernels
 from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .draws import _EXACT_LIMIT
 from .retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports
-from .wheel import Delay, DelayTable, TimingWheel, delay, delay_table
+from .wheel import DelayStore, DelayTable, TimingWheel, delay, delay_table
 
 WORKS = ("perishable", "durable")  # perishable work fails for good after max_attempts; durable work is kept
 MODES = ("pooled", "per_request")  # clients hold connections, or every request is a flow of its own
@@ -368,6 +370,9 @@ def _padded(counts: list[int], classes: int) -> list[int]:
     return counts + [0] * (classes - len(counts)) if len(counts) < classes else counts
 
 
+_NOTHING_YET = [0] * (kernels.SETTLE_HEAD - kernels.SETTLE_RES)  # the result counts and outputs settle fills in
+
+
 def _plus(a: list[int], b: list[int]) -> list[int]:
     return [x + y for x, y in zip(a, b)]
 
@@ -394,10 +399,12 @@ class Batch:
 class Population(PopulationControls, Agent):
     """Counts per attempt class are plain lists (a handful of classes): the tick's
     arithmetic on them is Python's, and every draw goes through ``draws`` so that it is
-    the one numpy would make on the same counts."""
+    the one numpy would make on the same counts. What a batch's result does (most of a
+    tick's work), and the steps it shares with the rest of the tick, are compiled kernels
+    (``agents.cohort_kernels``) the lists cross into as arrays."""
 
     kind = "population"
-    DERIVED = ("_offset_cache",)
+    DERIVED = ("_lag_packs", "_delays")
     METRICS = {
         "clients": ("count", "clients in the population"),
         "connected": ("count", "clients holding an established connection (pooled mode)"),
@@ -458,7 +465,8 @@ class Population(PopulationControls, Agent):
         self.surges: list[dict] = []
         self.broken = 0
         self.pending_closes = 0  # connections given up or replaced since the last flow, to close on the devices
-        self._offset_cache: dict = {}
+        self._delays = DelayStore()  # the retry policies' delays, as kernels read them
+        self._lag_packs: dict = {}  # (ticks after the send, request timeout, pooled) -> Population._lags
 
     def _lifetime_changed(self, tick: int) -> None:
         """Connections are replaced at the rate lifetime sets, read each tick: nothing to do."""
@@ -493,7 +501,8 @@ class Population(PopulationControls, Agent):
     def _policies_changed(self) -> None:
         """After a hot-fix of a policy or a timeout: the wheels reach far enough ahead and
         count enough attempts (what they hold keeps its place), and cached delays go."""
-        self._offset_cache.clear()
+        self._lag_packs.clear()
+        self._delays.clear()
         self.retries_refusal_at_once = refuses_at_once(self)
         horizon = self._horizon()
         self.conn_wheel.grow(horizon, self.reconnect.attempt_classes() + 1)
@@ -545,13 +554,11 @@ class Population(PopulationControls, Agent):
 
     def _take_connected(self, n: int) -> list[int]:
         """Remove n connected clients, drawn at random over back-off classes."""
-        n = min(n, self.n_connected)
-        if n <= 0:
-            return [0] * len(self.conn_by_class)
-        taken = self.draws.split(self.conn_by_class, n)
-        self.conn_by_class = _minus(self.conn_by_class, taken)
-        self.n_connected -= n
-        return taken
+        conn, st = np.array(self.conn_by_class, dtype=np.int64), self._counters()
+        taken = kernels.take_connected(self._handle(self.clients), conn, st, n)
+        self.conn_by_class = conn.tolist()
+        self._set_counters(st)
+        return taken.tolist()
 
     def _left(self, n: int, pool: int, failed_batch: int | None = None) -> None:
         """``n`` of ``pool`` connected clients left their connections. Churn and breaks hit
@@ -567,8 +574,35 @@ class Population(PopulationControls, Agent):
 
     def _owners_left(self, n: int, pool: int) -> None:
         """``n`` of ``pool`` connected clients lost their connections, owners of orphan retries alike."""
-        if self.orphans_back and n > 0 and pool > 0:
-            self.orphans_back -= self.draws.binomial(self.orphans_back, min(1.0, n / pool))
+        st = self._counters()
+        kernels.owners_left(self.draws.kernel, st, n, pool)
+        self._set_counters(st)
+
+    # -- the kernels' side ------------------------------------------------------------
+    def _handle(self, total: int):
+        """What kernels draw with: compiled up to a billion items in all (``compiled.split_into``)."""
+        return self.draws.kernel if total <= _EXACT_LIMIT else self.draws
+
+    def _counters(self) -> np.ndarray:
+        st = np.empty(4, dtype=np.int64)  # cohort_kernels.ST_*
+        st[:] = self.n_connected, self.pending_closes, self.orphans_back, self.released_by
+        return st
+
+    def _set_counters(self, st: np.ndarray) -> None:
+        self.n_connected, self.pending_closes, self.orphans_back, self.released_by = st.tolist()
+
+    def _wheels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(entries pending, positions) of the wheels, as cohort_kernels.WHEEL_* orders them."""
+        wheels = (self.conn_wheel, self.req_wheel, self.orphan_wheel)
+        return (np.array([w.pending for w in wheels], dtype=np.int64), np.array([w.pos for w in wheels], dtype=np.int64))
+
+    def _set_pending(self, pending: np.ndarray) -> None:
+        self.conn_wheel.pending, self.req_wheel.pending, self.orphan_wheel.pending = pending.tolist()
+
+    @staticmethod
+    def _add_results(res: dict, counts: np.ndarray) -> None:
+        for key, n in zip(kernels.RES_KEYS, counts.tolist()):
+            res[key] += n
 
     def _break_connections(self, n: int) -> None:
         pool = self.n_connected
@@ -579,53 +613,23 @@ class Population(PopulationControls, Agent):
         self.broken += n
 
     # -- helpers ----------------------------------------------------------------------
-    def _offsets(self, policy: RetryPolicy, attempt: int, lag: float, ignore_backoff: bool) -> Delay:
-        key = (id(policy), attempt, lag, ignore_backoff)
-        hit = self._offset_cache.get(key)
-        if hit is None:
-            if ignore_backoff:  # the latent bug: re-establish after a fixed short delay, whatever the attempt
-                slot = max(1, math.ceil((self.bug_delay - lag) / self.world.dt - 1e-9))
-                hit = delay(np.array([slot]), np.array([1.0]))
-            else:
-                hit = delay(*policy.offsets(attempt, self.world.dt, lag))
-            self._offset_cache[key] = hit
-        return hit
+    def _pack(self, policy: RetryPolicy, lag: float, classes: int) -> int:
+        """The pack of ``policy``'s delays at ``lag`` for ``classes`` attempt classes in the
+        delay store. No delay is longer than the policy's cap or the bug's: past both, every
+        lag has the same pack (everything due in the next slot)."""
+        lag = min(round(lag, 6), max(policy.cap, self.bug_delay))
 
-    def _delay_table(self, policy: RetryPolicy, lag: float, classes: int, only: int | None) -> DelayTable:
-        """Class ``only``'s delay, or (None) those of every class as one table."""
-        key = (id(policy), "table", lag, classes, only)
-        hit = self._offset_cache.get(key)
-        if hit is None:
-            hit = delay_table([self._offsets(policy, k, lag, False)
-                               for k in ([only] if only is not None else range(classes))])
-            self._offset_cache[key] = hit
-        return hit
+        def build() -> tuple[DelayTable, list[DelayTable], int]:
+            delays = [delay(*policy.offsets(k, self.world.dt, lag)) for k in range(classes)]
+            # the latent bug: re-establish after a fixed short delay, whatever the attempt
+            bug_slot = max(1, math.ceil((self.bug_delay - lag) / self.world.dt - 1e-9))
+            return delay_table(delays), [delay_table([d]) for d in delays], bug_slot
 
-    def _schedule(self, wheel: TimingWheel, policy: RetryPolicy, per_class: list[int], lag: float,
-                  ignore_backoff: bool = False, shift: int = 1) -> None:
-        """Schedule failures of attempt class k as attempt class k + shift."""
-        lag = round(lag, 6)
-        if ignore_backoff:
-            # The bug's delay does not depend on the attempt: one slot for every class.
-            wheel.schedule_classes(self._offsets(policy, 0, lag, True).first, per_class, shift)
-            return
-        classes = len(per_class)
-        empty = per_class.count(0)
-        if empty == classes - 1:  # one class: a multinomial draw over its delay
-            row = next(k for k, n in enumerate(per_class) if n)
-            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, classes, row), row)
-        elif empty < classes:  # several: one per class over the table of their delays
-            wheel.spread(self.draws, per_class, shift, self._delay_table(policy, lag, classes, None))
+        return self._delays.pack((id(policy), lag, classes), build)
 
     def _split(self, per_class: list[int], ok: int) -> tuple[list[int], list[int]]:
-        total = sum(per_class)
-        ok = min(ok, total)
-        if ok == total:
-            return list(per_class), [0] * len(per_class)
-        if ok == 0:
-            return [0] * len(per_class), list(per_class)
-        good = self.draws.split(per_class, ok, total)
-        return good, _minus(per_class, good)
+        good, bad = kernels.split(self._handle(sum(per_class)), np.array(per_class, dtype=np.int64), ok)
+        return good.tolist(), bad.tolist()
 
     # -- the tick ------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
@@ -797,150 +801,89 @@ class Population(PopulationControls, Agent):
         self.parked = _plus(self.parked, wait)
         return send
 
-    def _owners_connect(self, ok: int, failed: int, disconnected: int, res: dict) -> None:
-        """``ok`` of the ``disconnected`` clients got a connection and ``failed`` of them failed to get
-        one: parked retries go out with their client's connection or fail with it, and owners of
-        retries not yet due are connected again."""
-        if disconnected <= 0 or not (ok or failed):
-            return
-        q_ok = min(1.0, ok / disconnected)
-        q_fail = min(1.0 - q_ok, failed / disconnected)
-        waiting = self.orphan_wheel.pending - self.orphans_back
-        if ok and waiting > 0:
-            self.orphans_back += self.draws.binomial(waiting, q_ok)
-        if any(self.parked):
-            # one multinomial draw per attempt class over (goes out, fails, waits on)
-            drawn = self.draws.multinomials(self.parked, [q_ok, q_fail, max(0.0, 1.0 - q_ok - q_fail)])
-            released, lost = [r for r, _, _ in drawn], [x for _, x, _ in drawn]
-            self.released = _plus(self.released, released)
-            self.released_by += min(ok, sum(released))
-            self.parked = [p - r - x for p, r, x in zip(self.parked, released, lost)]
-            if any(lost):
-                res["failed"] += sum(lost)
-                self._retry_or_give_up(lost, lag=0.0, res=res, orphan=True)
-
-    def _attempts_at_once(self, refused: list[int], res: dict) -> None:
-        """Requests of attempt class k refused by a full queue, whose every remaining attempt
-        is refused at once: they fail for good, and their attempts count."""
-        n = sum(refused)
-        if not n:
-            return
-        limit = self.retry.max_attempts
-        extra = sum(r * max(limit - 1 - k, 0) for k, r in enumerate(refused))
-        res["errors"] += n
-        res["failed"] += extra
-        res["at_once"] += extra
-
     def _retry_or_give_up(self, failed: list[int], lag: float, res: dict, orphan: bool = False) -> None:
         """Failed attempts of class k retry as class k+1 unless attempts are exhausted;
         ``orphan``: their client dropped its connection, so the retry waits for its next one."""
-        limit = self.retry.max_attempts
-        if limit and not self.durable and any(failed[limit - 1:]):
-            res["errors"] += sum(failed[limit - 1:])
-            failed = failed[:limit - 1] + [0] * (len(failed) - len(failed[:limit - 1]))
-        if any(failed):
-            self._schedule(self.orphan_wheel if orphan else self.req_wheel, self.retry, failed, lag)
+        counts, (pending, pos) = np.zeros(len(kernels.RES_KEYS), dtype=np.int64), self._wheels()
+        pack = self._pack(self.retry, lag, len(failed))  # before reading the store's arrays: it may grow them
+        kernels.retry_or_give_up(self.draws.kernel, np.array(failed, dtype=np.int64), orphan, self.retry.max_attempts,
+                                 self.durable, counts, pending, pos, self.req_wheel.slots, self.orphan_wheel.slots,
+                                 *self._delays.arrays, pack)
+        self._set_pending(pending)
+        self._add_results(res, counts)
 
     def _on_result(self, tick: int, body: dict, res: dict) -> None:
         sent = int(body["sent"])
         batch = self.inflight.pop(sent, None)
         if batch is None:
             return
-        conn, req, extra, renewals = batch.setups, batch.requests, batch.extra, batch.renewals
-        n_conn, n_req = sum(conn), sum(req)
+        extra, renewals = batch.extra, batch.renewals
+        n_conn, n_req = sum(batch.setups), sum(batch.requests)
         self.inflight_requests -= n_req
         renew_failed = 0
+        s_ok = int(body["s_ok"])
         if extra or renewals:
             # Surge connections have no client of ours behind them: they close again at once.
             # A renewal closes the connection it replaces, whatever its outcome.
-            s_ok_all = min(int(body["s_ok"]), extra + renewals + n_conn)
+            s_ok_all = min(s_ok, extra + renewals + n_conn)
             extra_ok, renew_ok, _ = self.draws.split([extra, renewals, n_conn], s_ok_all)
             self.pending_closes += extra_ok + renewals
             self._left(renew_ok, self.n_connected)  # on a new connection now
             renew_failed = renewals - renew_ok
-            body = dict(body, s_ok=s_ok_all - extra_ok - renew_ok)
-        elapsed = (tick - sent) * self.world.dt
-        # Connection attempts (pooled mode). Extra surge setups have no client behind them.
-        if self.pooled and (n_conn or renew_failed):
-            good, bad = self._split(conn, min(int(body["s_ok"]), n_conn))
-            s_ok_good = sum(good)
-            n_bad = n_conn - s_ok_good
-            self._owners_connect(s_ok_good, n_bad, self.clients - self.n_connected, res)
-            self.conn_by_class = _plus(self.conn_by_class, good)
-            self.n_connected += s_ok_good
-            res["setup_ok"] += s_ok_good + renewals - renew_failed
-            res["setup_failed"] += n_bad + renew_failed
-            if renew_failed:
-                # The old connection is gone and the new one failed: a failed connection attempt.
-                pool = self.n_connected
-                lost = self._take_connected(renew_failed)
-                n_lost = sum(lost)
-                self._left(n_lost, pool)
-                self._owners_left(n_lost, pool)
-                bad = _plus(bad, lost)
-                n_bad += n_lost
-            if n_bad:
-                fast, slow = self._split(bad, min(int(body["s_rej"]), n_bad))
-                self._schedule(self.conn_wheel, self.reconnect, fast, lag=elapsed, ignore_backoff=self.bug_ignores_backoff)
-                self._schedule(self.conn_wheel, self.reconnect, slow, lag=elapsed - self.connect_timeout,
-                               ignore_backoff=self.bug_ignores_backoff)
-        if not n_req:
+            s_ok = s_ok_all - extra_ok - renew_ok
+        if not (n_req or (self.pooled and (n_conn or renew_failed))):
             return
-        good, bad = self._split(req, min(int(body["r_ok"]), n_req))
-        n_good = sum(good)
-        res["ok"] += n_good
-        # Of the clients connected when the batch was sent, those still on that connection.
-        holding = min(self.n_connected, int(round(batch.holding)))
-        if self.pooled and n_good and self.n_connected > self.conn_by_class[0]:
-            # Clients with a successful request have proven their connection: back-off resets.
-            proven = self.draws.binomial(holding, 1.0 - math.exp(-n_good / max(1, batch.senders)))
-            self._take_connected(proven)
-            self.conn_by_class[0] += proven
-            self.n_connected += proven
-        n_bad = n_req - n_good
-        res["failed"] += n_bad
-        if self.breaker is not None:
-            self.breaker.record(tick, n_req, n_bad)
-        if not n_bad:
-            return
-        rej = min(int(body["r_rej"]), n_bad)
-        fast, slow = self._split(bad, rej)
-        refused = rej
-        if body["r_full"] and self.retries_refusal_at_once:
-            # Refused by a full queue: a retry sent at once meets it still full, and is refused
-            # again until the attempts run out (the round trip of a tick would otherwise let it
-            # in later, when the queue has drained).
-            shut, fast = self._split(fast, min(int(body["r_full"]), refused))
-            self._attempts_at_once(shut, res)
-        drops = self.pooled and not self.durable
-        on_timeout, on_reject = "timeout" in self.reconnect_on, "reject" in self.reconnect_on
-        self._retry_or_give_up(fast, lag=elapsed, res=res, orphan=drops and on_reject)
-        self._retry_or_give_up(slow, lag=elapsed - batch.rt, res=res, orphan=drops and on_timeout)
-        n_slow = n_bad - rej
-        fails = n_slow * on_timeout + refused * on_reject
-        if self.pooled and holding and fails:
-            # Senders that saw at least one failure (Poisson occupancy of failures over senders);
-            # retries released by new connections all came from the few clients that made them.
-            by = min(batch.released_by, batch.senders)
-            # their requests: the released retries and their share of the others
-            theirs = batch.released + round((n_req - batch.released) * by / max(1, batch.senders)) if by else 0
-            rel_fails = self.draws.hypergeometric(theirs, n_req - theirs, fails) \
-                if theirs and fails < n_req else (min(fails, theirs) if theirs else 0)
-            rel_holding = min(holding, by)  # new on their connections: no earlier result dropped them
-            n_drop = self.draws.binomial(rel_holding, 1.0 - math.exp(-rel_fails / by)) if rel_fails else 0
-            p = 1.0 - math.exp(-(fails - rel_fails) / max(1, batch.senders - by))
-            n_drop += self.draws.binomial(holding - rel_holding, p)
-            pool = self.n_connected
-            dropped = self._take_connected(n_drop)
-            n_dropped = sum(dropped)
-            self._left(n_dropped, pool, failed_batch=sent)
-            self._owners_left(n_dropped, pool)
-            self.pending_closes += n_dropped
-            # The client reconnects once it has noticed the failure (after the timeout).
-            lag = elapsed - batch.rt if n_slow and on_timeout else elapsed
-            # A proven client starts its back-off afresh; one that never proved its
-            # connection carries on from the attempt it connected on.
-            first = [0] * len(dropped)
-            first[0], dropped[0] = dropped[0], 0
-            self._schedule(self.conn_wheel, self.reconnect, first, lag=lag, ignore_backoff=self.bug_ignores_backoff, shift=0)
-            self._schedule(self.conn_wheel, self.reconnect, dropped, lag=lag, ignore_backoff=self.bug_ignores_backoff)
+        wheels = (self.conn_wheel, self.req_wheel, self.orphan_wheel)
+        setups, requests = batch.setups, batch.requests
+        # Which delays settle can need follows from the counts: a split of k successes draws
+        # exactly k (the draws only say from which classes).
+        n_bad = n_req - min(int(body["r_ok"]), n_req)
+        rejected = min(int(body["r_rej"]), n_bad)
+        slow = n_bad - rejected
+        conn_failed = self.pooled and (n_conn - min(s_ok, n_conn) + renew_failed > 0)
+        on_timeout = slow > 0 and "timeout" in self.reconnect_on
+        drops = self.pooled and (on_timeout or (rejected > 0 and "reject" in self.reconnect_on))
+        needed = (conn_failed or (drops and not on_timeout), conn_failed, drops and on_timeout, rejected > 0, slow > 0,
+                  self.pooled and (n_conn or renew_failed) > 0 and any(self.parked))  # LAG_*
+        given = np.array([  # cohort_kernels.SETTLE_*
+            s_ok, body["s_rej"], body["r_ok"], body["r_rej"], body["r_full"], renewals, renew_failed, self.clients,
+            self.pooled, self.durable, "timeout" in self.reconnect_on, "reject" in self.reconnect_on,
+            self.retries_refusal_at_once, self.retry.max_attempts, self.bug_ignores_backoff, batch.released,
+            batch.released_by, batch.senders, round(batch.holding), len(setups), len(requests),
+            self.n_connected, self.pending_closes, self.orphans_back, self.released_by,
+            *[w.pending for w in wheels], *[w.pos for w in wheels], *_NOTHING_YET,
+            *self.conn_by_class, *self.parked, *self.released, *setups, *requests], dtype=np.int64)
+        kernels.settle(self._handle(max(self.clients, n_req)), given, self.conn_wheel.slots, self.req_wheel.slots,
+                       self.orphan_wheel.slots, self._lags(tick - sent, batch.rt, needed),  # (before the store's arrays)
+                       *self._delays.arrays)
+        done = given.tolist()
+        (self.n_connected, self.pending_closes, self.orphans_back, self.released_by,
+         self.conn_wheel.pending, self.req_wheel.pending, self.orphan_wheel.pending) = done[kernels.SETTLE_ST:kernels.SETTLE_POS]
+        for key, n in zip(kernels.RES_KEYS, done[kernels.SETTLE_RES:kernels.SETTLE_OUT]):
+            res[key] += n
+        lost, lost_pool, dropped, dropped_pool, n_good = done[kernels.SETTLE_OUT:kernels.SETTLE_HEAD]  # OUT_*
+        o, cc, rc = kernels.SETTLE_HEAD, len(setups), len(requests)
+        self.conn_by_class, self.parked, self.released = done[o:o + cc], done[o + cc:o + cc + rc], done[o + cc + rc:o + cc + 2 * rc]
+        self._left(lost, lost_pool)
+        self._left(dropped, dropped_pool, failed_batch=sent)
+        if self.breaker is not None and n_req:
+            self.breaker.record(tick, n_req, n_req - n_good)
+
+    def _lags(self, ticks: int, rt: float, needed: tuple[bool, ...]) -> np.ndarray:
+        """The packs of the delays a result ``ticks`` after its batch needs (cohort_kernels.LAG_*,
+        those ``needed`` says; -1 for the others): the reconnect policy's from the send,
+        from the connect timeout and from the request timeout ``rt``, the retry policy's
+        from the send, from ``rt`` and from now. Built only when needed: a queue that holds
+        work for hours would otherwise make packs for thousands of lags never used."""
+        key = (ticks, rt)
+        packs = self._lag_packs.get(key)
+        if packs is None:
+            packs = self._lag_packs[key] = np.full(6, -1, dtype=np.int64)
+        for i, need in enumerate(needed):
+            if need and packs[i] < 0:
+                policy, classes = (self.reconnect, self.conn_wheel.classes) if i < kernels.LAG_RETRY \
+                    else (self.retry, self.req_wheel.classes)
+                lag = (ticks * self.world.dt, ticks * self.world.dt - self.connect_timeout, ticks * self.world.dt - rt,
+                       ticks * self.world.dt, ticks * self.world.dt - rt, 0.0)[i]
+                packs[i] = self._pack(policy, lag, classes)
+        return packs

@@ -9,7 +9,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agents.compiled import kernel, multinomial_into
 
 
 class Delay(NamedTuple):
@@ -30,7 +29,7 @@ def delay(offsets: np.ndarray, probs: np.ndarray) -> Delay:
 
 
 class DelayTable(NamedTuple):
-    """Delays as the rows of one table, for ``TimingWheel.spread``: each padded to the
+    """Delays as the rows of one table, for ``cohort_kernels.spread``: each padded to the
     widest with its last slot at probability 0 (a multinomial draw over a padded row is
     not the one over the row, so a table is built for the classes drawn together)."""
     probs: np.ndarray  # [row, i]
@@ -63,13 +62,6 @@ class TimingWheel:
         idx = (self.pos + np.minimum(offsets, self.size - 1)) % self.size
         np.add.at(self.slots[attempt], idx, counts)
         self.pending += int(counts.sum()) if total is None else total
-
-    def spread(self, draws, per_class: list[int], shift: int, table: DelayTable, first_row: int = 0) -> None:
-        """Schedule ``per_class[k]`` entries of every class k as class k + shift, spread over
-        the slots of row k - first_row of ``table`` by a multinomial draw on ``draws`` (an
-        ``agents.draws.Draws``), class after class."""
-        self.pending += _spread(draws.kernel, self.slots, self.pos, np.array(per_class, dtype=np.int64), shift,
-                                first_row, *table)
 
     def schedule_one(self, offset: int, count: int, attempt: int) -> None:
         if count <= 0:
@@ -134,35 +126,68 @@ class TimingWheel:
         return gone
 
 
-@kernel
-def _spread(draws, slots, pos, per_class, shift, first_row, probs, offsets, firsts, spans, counts):
-    """``TimingWheel.spread`` on the wheel's ``slots`` at ``pos``; returns the entries
-    scheduled. A class past the last merges into it; an offset past the wheel lands on
-    its last slot; a padded row's padding holds what numpy's multinomial leaves there (all
-    but the last padded slot empty, that one what rounding kept from the last real
-    slot), which belongs to the last real slot."""
-    classes, size = slots.shape
-    width = probs.shape[1]
-    total = 0
-    for k in range(len(per_class)):
-        n = per_class[k]
-        if n == 0:
-            continue
-        r = k - first_row
-        row = slots[min(k + shift, classes - 1)]
-        total += n
-        if width == 1:  # one slot: no draw
-            row[(pos + min(offsets[r, 0], size - 1)) % size] += n
-            continue
-        multinomial_into(draws, n, probs[r], counts)
-        span = spans[r]
-        if span == 0 or firsts[r] + span > size - 1:  # slot by slot
-            for i in range(width):
-                row[(pos + min(offsets[r, i], size - 1)) % size] += counts[i]
-        else:  # a run of slots, then padding
-            a = (pos + firsts[r]) % size
-            for i in range(span):
-                row[(a + i) % size] += counts[i]
-            if width > span:
-                row[(a + span - 1) % size] += counts[width - 1]
-    return total
+class DelayStore:
+    """Packs of delay tables in flat arrays, as kernels read them (``cohort_kernels.schedule``).
+    A pack is one policy's delays at one lag for ``classes`` attempt classes: the table of
+    them all (padded to one width), each class's delay on its own (a multinomial draw over
+    a padded row is not the one over the row), and the latent bug's one slot. A cache of
+    what the policies determine: emptied when they change. The arrays grow by doubling, so
+    that adding a pack costs the same however many there are."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self.index: dict = {}
+        self.n_values = self.n_rows = self.n_packs = 0  # in use, of the arrays' room
+        self.probs = np.zeros(64)
+        self.offsets = np.zeros(64, dtype=np.int64)
+        self.rows = np.zeros((4, 16), dtype=np.int64)  # [start, width, first slot, span] x row
+        self.packs = np.zeros((4, 4), dtype=np.int64)  # [pack]: first row of the table, first single row, bug slot, classes
+        self.counts = np.zeros(1, dtype=np.int64)  # room for a draw over the widest row
+        self._share()
+
+    def _share(self) -> None:
+        #: what a kernel takes, in this order (after ``pack``'s index, which comes last)
+        self.arrays = (self.probs, self.offsets, self.rows[0], self.rows[1], self.rows[2], self.rows[3],
+                       self.packs[:self.n_packs], self.counts)  # only the packs made: a kernel checks an index
+
+    def pack(self, key, build) -> int:
+        """The index of the pack under ``key``, built by ``build()`` (a table of every class's
+        delay, a one-row table per class, the bug's slot) the first time."""
+        hit = self.index.get(key)
+        if hit is None:
+            hit = self.index[key] = self._add(*build())
+        return hit
+
+    def _add(self, table: DelayTable, singles: list[DelayTable], bug_slot: int) -> int:
+        rows = [(table.probs[i], table.offsets[i], table.firsts[i], table.spans[i]) for i in range(len(table.probs))]
+        rows += [(t.probs[0], t.offsets[0], t.firsts[0], t.spans[0]) for t in singles]
+        widths = [len(p) for p, _, _, _ in rows]
+        self._room(self.n_values + sum(widths), self.n_rows + len(rows), self.n_packs + 1)
+        first_row = self.n_rows
+        for p, o, first, span in rows:
+            v, w = self.n_values, len(p)
+            self.probs[v:v + w], self.offsets[v:v + w] = p, o
+            self.rows[:, self.n_rows] = v, w, first, span
+            self.n_values += w
+            self.n_rows += 1
+        self.packs[self.n_packs] = first_row, first_row + len(table.probs), bug_slot, len(table.probs)
+        self.n_packs += 1
+        if max(widths) > len(self.counts):
+            self.counts = np.zeros(max(widths), dtype=np.int64)
+        self._share()
+        return self.n_packs - 1
+
+    def _room(self, values: int, rows: int, packs: int) -> None:
+        def grown(a: np.ndarray, axis: int, need: int) -> np.ndarray:
+            if a.shape[axis] >= need:
+                return a
+            shape = list(a.shape)
+            shape[axis] = max(need, 2 * a.shape[axis])
+            out = np.zeros(shape, dtype=a.dtype)
+            out[tuple(slice(0, n) for n in a.shape)] = a
+            return out
+
+        self.probs, self.offsets = grown(self.probs, 0, values), grown(self.offsets, 0, values)
+        self.rows, self.packs = grown(self.rows, 1, rows), grown(self.packs, 0, packs)

@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents import compiled
+from agents import cohort_kernels, compiled
 from agents.draws import Draws
 from agents.wheel import TimingWheel, delay, delay_table
 
-from results_fixture import digest, play
+import orchestrator
+from results_fixture import RUNS, digest, play
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,7 +82,9 @@ def test_spreading_over_the_wheel_is_numpys(ways, monkeypatch):
         theirs, ours = np.random.default_rng(seed), np.random.default_rng(seed)
         expected = reference(theirs, expected_slots, wheel.pos, per_class, shift, table, only or 0)
         pending = wheel.pending
-        wheel.spread(Draws(ours), per_class, shift, table, only or 0)
+        draws = Draws(ours)  # kept while the kernel draws: its handle points into it
+        wheel.pending += cohort_kernels.spread(draws.kernel, wheel.slots, wheel.pos, np.array(per_class, dtype=np.int64),
+                                               shift, only or 0, *table)
         assert (wheel.slots == expected_slots).all(), case
         assert wheel.pending - pending == expected, case
         assert ours.bit_generator.state == theirs.bit_generator.state, case
@@ -100,3 +103,119 @@ def test_a_run_with_kernels_as_python_is_the_compiled_run(tmp_path):
                           text=True, check=True)
     as_python = json.loads(done.stdout.strip().splitlines()[-1])
     assert as_python == digest(play(name, tmp_path / "compiled").dir)
+
+
+@compiled.kernel
+def _draw_each(draws, what, a, b, c, out):
+    """Draw what[i] (0 binomial, 1 hypergeometric) on (a[i], b[i], c[i]) into out[i]."""
+    for i in range(len(what)):
+        if what[i] == 0:
+            out[i] = compiled.binomial(draws, a[i], b[i] / 1000.0)
+        else:
+            out[i] = compiled.hypergeometric(draws, a[i], b[i], c[i])
+
+
+@compiled.kernel
+def _split_each(draws, counts, ks, out):
+    """Split row i of ``counts`` by ks[i] into row i of ``out``."""
+    for i in range(len(ks)):
+        compiled.split_into(draws, counts[i], ks[i], out[i])
+
+
+def test_kernels_draw_as_the_draws_methods(monkeypatch):
+    """binomial, hypergeometric and split_into, compiled, are Draws' methods: the same
+    counts and the same generator states, the cases answered without a draw included."""
+    if not compiled.compiling():
+        pytest.skip("numba is not installed: kernels run as Python")
+    r = random.Random(5)
+    for case in range(200):
+        n = r.randint(1, 30)
+        what = np.array([r.randrange(2) for _ in range(n)], dtype=np.int64)
+        a = np.array([r.choice([0, 1, 9, 10, 11, 500, r.randrange(10**8)]) for _ in range(n)], dtype=np.int64)
+        b = np.array([r.choice([0, 1, 500, 1000, r.randrange(1001)]) if w == 0 else r.choice([0, 3, 10**6, r.randrange(10**8)])
+                      for w in what], dtype=np.int64)
+        c = np.array([r.randint(0, int(x + y)) if r.random() < 0.7 else r.choice([0, int(x + y)]) for x, y in zip(a, b)],
+                     dtype=np.int64)
+        seed = r.randrange(2**31)
+        ours, theirs = Draws(np.random.default_rng(seed)), Draws(np.random.default_rng(seed))
+        out = np.zeros(n, dtype=np.int64)
+        _draw_each(ours.kernel, what, a, b, c, out)
+        expected = [theirs.binomial(int(x), int(y) / 1000.0) if w == 0 else theirs.hypergeometric(int(x), int(y), int(z))
+                    for w, x, y, z in zip(what, a, b, c)]
+        assert out.tolist() == expected, case
+        assert ours.rng.bit_generator.state == theirs.rng.bit_generator.state, case
+
+        classes = r.randint(1, 8)
+        counts = np.array([[r.choice([0, 1, 7, r.randrange(10**6)]) for _ in range(classes)] for _ in range(n)],
+                          dtype=np.int64)
+        ks = np.array([r.choice([0, int(row.sum()), r.randint(0, int(row.sum()))]) for row in counts], dtype=np.int64)
+        out = np.zeros((n, classes), dtype=np.int64)
+        _split_each(ours.kernel, counts, ks, out)
+        assert out.tolist() == [theirs.split(row.tolist(), int(k)) for row, k in zip(counts, ks)], case
+        assert ours.rng.bit_generator.state == theirs.rng.bit_generator.state, case
+
+
+@pytest.mark.parametrize("name", ["retries", "decorrelated jitter", "leases",
+                                  pytest.param("us-east-1-2021 protect-early, attribution", marks=pytest.mark.slow),
+                                  pytest.param("health checks", marks=pytest.mark.slow)])
+def test_settling_a_result_compiled_is_settling_it_as_python(name, tmp_path, monkeypatch):
+    """Every result a population settles in a run is settled by the compiled kernel as by
+    the same kernel run as Python on a copy of everything it touches (its generator too)."""
+    if not compiled.compiling():
+        pytest.skip("numba is not installed: kernels run as Python")
+    from agents import population
+
+    settle = cohort_kernels.settle
+    calls = []
+
+    def both_ways(draws, given, *arrays):
+        assert type(draws) is tuple  # compiled
+        agent = next(a for a in live if a.draws.kernel is draws)
+        twin_rng = np.random.Generator(np.random.PCG64())
+        twin_rng.bit_generator.state = agent.rng.bit_generator.state
+        copies = [given.copy()] + [a.copy() for a in arrays]
+        settle.py_func(Draws(twin_rng), *copies)
+        settle(draws, given, *arrays)
+        assert given.tolist() == copies[0].tolist()
+        for mine, theirs in zip(arrays[:3], copies[1:4]):  # the wheels
+            assert (mine == theirs).all()
+        assert agent.rng.bit_generator.state == twin_rng.bit_generator.state
+        calls.append(int(given[cohort_kernels.SETTLE_RES + cohort_kernels.RES_FAILED]))
+
+    live = []
+    built = population.Population.__init__
+
+    def remember(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        live.append(self)
+
+    monkeypatch.setattr(population.Population, "__init__", remember)
+    monkeypatch.setattr(population.kernels, "settle", both_ways)
+    run = dict(RUNS[name], attribution=False)
+    orchestrator.run(out=tmp_path / "run", **run)
+    assert calls and max(calls) > 0  # results settled, some with failures
+
+
+def test_a_delay_store_keeps_every_pack_as_given_while_it_grows():
+    """Packs added one after another (the arrays reallocated on the way) read back as the
+    tables they were made of, and the arrays a kernel gets hold exactly the packs made."""
+    from agents.wheel import DelayStore
+
+    r = random.Random(3)
+    store, made = DelayStore(), []
+    for i in range(60):
+        delays = [delay(*some_delay(r)) for _ in range(r.randint(1, 7))]
+        table, singles, bug = delay_table(delays), [delay_table([d]) for d in delays], r.randint(1, 9)
+        assert store.pack(("key", i), lambda: (table, singles, bug)) == i
+        assert store.pack(("key", i), lambda: pytest.fail("built twice")) == i
+        made.append((table, singles, bug))
+    probs, offsets, start, width, first, span, packs, counts = store.arrays
+    assert len(packs) == len(made)
+    for (table, singles, bug), (full0, single0, bug_slot, classes) in zip(made, packs.tolist()):
+        assert (bug_slot, classes) == (bug, len(singles))
+        rows = [(table.probs[k], table.offsets[k], table.firsts[k], table.spans[k]) for k in range(classes)]
+        rows += [(t.probs[0], t.offsets[0], t.firsts[0], t.spans[0]) for t in singles]
+        for row, (p, o, f, sp) in zip(range(full0, single0 + classes), rows):
+            s, w = start[row], width[row]
+            assert probs[s:s + w].tolist() == p.tolist() and offsets[s:s + w].tolist() == o.tolist()
+            assert (first[row], span[row]) == (f, sp) and len(counts) >= w
