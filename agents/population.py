@@ -833,6 +833,11 @@ class Population(PopulationControls, Agent):
             s_ok = s_ok_all - extra_ok - renew_ok
         if not (n_req or (self.pooled and (n_conn or renew_failed))):
             return
+        if self._only_successes(n_req, int(body["r_ok"]), n_conn, renew_failed):
+            res["ok"] += n_req
+            if self.breaker is not None:
+                self.breaker.record(tick, n_req, 0)
+            return
         wheels = (self.conn_wheel, self.req_wheel, self.orphan_wheel)
         setups, requests = batch.setups, batch.requests
         # Which delays settle can need follows from the counts: a split of k successes draws
@@ -868,6 +873,12 @@ class Population(PopulationControls, Agent):
         self._left(dropped, dropped_pool, failed_batch=sent)
         if self.breaker is not None and n_req:
             self.breaker.record(tick, n_req, n_req - n_good)
+
+    def _only_successes(self, n_req: int, r_ok: int, n_conn: int, renew_failed: int) -> bool:
+        """Whether settling a result would draw nothing and count only its successes (most
+        results, in a healthy system): every request succeeded, no connection attempt is
+        in it, and no connected client is left to prove its connection."""
+        return r_ok >= n_req and not (self.pooled and (n_conn or renew_failed or self.n_connected > self.conn_by_class[0]))
 
     def _lags(self, ticks: int, rt: float, needed: tuple[bool, ...]) -> np.ndarray:
         """The packs of the delays a result ``ticks`` after its batch needs (cohort_kernels.LAG_*,

@@ -156,8 +156,7 @@ def test_kernels_draw_as_the_draws_methods(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["retries", "decorrelated jitter", "leases",
-                                  pytest.param("us-east-1-2021 protect-early, attribution", marks=pytest.mark.slow),
-                                  pytest.param("health checks", marks=pytest.mark.slow)])
+                                  pytest.param("us-east-1-2021 protect-early, attribution", marks=pytest.mark.slow)])
 def test_settling_a_result_compiled_is_settling_it_as_python(name, tmp_path, monkeypatch):
     """Every result a population settles in a run is settled by the compiled kernel as by
     the same kernel run as Python on a copy of everything it touches (its generator too)."""
@@ -219,3 +218,14 @@ def test_a_delay_store_keeps_every_pack_as_given_while_it_grows():
             s, w = start[row], width[row]
             assert probs[s:s + w].tolist() == p.tolist() and offsets[s:s + w].tolist() == o.tolist()
             assert (first[row], span[row]) == (f, sp) and len(counts) >= w
+
+
+@pytest.mark.parametrize("name", ["retries", "us-east-1-2021 historical"])
+def test_results_with_only_successes_settle_alike_without_the_kernel(name, tmp_path, monkeypatch):
+    """A population counts a result of successes only without calling settle: the same run
+    as when settle takes every result."""
+    from agents import population
+
+    quick = digest(play(name, tmp_path / "quick").dir)
+    monkeypatch.setattr(population.Population, "_only_successes", lambda self, *counts: False)
+    assert digest(play(name, tmp_path / "kernel").dir) == quick
