@@ -157,6 +157,7 @@ def _register_draws() -> None:
         return impl
 
     limit = _draws._EXACT_LIMIT
+    without_drawing = _numba.njit(_draws.hypergeometric_without_drawing)
 
     @overload(binomial)
     def compiled_binomial(draws, n, p):
@@ -173,13 +174,9 @@ def _register_draws() -> None:
         def impl(draws, good, bad, sample):
             if good < 0 or bad < 0 or sample < 0 or sample > good + bad or good > limit or bad > limit:
                 raise ValueError("hypergeometric: expected counts >= 0 below 10**9, and a sample of at most their sum")
-            if sample < 10 or sample > good + bad - 10:  # numpy's simple algorithm, which stops at once here
-                if good == 0 or sample == 0:
-                    return 0
-                if bad == 0:
-                    return sample
-                if sample == good + bad:
-                    return good
+            known = without_drawing(good, bad, sample)
+            if known >= 0:
+                return known
             return c_hypergeometric(pointer(draws[0]), good, bad, sample)
         return impl
 

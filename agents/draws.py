@@ -85,6 +85,19 @@ def _check_counts(good: int, bad: int, sample: int) -> None:
                          f"and a sample of at most their sum")
 
 
+def hypergeometric_without_drawing(good: int, bad: int, sample: int) -> int:
+    """What numpy's hypergeometric answers without a draw (its simple algorithm stops at
+    once), or -1 where it draws. Compiled kernels use it too (``agents.compiled``)."""
+    if sample < 10 or sample > good + bad - 10:
+        if good == 0 or sample == 0:
+            return 0
+        if bad == 0:
+            return sample
+        if sample == good + bad:
+            return good
+    return -1
+
+
 def _check_spread(ns: list[int], probs: list[float]) -> None:
     for n in ns:
         if n < 0:
@@ -148,13 +161,9 @@ class Draws:
     def hypergeometric(self, good: int, bad: int, sample: int) -> int:
         """``rng.hypergeometric(good, bad, sample)``."""
         _check_counts(good, bad, sample)
-        if sample < 10 or sample > good + bad - 10:  # numpy's simple algorithm, which stops at once here
-            if good == 0 or sample == 0:
-                return 0
-            if bad == 0:
-                return sample
-            if sample == good + bad:
-                return good
+        known = hypergeometric_without_drawing(good, bad, sample)
+        if known >= 0:
+            return known
         if self.fast:
             return _lib.random_hypergeometric(self._bitgen, good, bad, sample)
         return int(self.rng.hypergeometric(good, bad, sample))

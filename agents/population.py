@@ -466,7 +466,7 @@ class Population(PopulationControls, Agent):
         self.broken = 0
         self.pending_closes = 0  # connections given up or replaced since the last flow, to close on the devices
         self._delays = DelayStore()  # the retry policies' delays, as kernels read them
-        self._lag_packs: dict = {}  # (ticks after the send, request timeout, pooled) -> Population._lags
+        self._lag_packs: dict = {}  # (ticks after the send, request timeout) -> Population._lags
 
     def _lifetime_changed(self, tick: int) -> None:
         """Connections are replaced at the rate lifetime sets, read each tick: nothing to do."""

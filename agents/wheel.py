@@ -10,7 +10,6 @@ from typing import NamedTuple
 import numpy as np
 
 
-
 class Delay(NamedTuple):
     """A delay's distribution over the slots ahead, as a draw spreads a cohort over it."""
     offsets: np.ndarray  # slots ahead (>= 1), one per probability
