@@ -220,7 +220,7 @@ def test_a_delay_store_keeps_every_pack_as_given_while_it_grows():
             assert (first[row], span[row]) == (f, sp) and len(counts) >= w
 
 
-@pytest.mark.parametrize("name", ["retries", "us-east-1-2021 historical"])
+@pytest.mark.parametrize("name", ["retries", pytest.param("us-east-1-2021 historical", marks=pytest.mark.slow)])
 def test_results_with_only_successes_settle_alike_without_the_kernel(name, tmp_path, monkeypatch):
     """A population counts a result of successes only without calling settle: the same run
     as when settle takes every result."""
