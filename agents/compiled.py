@@ -116,16 +116,16 @@ def split_into(draws, counts: np.ndarray, k: int, out: np.ndarray) -> None:
 
 
 def _register_draws() -> None:
-    """``multinomial_into`` for compiled kernels: numpy's function called on the addresses."""
+    """The draws (``binomial``, ``hypergeometric``, ``split_into``, ``multinomial_into``) for
+    compiled kernels: numpy's functions called on the addresses."""
     import llvmlite.binding
     from numba.core import types
     from numba.extending import intrinsic, overload
 
     # Found by name when a kernel is linked, so that a kernel cached on disk holds no
     # address (they change from process to process).
-    llvmlite.binding.add_symbol("random_multinomial",
-                                int(_draws._ffi.cast("uintptr_t", _draws._lib.random_multinomial)))
-    for name in ("random_binomial", "random_hypergeometric", "random_multivariate_hypergeometric_marginals"):
+    for name in ("random_multinomial", "random_binomial", "random_hypergeometric",
+                 "random_multivariate_hypergeometric_marginals"):
         llvmlite.binding.add_symbol(name, int(_draws._ffi.cast("uintptr_t", getattr(_draws._lib, name))))
     c_binomial = types.ExternalFunction(
         "random_binomial", types.int64(types.voidptr, types.float64, types.int64, types.voidptr))

@@ -554,10 +554,10 @@ class Population(PopulationControls, Agent):
 
     def _take_connected(self, n: int) -> list[int]:
         """Remove n connected clients, drawn at random over back-off classes."""
-        conn, st = np.array(self.conn_by_class, dtype=np.int64), self._counters()
+        conn, st = np.array(self.conn_by_class, dtype=np.int64), np.array(self._counter_values(), dtype=np.int64)
         taken = kernels.take_connected(self._handle(self.clients), conn, st, n)
         self.conn_by_class = conn.tolist()
-        self._set_counters(st)
+        self._set_counters(st.tolist())
         return taken.tolist()
 
     def _left(self, n: int, pool: int, failed_batch: int | None = None) -> None:
@@ -574,34 +574,34 @@ class Population(PopulationControls, Agent):
 
     def _owners_left(self, n: int, pool: int) -> None:
         """``n`` of ``pool`` connected clients lost their connections, owners of orphan retries alike."""
-        st = self._counters()
+        st = np.array(self._counter_values(), dtype=np.int64)
         kernels.owners_left(self.draws.kernel, st, n, pool)
-        self._set_counters(st)
+        self._set_counters(st.tolist())
 
     # -- the kernels' side ------------------------------------------------------------
     def _handle(self, total: int):
         """What kernels draw with: compiled up to a billion items in all (``compiled.split_into``)."""
         return self.draws.kernel if total <= _EXACT_LIMIT else self.draws
 
-    def _counters(self) -> np.ndarray:
-        st = np.empty(4, dtype=np.int64)  # cohort_kernels.ST_*
-        st[:] = self.n_connected, self.pending_closes, self.orphans_back, self.released_by
-        return st
+    def _counter_values(self) -> list[int]:
+        """The counters kernels update, in cohort_kernels.ST_* order."""
+        return [self.n_connected, self.pending_closes, self.orphans_back, self.released_by]
 
-    def _set_counters(self, st: np.ndarray) -> None:
-        self.n_connected, self.pending_closes, self.orphans_back, self.released_by = st.tolist()
+    def _set_counters(self, values: list[int]) -> None:
+        self.n_connected, self.pending_closes, self.orphans_back, self.released_by = values
 
-    def _wheels(self) -> tuple[np.ndarray, np.ndarray]:
-        """(entries pending, positions) of the wheels, as cohort_kernels.WHEEL_* orders them."""
+    def _wheel_values(self) -> list[int]:
+        """The wheels' entries pending, then their positions, in cohort_kernels.WHEEL_* order."""
         wheels = (self.conn_wheel, self.req_wheel, self.orphan_wheel)
-        return (np.array([w.pending for w in wheels], dtype=np.int64), np.array([w.pos for w in wheels], dtype=np.int64))
+        return [w.pending for w in wheels] + [w.pos for w in wheels]
 
-    def _set_pending(self, pending: np.ndarray) -> None:
-        self.conn_wheel.pending, self.req_wheel.pending, self.orphan_wheel.pending = pending.tolist()
+    def _set_pending(self, values: list[int]) -> None:
+        self.conn_wheel.pending, self.req_wheel.pending, self.orphan_wheel.pending = values
 
     @staticmethod
-    def _add_results(res: dict, counts: np.ndarray) -> None:
-        for key, n in zip(kernels.RES_KEYS, counts.tolist()):
+    def _add_results(res: dict, counts: list[int]) -> None:
+        """Add a kernel's result counts (cohort_kernels.RES_* order) to the tick's."""
+        for key, n in zip(kernels.RES_KEYS, counts):
             res[key] += n
 
     def _break_connections(self, n: int) -> None:
@@ -804,13 +804,14 @@ class Population(PopulationControls, Agent):
     def _retry_or_give_up(self, failed: list[int], lag: float, res: dict, orphan: bool = False) -> None:
         """Failed attempts of class k retry as class k+1 unless attempts are exhausted;
         ``orphan``: their client dropped its connection, so the retry waits for its next one."""
-        counts, (pending, pos) = np.zeros(len(kernels.RES_KEYS), dtype=np.int64), self._wheels()
+        counts, wheels = np.zeros(len(kernels.RES_KEYS), dtype=np.int64), np.array(self._wheel_values(), dtype=np.int64)
+        pending, pos = wheels[:3], wheels[3:]  # views of the one array
         pack = self._pack(self.retry, lag, len(failed))  # before reading the store's arrays: it may grow them
         kernels.retry_or_give_up(self.draws.kernel, np.array(failed, dtype=np.int64), orphan, self.retry.max_attempts,
                                  self.durable, counts, pending, pos, self.req_wheel.slots, self.orphan_wheel.slots,
                                  *self._delays.arrays, pack)
-        self._set_pending(pending)
-        self._add_results(res, counts)
+        self._set_pending(pending.tolist())
+        self._add_results(res, counts.tolist())
 
     def _on_result(self, tick: int, body: dict, res: dict) -> None:
         sent = int(body["sent"])
@@ -838,7 +839,6 @@ class Population(PopulationControls, Agent):
             if self.breaker is not None:
                 self.breaker.record(tick, n_req, 0)
             return
-        wheels = (self.conn_wheel, self.req_wheel, self.orphan_wheel)
         setups, requests = batch.setups, batch.requests
         # Which delays settle can need follows from the counts: a split of k successes draws
         # exactly k (the draws only say from which classes).
@@ -855,17 +855,15 @@ class Population(PopulationControls, Agent):
             self.pooled, self.durable, "timeout" in self.reconnect_on, "reject" in self.reconnect_on,
             self.retries_refusal_at_once, self.retry.max_attempts, self.bug_ignores_backoff, batch.released,
             batch.released_by, batch.senders, round(batch.holding), len(setups), len(requests),
-            self.n_connected, self.pending_closes, self.orphans_back, self.released_by,
-            *[w.pending for w in wheels], *[w.pos for w in wheels], *_NOTHING_YET,
+            *self._counter_values(), *self._wheel_values(), *_NOTHING_YET,
             *self.conn_by_class, *self.parked, *self.released, *setups, *requests], dtype=np.int64)
         kernels.settle(self._handle(max(self.clients, n_req)), given, self.conn_wheel.slots, self.req_wheel.slots,
                        self.orphan_wheel.slots, self._lags(tick - sent, batch.rt, needed),  # (before the store's arrays)
                        *self._delays.arrays)
         done = given.tolist()
-        (self.n_connected, self.pending_closes, self.orphans_back, self.released_by,
-         self.conn_wheel.pending, self.req_wheel.pending, self.orphan_wheel.pending) = done[kernels.SETTLE_ST:kernels.SETTLE_POS]
-        for key, n in zip(kernels.RES_KEYS, done[kernels.SETTLE_RES:kernels.SETTLE_OUT]):
-            res[key] += n
+        self._set_counters(done[kernels.SETTLE_ST:kernels.SETTLE_PENDING])
+        self._set_pending(done[kernels.SETTLE_PENDING:kernels.SETTLE_POS])
+        self._add_results(res, done[kernels.SETTLE_RES:kernels.SETTLE_OUT])
         lost, lost_pool, dropped, dropped_pool, n_good = done[kernels.SETTLE_OUT:kernels.SETTLE_HEAD]  # OUT_*
         o, cc, rc = kernels.SETTLE_HEAD, len(setups), len(requests)
         self.conn_by_class, self.parked, self.released = done[o:o + cc], done[o + cc:o + cc + rc], done[o + cc + rc:o + cc + 2 * rc]
@@ -890,11 +888,13 @@ class Population(PopulationControls, Agent):
         packs = self._lag_packs.get(key)
         if packs is None:
             packs = self._lag_packs[key] = np.full(6, -1, dtype=np.int64)
-        for i, need in enumerate(needed):
-            if need and packs[i] < 0:
-                policy, classes = (self.reconnect, self.conn_wheel.classes) if i < kernels.LAG_RETRY \
-                    else (self.retry, self.req_wheel.classes)
-                lag = (ticks * self.world.dt, ticks * self.world.dt - self.connect_timeout, ticks * self.world.dt - rt,
-                       ticks * self.world.dt, ticks * self.world.dt - rt, 0.0)[i]
+        missing = [i for i, need in enumerate(needed) if need and packs[i] < 0]
+        if missing:
+            elapsed = ticks * self.world.dt
+            conn, retry = (self.reconnect, self.conn_wheel.classes), (self.retry, self.req_wheel.classes)
+            delays = [(conn, elapsed), (conn, elapsed - self.connect_timeout), (conn, elapsed - rt),
+                      (retry, elapsed), (retry, elapsed - rt), (retry, 0.0)]  # LAG_*
+            for i in missing:
+                (policy, classes), lag = delays[i]
                 packs[i] = self._pack(policy, lag, classes)
         return packs
