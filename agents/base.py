@@ -119,7 +119,9 @@ def share_or_rate(name: str, value, high: float | None = None) -> float:
 
 @dataclass
 class Message:
-    """One tick message between agents. ``body`` holds only plain data."""
+    """One tick message between agents. ``body`` holds only plain data (str, int, float,
+    bool, None, lists and dicts of them) and is never changed once sent, by its sender or
+    its receivers: in one process it is delivered as it is, not as a decoded copy."""
 
     kind: str
     src: str

@@ -2,13 +2,14 @@
 import filecmp
 
 import msgpack
+import numpy as np
 import pytest
 
 import orchestrator
 from agents import PROTOCOL_VERSION, Message
-from orchestrator.hosting.inprocess import InProcessHost
+from orchestrator.hosting.inprocess import InProcessHost, checked_copy
 from orchestrator.playbook.loader import load_playbook, load_runbook
-from orchestrator.hosting.wire import WireError, decode, encode
+from orchestrator.hosting.wire import WireError, admit, decode, encode
 from orchestrator.engine.world import build_plan
 
 pytestmark = pytest.mark.slow  # whole runs played twice and compared file by file
@@ -64,6 +65,23 @@ def test_wire_roundtrip_and_rejections():
     for frame in bad:
         with pytest.raises(WireError):
             decode(frame)
+
+
+def test_in_process_messages_get_the_checks_and_copies_the_wire_gives():
+    """Handed over in one process, a message passes decode's checks (``admit``); a checked
+    copy refuses a body that would not come back the same from another process."""
+    ok = Message(kind="health", src="a", dst="b", body={"ratio": 0.5, "per": [1, 2.0, None]}, seq=3, tick=9)
+    assert admit(ok) is ok and checked_copy(ok) == ok and checked_copy(ok).body is not ok.body
+    for bad in (Message("nonsense", "a", "b", {}, 1, 1), Message("health", "a", "b", {}, 1, 1),
+                Message("health", "a", "b", {"ratio": 1.0}, "1", 1)):
+        with pytest.raises(WireError) as admitted:
+            admit(bad)
+        with pytest.raises(WireError) as decoded:
+            decode(msgpack.packb([PROTOCOL_VERSION, bad.kind, bad.src, bad.dst, bad.seq, bad.tick, bad.body]))
+        assert str(admitted.value) == str(decoded.value)
+    for body in ({"ratio": (1, 2)}, {"ratio": np.int64(3)}, {"ratio": np.float64(0.5)}, {"ratio": {1: 2.0}}):
+        with pytest.raises(AssertionError, match="health"):
+            checked_copy(Message("health", "a", "b", body, 1, 1))
 
 
 def test_malformed_frames_are_counted_and_change_nothing():

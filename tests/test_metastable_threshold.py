@@ -26,7 +26,6 @@ from tests import reference_queue_des as des
 from tests.helpers import playbook_path
 from orchestrator.hosting.inprocess import InProcessHost
 from orchestrator.playbook.loader import load_playbook
-from orchestrator.hosting.wire import decode
 from orchestrator.engine.world import build_plan
 
 pytestmark = pytest.mark.slow  # thousands of simulated seconds over many seeds
@@ -136,8 +135,7 @@ def test_littles_law_holds_on_a_queue_at_steady_state(tick):
         if i < warm:
             continue
         backlog.append(res.metrics["server"]["queue_backlog"])
-        for frame in host.pending["clients"]:  # the answers on their way back
-            msg = decode(frame)
+        for msg in host.pending["clients"]:  # the answers on their way back
             if msg.kind == "flow_result":
                 done += msg.body["r_ok"] + msg.body["r_fail"]
                 waited += msg.body["r_ok"] * msg.body["delay"]

@@ -2,7 +2,10 @@
 model's features (leases, health checks, queues, DNS, retries, faults, a cache) produce
 run directories whose metrics, events, score and attribution are byte for byte those
 recorded from the revision before the speed work (tests/results_fixture.py), but for
-the deliberate changes of results the fixture lists since, each with its reason."""
+the deliberate changes of results the fixture lists since, each with its reason. Each is
+played twice: with messages handed over as they are in one process (as runs are), and
+as decoded copies checked against what was sent (``GAMEDAY_WIRE_CHECK``), so that a
+body that is not plain data, or is changed after it is sent, shows."""
 from __future__ import annotations
 
 import json
@@ -15,8 +18,10 @@ from results_fixture import FAST, RUNS, digest, play
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "results.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.parametrize("wire", ["handed over", "checked copies"])
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in RUNS])
-def test_results_are_those_recorded_before(tmp_path, name):
+def test_results_are_those_recorded_before(tmp_path, monkeypatch, name, wire):
+    monkeypatch.setenv("GAMEDAY_WIRE_CHECK", "1" if wire == "checked copies" else "0")
     recorded = FIXTURE["runs"][name]
     changed = FIXTURE.get("changed_since", {}).get(name, {})  # a deliberate change of results, with its reason
     recorded = {"files": {**recorded["files"], **changed.get("files", {})},

@@ -77,15 +77,13 @@ def answers(sets: dict, seed: int = 1):
     (seconds after it was sent, its body), and the world's metrics, one row per tick."""
     from orchestrator.hosting.inprocess import InProcessHost
     from orchestrator.playbook.loader import load_playbook
-    from orchestrator.hosting.wire import decode
     from orchestrator.engine.world import build_plan
 
     plan = build_plan(load_playbook(MQ, sets), None, seed)
     host, got, rows = InProcessHost(plan), [], []
     for t in range(plan.ticks):
         rows.append(host.step().metrics)
-        for frame in host.pending["clients"]:  # delivered at tick t + 1
-            msg = decode(frame)
+        for msg in host.pending["clients"]:  # delivered at tick t + 1
             if msg.kind == "flow_result":
                 got.append(((t + 1 - msg.body["sent"]) * plan.info.dt, msg.body))
     return got, rows

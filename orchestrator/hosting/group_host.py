@@ -29,7 +29,7 @@ from agents import PROTOCOL_VERSION, Agent, Message, WorldInfo
 from orchestrator.hosting.control import Beat, Bye, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
 from orchestrator.hosting.fabric import FabricError, Sockets, node_address, poller, ready, recv, recv_nowait, send
 from orchestrator.hosting.inprocess import build_agent, step_agents
-from orchestrator.hosting.wire import WireError, decode
+from orchestrator.hosting.wire import WireError, decode, encode
 
 HEARTBEAT_S = 0.5
 
@@ -202,18 +202,25 @@ class GroupHost:
             boxes.setdefault(m.dst, []).append(m)
         sent: dict[str, int] = {}
 
-        def route(msg: Message, frame: bytes) -> bool:
+        def route(msg: Message) -> bool:
             host = self.owner.get(msg.dst)
+            if host is None:
+                return False
+            frame = encode(msg)
             if host == self.host_id:
-                self.local.setdefault(t, []).append(decode(frame))  # same bytes as any other hop
-            elif host is not None:
+                try:
+                    self.local.setdefault(t, []).append(decode(frame))  # same bytes as any other hop
+                except WireError:
+                    self.rejected += 1
+            else:
                 send(self.peers[host], [frame])
                 sent[host] = sent.get(host, 0) + 1
                 if self.snapshot_every:
                     self.kept.setdefault(host, deque()).append((t, frame))
-            return host is not None
+            return True
 
-        metrics, events, outbound = step_agents(self.agents, self.order, boxes, t, route)
+        metrics, events, leaving = step_agents(self.agents, self.order, boxes, t, route)
+        outbound = [encode(m) for m in leaving]
         if self.snapshot_every and (t + 1) % self.snapshot_every == 0:
             blob = self._snapshot(t + 1)
             self._tell(Snapshot(self.host_id, t + 1, blob, sign(self.key, blob)))  # before "done", on one socket

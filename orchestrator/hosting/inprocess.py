@@ -1,8 +1,9 @@
 """In-process hosting: every agent of a world in this process, stepped tick by tick.
 
-Messages sent during tick t are delivered at tick t+1, through the same encoding as
-the multi-process hosting, ordered by (sender, sequence) so that the result does not
-depend on stepping order or hosting.
+Messages sent during tick t are delivered at tick t+1, ordered by (sender, sequence) so
+that the result does not depend on stepping order or hosting. They are handed over as
+they are, after the checks decoding would make (``wire.admit``); with
+``GAMEDAY_WIRE_CHECK=1``, as decoded copies checked against what was sent.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from operator import attrgetter
 from typing import Callable
 
 from agents import AGENT_CLASSES, OUTSIDE, Agent, Message, WorldInfo, agent_rng
-from orchestrator.hosting.wire import WireError, decode, encode
+from orchestrator.hosting.wire import WireError, admit, checking, decode, encode, same
 from orchestrator.engine.world import WorldPlan
 
 
@@ -32,14 +33,14 @@ _BY_SENDER = attrgetter("src", "seq")  # the order every host delivers an inbox 
 
 
 def step_agents(agents: dict[str, Agent], order: list[str], inboxes: dict[str, list[Message]], t: int,
-                route: Callable[[Message, bytes], bool]) -> tuple[dict[str, dict[str, float]], list[dict], list[bytes]]:
+                route: Callable[[Message], bool]) -> tuple[dict[str, dict[str, float]], list[dict], list[Message]]:
     """Step every agent once, in ``order``, with its inbox sorted by (sender, sequence);
-    each message it sends goes to ``route(message, encoded)``, which says whether anyone
-    hosts the destination, except messages to ``OUTSIDE``, which are returned encoded.
+    each message it sends goes to ``route(message)``, which says whether anyone hosts the
+    destination, except messages to ``OUTSIDE``, which are returned.
     Both hostings step through here, so they cannot drift apart."""
     metrics: dict[str, dict[str, float]] = {}
     events: list[dict] = []
-    outbound: list[bytes] = []
+    outbound: list[Message] = []
     for name in order:
         inbox = inboxes.get(name, [])
         if len(inbox) > 1:
@@ -49,15 +50,29 @@ def step_agents(agents: dict[str, Agent], order: list[str], inboxes: dict[str, l
         events.extend(res.events)
         for msg in res.messages:
             if msg.dst == OUTSIDE:
-                outbound.append(encode(msg))
-            elif not route(msg, encode(msg)):
+                outbound.append(msg)
+            elif not route(msg):
                 events.append({"tick": t, "agent": name, "event": "undeliverable", "dst": msg.dst, "kind": msg.kind})
     return metrics, events, outbound
 
 
-def leaving(frames: list[bytes]) -> list[Message]:
+def leaving(messages: list[Message]) -> list[Message]:
     """Messages to OUTSIDE in a hosting-independent order."""
-    return sorted((decode(f) for f in frames), key=_BY_SENDER)
+    return sorted(messages, key=_BY_SENDER)
+
+
+def checked_copy(msg: Message) -> Message:
+    """``msg`` through the wire, as another process would receive it: ``WireError`` where
+    ``admit`` refuses it, an error where the wire would not give back what ``admit``
+    lets through (a body that is not plain data)."""
+    admit(msg)
+    try:
+        copy = decode(encode(msg))
+    except (TypeError, ValueError, OverflowError) as e:  # (WireError is a ValueError)
+        raise AssertionError(f"{msg.src} sent a {msg.kind} that does not go through the wire: {e}") from None
+    if not same([copy.kind, copy.src, copy.dst, copy.seq, copy.tick, copy.body], [msg.kind, msg.src, msg.dst, msg.seq, msg.tick, msg.body]):
+        raise AssertionError(f"{msg.src} sent a {msg.kind} whose decoded copy differs: {msg.body!r} -> {copy.body!r}")
+    return copy
 
 
 class InProcessHost:
@@ -70,10 +85,11 @@ class InProcessHost:
         self.plan = plan
         self.agents: dict[str, Agent] = {a.name: build_agent(a.kind, a.name, a.spec, plan.info) for a in plan.agents}
         self.order = [a.name for a in plan.agents]
-        self.pending: dict[str, list[bytes]] = {n: [] for n in self.order}
+        self.pending: dict[str, list[Message]] = {n: [] for n in self.order}  # delivered at tick ``tick``
         self.tick = 0
         self.rejected_frames = 0
         self.undeliverable = 0
+        self.hand_over = checked_copy if checking() else admit
 
     def inject(self, frame: bytes) -> None:
         """Deliver an encoded message from outside the world (e.g. a console) in the next
@@ -84,32 +100,29 @@ class InProcessHost:
             self.rejected_frames += 1
             return
         if msg.dst in self.pending:
-            self.pending[msg.dst].append(frame)
+            self.pending[msg.dst].append(msg)
         else:
             self.undeliverable += 1
 
     def step(self) -> TickResult:
         t = self.tick
-        delivered, self.pending = self.pending, {n: [] for n in self.order}
-        inboxes: dict[str, list[Message]] = {}
-        for name, frames in delivered.items():
-            inbox = inboxes[name] = []
-            for frame in frames:
-                try:
-                    inbox.append(decode(frame))
-                except WireError:
-                    self.rejected_frames += 1
+        inboxes, self.pending = self.pending, {n: [] for n in self.order}
+        hand_over = self.hand_over
 
-        def route(msg: Message, frame: bytes) -> bool:
-            if msg.dst not in self.pending:
+        def route(msg: Message) -> bool:
+            box = self.pending.get(msg.dst)
+            if box is None:
                 self.undeliverable += 1
                 return False
-            self.pending[msg.dst].append(frame)
+            try:
+                box.append(hand_over(msg))
+            except WireError:
+                self.rejected_frames += 1
             return True
 
         metrics, events, outbound = step_agents(self.agents, self.order, inboxes, t, route)
         self.tick += 1
-        return TickResult(t, metrics, events, leaving(outbound))
+        return TickResult(t, metrics, events, leaving([hand_over(m) for m in outbound]))
 
     def begin(self) -> None:
         """(The two halves of ``step`` that let a session step several hosts at once.)"""
@@ -127,11 +140,12 @@ class InProcessHost:
         """(Nothing to release.)"""
 
     def snapshot(self) -> dict:
-        return {"tick": self.tick, "pending": {k: list(v) for k, v in self.pending.items()},
+        """(Messages on their way are kept as frames: a restored world gets its own copies.)"""
+        return {"tick": self.tick, "pending": {k: [encode(m) for m in v] for k, v in self.pending.items()},
                 "agents": {n: a.snapshot() for n, a in self.agents.items()}}
 
     def restore(self, snap: dict) -> None:
         self.tick = snap["tick"]
-        self.pending = {k: list(v) for k, v in snap["pending"].items()}
+        self.pending = {k: [decode(f) for f in v] for k, v in snap["pending"].items()}
         for n, s in snap["agents"].items():
             self.agents[n].restore(s)

@@ -346,7 +346,7 @@ class RayHost:
         events.sort(key=lambda e: self.index.get(e["agent"], len(self.index)))  # stable: each agent's own order
         events.extend(self.journal)
         self.journal = []
-        return TickResult(t, ordered, events, leaving(outbound))
+        return TickResult(t, ordered, events, leaving([decode(f) for f in outbound]))
 
     # -- replacing a lost host ------------------------------------------------------------------
     def _replace(self, host: str, reason: str) -> None:

@@ -1,11 +1,17 @@
 """The message layer's encoding: small, versioned, schema-checked msgpack records.
 
-Every message between agents is encoded and decoded here, whether it then crosses a
-ZeroMQ socket or stays in the process, so both hostings see exactly the same bytes.
-Never pickle: a malformed frame raises ``WireError`` and is counted by the receiver.
+Every message that crosses a process is encoded and decoded here. Never pickle: a
+malformed frame raises ``WireError`` and is counted by the receiver. In one process a
+message is handed over as it is (``admit`` makes decode's checks on it), which gives the
+receiver what decoding its frame would: a body is plain data that neither its sender
+nor its receivers change (``agents.Message``). With ``GAMEDAY_WIRE_CHECK=1`` the
+in-process host delivers decoded copies instead and ``same`` checks they equal the
+messages sent (tests run the built-in worlds both ways).
 """
 from __future__ import annotations
 
+import math
+import os
 import threading
 
 import msgpack
@@ -45,6 +51,38 @@ def encode(msg: Message) -> bytes:
     return packer.pack([PROTOCOL_VERSION, msg.kind, msg.src, msg.dst, msg.seq, msg.tick, msg.body])
 
 
+def checking() -> bool:
+    """Whether the in-process host round-trips every message through the wire, checked."""
+    return os.environ.get("GAMEDAY_WIRE_CHECK", "") not in ("", "0")
+
+
+def admit(msg: Message) -> Message:
+    """``msg`` if decoding its frame would accept it, else ``WireError`` (decode's checks)."""
+    required = _REQUIRED.get(msg.kind) if isinstance(msg.kind, str) else None
+    if required is None:
+        raise WireError(f"unknown message kind {msg.kind!r}")
+    if not (isinstance(msg.src, str) and isinstance(msg.dst, str) and isinstance(msg.seq, int)
+            and isinstance(msg.tick, int) and isinstance(msg.body, dict)):
+        raise WireError("bad header types")
+    if not msg.body.keys() >= required:
+        raise WireError(f"{msg.kind} without {', '.join(k for k in BODY_KEYS[msg.kind] if k not in msg.body)}")
+    return msg
+
+
+def same(a, b) -> bool:
+    """Whether two plain values are equal with the same types throughout (a tuple is not
+    the list decoding gives back, a numpy integer is not an int), NaN equal to NaN."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
 def decode(frame: bytes) -> Message:
     try:
         rec = msgpack.unpackb(frame, raw=False, strict_map_key=True)
@@ -55,12 +93,4 @@ def decode(frame: bytes) -> Message:
     version, kind, src, dst, seq, tick, body = rec
     if version != PROTOCOL_VERSION:
         raise WireError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
-    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
-    if required is None:
-        raise WireError(f"unknown message kind {kind!r}")
-    if not (isinstance(src, str) and isinstance(dst, str) and isinstance(seq, int) and isinstance(tick, int)
-            and isinstance(body, dict)):
-        raise WireError("bad header types")
-    if not body.keys() >= required:
-        raise WireError(f"{kind} without {', '.join(k for k in BODY_KEYS[kind] if k not in body)}")
-    return Message(kind, src, dst, body, seq, tick)
+    return admit(Message(kind, src, dst, body, seq, tick))

@@ -40,7 +40,7 @@ from orchestrator.errors import RunDirectoryError
 from orchestrator.runs.runner import prepare, recording
 from orchestrator.engine.scoring import Scorer
 from reports.timefmt import format_clock, parse_clock
-from orchestrator.hosting.wire import decode, encode
+from orchestrator.hosting.wire import encode
 
 MAX_ACTIONS = 3  # counterfactuals per run: each costs up to LOOKAHEAD_S past the action's own time to the loop
 LOOKAHEAD_S = 3600.0
@@ -84,13 +84,8 @@ class Replay:
 
     def withhold(self, action: str) -> None:
         """Drop the effects ``action`` sent in the tick just played, before they arrive."""
-        for dst, frames in self.host.pending.items():
-            self.host.pending[dst] = [f for f in frames if not _applies(f, action)]
-
-
-def _applies(frame: bytes, action: str) -> bool:
-    msg = decode(frame)
-    return msg.kind == "apply" and msg.body.get("by") == action
+        for dst, messages in self.host.pending.items():
+            self.host.pending[dst] = [m for m in messages if not (m.kind == "apply" and m.body.get("by") == action)]
 
 
 def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> tuple[list[dict], list[str]]:
