@@ -148,6 +148,7 @@ def test_the_table_counts_the_requests_a_runbook_turned_away_beside_the_connecti
 
 # -- the cache of runs ------------------------------------------------------------------------------
 
+@pytest.mark.slow  # (the fast subset keeps the cache's command-line checks and counts)
 def test_a_cache_plays_only_the_runs_not_played_before_and_changes_no_result(tmp_path, monkeypatch):
     from orchestrator.batch import comparison
 
@@ -274,6 +275,7 @@ def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path)
     assert "\n".join(grid) in (out / "phasemap.md").read_text()
 
 
+@pytest.mark.slow  # (the fast subset keeps the cache's command-line checks and counts)
 def test_a_phase_map_extended_through_its_cache_plays_only_its_new_cells(tmp_path):
     args = [sys.executable, "-m", "orchestrator.cli", "phasemap", MINI, "--y", "surge_setups=50,200", "--seeds", "1",
             "--serial", "--cache", str(tmp_path / "cache")]

@@ -18,7 +18,7 @@ from results_fixture import FAST, RUNS, digest, play
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "results.json").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("wire", ["handed over", "checked copies"])
+@pytest.mark.parametrize("wire", ["handed over", pytest.param("checked copies", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in RUNS])
 def test_results_are_those_recorded_before(tmp_path, monkeypatch, name, wire):
     monkeypatch.setenv("GAMEDAY_WIRE_CHECK", "1" if wire == "checked copies" else "0")
