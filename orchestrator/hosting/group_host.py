@@ -219,8 +219,8 @@ class GroupHost:
                     self.kept.setdefault(host, deque()).append((t, frame))
             return True
 
-        metrics, events, leaving = step_agents(self.agents, self.order, boxes, t, route)
-        outbound = [encode(m) for m in leaving]
+        metrics, events, to_outside = step_agents(self.agents, self.order, boxes, t, route)
+        outbound = [encode(m) for m in to_outside]
         if self.snapshot_every and (t + 1) % self.snapshot_every == 0:
             blob = self._snapshot(t + 1)
             self._tell(Snapshot(self.host_id, t + 1, blob, sign(self.key, blob)))  # before "done", on one socket
