@@ -1,4 +1,13 @@
 """Runs game days: playbook loading, world building, hosting, scoring, journal, CLI."""
-from orchestrator.api import compare, run
 
 __all__ = ["compare", "run"]
+
+
+def __getattr__(name: str):
+    # ``run`` and ``compare`` bring in reports (and pandas) on first use, not on import: the
+    # processes hosting agents import this package too, and start a second sooner without them.
+    if name in __all__:
+        from orchestrator import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

@@ -180,3 +180,44 @@ def wait_for(what, timeout=30.0, every=0.1):
             return value
         time.sleep(every)
     raise AssertionError(f"not within {timeout} s: {what.__doc__ or what}")
+
+
+def flagship_from(tmp_path: Path, start: str) -> str:
+    """The built-in us-east-1-2021 playbook with its clock starting at ``start`` instead of
+    07:00 (its trigger stays at 07:30), as a file in ``tmp_path``: the same incident after a
+    shorter quiet prologue, for tests that compare two ways of playing it (its world starts
+    in the steady state either way)."""
+    import playbooks
+
+    text = (Path(playbooks.__file__).parent / "us-east-1-2021.yaml.j2").read_text()
+    assert text.count('start: "07:00"') == 1
+    path = tmp_path / "us-east-1-2021.yaml.j2"
+    path.write_text(text.replace('start: "07:00"', f'start: "{start}"'))
+    return str(path)
+
+
+def flagship_runbook(name: str) -> str:
+    """A built-in runbook of us-east-1-2021, as a file (for ``flagship_from``'s playbook)."""
+    import playbooks
+
+    return str(Path(playbooks.__file__).parent / "runbooks" / "us-east-1-2021" / f"{name}.yaml")
+
+
+_pool = None  # the worker processes of in_parallel, started once per test session
+
+
+def in_parallel(fn, items) -> list:
+    """``[fn(x) for x in items]``, spread over this machine's cores: for tests that need many
+    independent simulations (seeds). The workers are started afresh (spawned, not forked:
+    this process may hold Ray's threads) once per session; ``fn`` and the items must pickle,
+    and the results come back in the order of the items."""
+    global _pool
+    if _pool is None:
+        import atexit
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        _pool = ProcessPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+                                    mp_context=multiprocessing.get_context("spawn"))
+        atexit.register(_pool.shutdown)
+    return list(_pool.map(fn, items))

@@ -49,7 +49,14 @@ def queue_series(tau: float, seed: int, horizon: float, rates=((float("inf"), 9.
     arrival rate as (until second, rate) pieces, the last one holding to the horizon.
     ``stop_below``: end the series at the first sample after ``stop_after`` below it."""
     rng = np.random.default_rng(seed)
-    expo = rng.exponential
+    block: list[float] = []
+
+    def expo(scale: float) -> float:
+        """``rng.exponential(scale)``: numpy draws it as scale x a standard exponential,
+        which are drawn here a block at a time (the same values, in the same order)."""
+        if not block:
+            block.extend(rng.standard_exponential(4096)[::-1].tolist())
+        return scale * block.pop()
     heap: list = []
     seq = 0  # ties in time are broken in the order the events were made
     queue: deque = deque()

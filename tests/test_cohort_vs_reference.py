@@ -16,6 +16,7 @@ connection attempts) per second) must agree within 5% in every window.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from agents.reference import ClientByClientPopulation
 from orchestrator.hosting.inprocess import InProcessHost
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.engine.world import build_plan
+from tests.helpers import in_parallel
 
 pytestmark = pytest.mark.slow  # twenty runs, half of them client by client
 
@@ -52,6 +54,7 @@ def _plan(kind: str, seed: int):
 
 def _run(kind: str, seed: int) -> dict[str, np.ndarray]:
     """Per population, per tick: ok, failed, attempts + conn_attempts."""
+    AGENT_CLASSES.setdefault("population:reference", ClientByClientPopulation)  # (as conftest: in a worker too)
     host = InProcessHost(_plan(kind, seed))
     rows: dict[str, list] = {p: [] for p in POPULATIONS}
     for _ in range(host.plan.ticks):
@@ -73,7 +76,7 @@ def figures() -> dict[str, dict[tuple[str, str], tuple[float, float]]]:
     """model -> (population, window) -> (mean success ratio, mean attempt rate) over the seeds."""
     out = {}
     for model, kind in (("cohort", "population"), ("reference", "population:reference")):
-        runs = [_run(kind, seed) for seed in SEEDS]
+        runs = in_parallel(functools.partial(_run, kind), SEEDS)
         out[model] = {(p, w): tuple(np.mean([_figures(r[p], span) for r in runs], axis=0))
                       for p in POPULATIONS for w, span in WINDOWS.items()}
     return out

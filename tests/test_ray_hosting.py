@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator
+from tests.helpers import flagship_from, flagship_runbook
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]  # real Ray actors, some killed, frozen or interrupted
 
@@ -16,14 +17,21 @@ FILES = ("events.jsonl", "metrics.csv", "score.json")
 
 
 @pytest.fixture(scope="module")
-def inprocess_run(tmp_path_factory):
-    return orchestrator.run(runbook="protect-early", seed=11, duration="40m", out=tmp_path_factory.mktemp("ip") / "run")
+def flagship(tmp_path_factory):
+    """The 2021 incident and its first ten minutes of response, after a five-minute prologue
+    (the built-in playbook's clock started at 07:25), with the protect-early runbook."""
+    path = flagship_from(tmp_path_factory.mktemp("playbook"), "07:25")
+    return dict(playbook=path, runbook=flagship_runbook("protect-early"), duration="15m")
+
+
+@pytest.fixture(scope="module")
+def inprocess_run(tmp_path_factory, flagship):
+    return orchestrator.run(seed=11, out=tmp_path_factory.mktemp("ip") / "run", **flagship)
 
 
 @pytest.mark.parametrize("placement", ["kind", "single", "agent"])
-def test_ray_hosted_run_is_identical_to_the_in_process_run(ray_session, inprocess_run, tmp_path, placement):
-    ray_run = orchestrator.run(runbook="protect-early", seed=11, duration="40m", out=tmp_path / "run",
-                               hosting="ray", placement=placement)
+def test_ray_hosted_run_is_identical_to_the_in_process_run(ray_session, flagship, inprocess_run, tmp_path, placement):
+    ray_run = orchestrator.run(seed=11, out=tmp_path / "run", hosting="ray", placement=placement, **flagship)
     assert ray_run.meta["hosting"] == "ray"
     assert len(inprocess_run.events) > 10  # trigger, alarms, actions: the comparison has substance
     for name in FILES:
@@ -41,9 +49,9 @@ def test_the_2025_world_on_ray_is_identical_to_the_in_process_run(ray_session, t
         assert filecmp.cmp(local.dir / name, hosted.dir / name, shallow=False), name
 
 
-def test_a_sharded_world_on_ray_is_identical_to_the_sharded_world_in_process(ray_session, tmp_path):
+def test_a_sharded_world_on_ray_is_identical_to_the_sharded_world_in_process(ray_session, flagship, tmp_path):
     """Three shards per population, the shards on three actors (placement kind)."""
-    kwargs = dict(runbook="protect-early", seed=12, duration="40m", shards=3)
+    kwargs = dict(seed=12, shards=3, **flagship)
     local = orchestrator.run(out=tmp_path / "ip", **kwargs)
     hosted = orchestrator.run(out=tmp_path / "ray", hosting="ray", placement="kind", **kwargs)
     assert hosted.meta["shards"]["internal-clients"] == 3 and "internal-clients#2.ok" in hosted.metrics
@@ -259,7 +267,9 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    args = ["run", "--runbook", "historical", "--seed", "6", "--duration", "100m", "--no-progress", "--json"]
+    # 07:25 to 08:40: the incident, its alarms and the historical runbook's first actions
+    args = ["run", flagship_from(tmp_path, "07:25"), "--runbook", flagship_runbook("historical"), "--seed", "2",
+            "--duration", "75m", "--no-progress", "--json"]
     clean = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--out", str(tmp_path / "clean"),
                             "--hosting", "inprocess"], cwd=root, capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stderr[-2000:]
@@ -273,7 +283,7 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
     try:
         victims = []
         deadline = time.monotonic() + 240
-        for rows in (1500, 3600):
+        for rows in (600, 2100):  # 07:35 and 08:00
             while time.monotonic() < deadline:
                 metrics = out / "metrics.csv"
                 if metrics.exists() and metrics.read_text().count("\n") > rows:
