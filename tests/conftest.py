@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from agents import AGENT_CLASSES
-from agents.reference import ClientByClientPopulation
 from reports.rundir import load_run
+from tests.helpers import register_reference_population
 from tests.long_runs import LONG_RUNS, claim, play
 
 # `gameday run` hosts on Ray by default; the CLI tests check the command line, not the
@@ -22,7 +21,7 @@ from tests.long_runs import LONG_RUNS, claim, play
 os.environ.setdefault("GAMEDAY_RUN_HOSTING", "inprocess")
 
 # The client-by-client reference population checks the cohort model; only tests build it.
-AGENT_CLASSES["population:reference"] = ClientByClientPopulation
+register_reference_population()
 
 
 @pytest.fixture(scope="session")

@@ -221,3 +221,13 @@ def in_parallel(fn, items) -> list:
                                     mp_context=multiprocessing.get_context("spawn"))
         atexit.register(_pool.shutdown)
     return list(_pool.map(fn, items))
+
+
+def register_reference_population() -> None:
+    """Make the client-by-client reference population (``agents.reference``) a kind worlds
+    can build, ``population:reference``: only tests build it (conftest, and the worker
+    processes of ``in_parallel``, which do not read conftest)."""
+    from agents import AGENT_CLASSES
+    from agents.reference import ClientByClientPopulation
+
+    AGENT_CLASSES.setdefault("population:reference", ClientByClientPopulation)

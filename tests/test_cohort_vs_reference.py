@@ -27,7 +27,7 @@ from agents.reference import ClientByClientPopulation
 from orchestrator.hosting.inprocess import InProcessHost
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.engine.world import build_plan
-from tests.helpers import in_parallel
+from tests.helpers import in_parallel, register_reference_population
 
 pytestmark = pytest.mark.slow  # twenty runs, half of them client by client
 
@@ -54,7 +54,7 @@ def _plan(kind: str, seed: int):
 
 def _run(kind: str, seed: int) -> dict[str, np.ndarray]:
     """Per population, per tick: ok, failed, attempts + conn_attempts."""
-    AGENT_CLASSES.setdefault("population:reference", ClientByClientPopulation)  # (as conftest: in a worker too)
+    register_reference_population()  # (in a worker process too)
     host = InProcessHost(_plan(kind, seed))
     rows: dict[str, list] = {p: [] for p in POPULATIONS}
     for _ in range(host.plan.ticks):

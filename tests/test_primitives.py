@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from helpers import at, play
+from tests.helpers import in_parallel, register_reference_population
 
 BASE = {
     "name": "primitives", "title": "generic features, one at a time",
@@ -198,31 +199,36 @@ def test_dropped_work_leaves_the_backlog_as_errors(tmp_path):
     assert m.loc[:dropped["tick"].iloc[0] - 1, "clients.errors"].sum() == 0  # durable: nothing is an error otherwise
 
 
-def _both_models_agree(tmp_path, world: dict, ops: list, windows: dict, metrics: tuple, seeds: int = 4) -> None:
-    """``world`` with ``ops`` (clock, operation, args) applied to its clients, played by the
-    cohort model and the client-by-client reference over ``seeds`` seeds: the sums of
-    ``metrics`` over each window agree within the noise."""
+def _window_sums(run: tuple) -> dict:
+    """One run of ``_both_models_agree``: the clients' ``metrics`` summed over each window."""
     from orchestrator.hosting.inprocess import InProcessHost
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.engine.world import build_plan
 
+    path, kind, seed, windows, metrics = run
+    register_reference_population()  # (in a worker process too)
+    plan = build_plan(load_playbook(path), None, seed)
+    for a in plan.agents:
+        if a.name == "clients":
+            a.kind = kind
+    host = InProcessHost(plan)
+    rows = [host.step().metrics["clients"] for _ in range(plan.ticks)]
+    return {w: np.array([sum(r[k] for r in rows[lo:hi]) for k in metrics], dtype=float)
+            for w, (lo, hi) in windows.items()}
+
+
+def _both_models_agree(tmp_path, world: dict, ops: list, windows: dict, metrics: tuple, seeds: int = 4) -> None:
+    """``world`` with ``ops`` (clock, operation, args) applied to its clients, played by the
+    cohort model and the client-by-client reference over ``seeds`` seeds: the sums of
+    ``metrics`` over each window agree within the noise."""
     world = dict(world, triggers=[{"name": f"t{i}", "at": at_, "effects": [{"target": "clients", "op": op, "args": args}]}
                                   for i, (at_, op, args) in enumerate(ops)])
     (tmp_path / "w.yaml.j2").write_text(yaml.safe_dump(world))
-    pb = load_playbook(str(tmp_path / "w.yaml.j2"))
-    totals = {}
-    for kind in ("population", "population:reference"):
-        sums = {w: np.zeros(len(metrics)) for w in windows}
-        for seed in range(seeds):
-            plan = build_plan(pb, None, seed)
-            for a in plan.agents:
-                if a.name == "clients":
-                    a.kind = kind
-            host = InProcessHost(plan)
-            rows = [host.step().metrics["clients"] for _ in range(plan.ticks)]
-            for w, (lo, hi) in windows.items():
-                sums[w] += [sum(r[k] for r in rows[lo:hi]) for k in metrics]
-        totals[kind] = sums
+    runs = [(str(tmp_path / "w.yaml.j2"), kind, seed, windows, metrics)
+            for kind in ("population", "population:reference") for seed in range(seeds)]
+    sums = in_parallel(_window_sums, runs)
+    totals = {kind: {w: np.sum([s[w] for s, run in zip(sums, runs) if run[1] == kind], axis=0) for w in windows}
+              for kind in ("population", "population:reference")}
     for w in windows:
         cohort, reference = totals["population"][w], totals["population:reference"][w]
         for name, c, r in zip(metrics, cohort, reference):
