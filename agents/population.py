@@ -628,8 +628,10 @@ class Population(PopulationControls, Agent):
         return self._delays.pack((id(policy), lag, classes), build)
 
     def _split(self, per_class: list[int], ok: int) -> tuple[list[int], list[int]]:
-        good, bad = kernels.split(self._handle(sum(per_class)), np.array(per_class, dtype=np.int64), ok)
-        return good.tolist(), bad.tolist()
+        """(good, bad): ``ok`` of ``per_class`` drawn without replacement, and the rest (the
+        draw ``kernels.split`` makes, called from Python without building arrays)."""
+        good = self.draws.split(per_class, max(0, ok))
+        return good, [n - g for n, g in zip(per_class, good)]
 
     # -- the tick ------------------------------------------------------------------------
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
@@ -885,10 +887,11 @@ class Population(PopulationControls, Agent):
         from the send, from ``rt`` and from now. Built only when needed: a queue that holds
         work for hours would otherwise make packs for thousands of lags never used."""
         key = (ticks, rt)
-        packs = self._lag_packs.get(key)
-        if packs is None:
-            packs = self._lag_packs[key] = np.full(6, -1, dtype=np.int64)
-        missing = [i for i, need in enumerate(needed) if need and packs[i] < 0]
+        entry = self._lag_packs.get(key)
+        if entry is None:  # (the packs, and which are built: read in Python, not from the array)
+            entry = self._lag_packs[key] = (np.full(6, -1, dtype=np.int64), [False] * 6)
+        packs, built = entry
+        missing = [i for i, need in enumerate(needed) if need and not built[i]]
         if missing:
             elapsed = ticks * self.world.dt
             conn, retry = (self.reconnect, self.conn_wheel.classes), (self.retry, self.req_wheel.classes)
@@ -897,4 +900,5 @@ class Population(PopulationControls, Agent):
             for i in missing:
                 (policy, classes), lag = delays[i]
                 packs[i] = self._pack(policy, lag, classes)
+                built[i] = True
         return packs
