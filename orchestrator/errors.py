@@ -2,6 +2,7 @@
 and the CLI turns it into a message and exit code 2, never a traceback."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 
@@ -22,6 +23,15 @@ class Issue:
         if len(shown) > 80:
             shown = shown[:77] + "..."
         return f"{self.location}: got {shown}; expected {self.expected}"
+
+
+def closest_first(value, known) -> str:
+    """The known names for an error message, those most like ``value`` first (a misspelling
+    finds its fix at the front); "none" if there are none."""
+    known = sorted(set(map(str, known)))
+    if not known:
+        return "none"
+    return ", ".join(difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0))
 
 
 class InvalidInput(GamedayError):

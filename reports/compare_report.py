@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import compare_stats as cs
 from .build import data_uri, environment
-from .timefmt import format_minutes, format_minutes_difference
+from .timefmt import format_duration, format_minutes, format_minutes_difference
 
 
 def _fmt_s(seconds: float) -> str:
@@ -163,7 +163,7 @@ def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: d
     tests.to_csv(out / "pairs.csv", index=False)
     written = None
     if report:
-        info = {**info, "horizon": f"{df['horizon_s'].max() / 3600:g} h"}
+        info = {**info, "horizon": format_duration(df["horizon_s"].max())}
         written = write_comparison_report(df, out, sweep_vars, info, (summ, tests))[1]
     return Comparison(summ, tests, written)
 

@@ -62,7 +62,7 @@ CASES = [
              "while parsing a flow sequence at line 29, column 11"),
     playbook("undefined_variable.yaml.j2", "(render)", "line 22:", "'device_cpu_per_second' is undefined",
              "only defined variables (bridge_devices, device_cpu, latent_bug)"),
-    playbook("unknown_field.yaml.j2", "devices[0].cuont: got 3; expected one of the known fields (conntrack, costs, count"),
+    playbook("unknown_field.yaml.j2", "devices[0].cuont: got 3; expected one of the known fields (count, costs, conntrack"),
     playbook("wrong_type.yaml.j2", "devices[0].cpu_per_device: got 'fast'; expected a number"),
     playbook("negative_capacity.yaml.j2", "devices[0].conntrack.capacity_per_device: got -250000; expected a number > 0"),
     playbook("dunder_class_access.yaml.j2", "(render)", "line 14:", "'__class__'", "unsafe"),
@@ -149,7 +149,7 @@ CASES = [
          [str(VALID), "--runbook", "nope"]),
     # variables: --set and --vars
     variables("set_unknown_variable", ["--set", "nope=1"],
-              "--set nope: got 1; expected one of the playbook's variables (bridge_devices, device_cpu, latent_bug)"),
+              "--set nope: got 1; expected one of the playbook's variables (latent_bug, device_cpu, bridge_devices)"),
     variables("set_wrong_type", ["--set", "bridge_devices=many"],
               "--set bridge_devices: got 'many'; expected a value of the same type as the default 2"),
     variables("set_wrong_type_bool", ["--set", "latent_bug=3"],

@@ -109,6 +109,7 @@ def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session,
     assert "Mann-Whitney" in proc.stdout
     md = (out / "compare.md").read_text()
     assert md.startswith("# Runbook comparison: mini-loop")  # the playbook's name, not its file's
+    assert "16 runs (4 seeds per runbook and sweep point), each 20m of simulated time." in md
     assert "| clients=2000 | none vs fix_early |" in md and "![time to break the loop](charts/break_cdf.png)" in md
     for name in ("break_cdf", "impact"):
         assert (out / "charts" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

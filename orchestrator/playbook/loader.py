@@ -7,7 +7,6 @@ with ``StrictUndefined``, so an undefined variable is an error, never an empty s
 """
 from __future__ import annotations
 
-import difflib
 import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ import yaml
 
 from agents import AGENT_CLASSES
 from agents.shards import SHARD_SEP
-from orchestrator.errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound
+from orchestrator.errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound, closest_first
 from orchestrator.playbook.operations import operations
 from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
@@ -97,7 +96,7 @@ def find_runbook(ref: str, playbook: str, source: str | Path | None = None) -> P
     shipped = runbook_files(playbook, source or builtin_dir() / f"{playbook}.yaml.j2")
     if ref in shipped:
         return shipped[ref]
-    known = ", ".join(sorted(set(shipped) | {"none"}))
+    known = closest_first(p.name, set(shipped) | {"none"})
     where = Path(source).parent / "runbooks" / playbook if source else builtin_dir() / "runbooks" / playbook
     raise NotFound(f"no runbook {ref!r}: not a file, and the runbooks of {playbook} are: {known} "
                    f"(a playbook's own runbooks go in {where}/)")
@@ -183,8 +182,7 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
     for name, value in overrides.items():
         loc = (where or {}).get(name) or f"--set {name}"
         if name not in tpl.header:
-            known = ", ".join(sorted(tpl.header)) or "none"
-            issues.append(Issue(loc, value, f"one of the playbook's variables ({known})"))
+            issues.append(Issue(loc, value, f"one of the playbook's variables ({closest_first(name, tpl.header)})"))
             continue
         if name not in used:
             issues.append(Issue(loc, value, f"a variable the template uses: {name} is declared, but {{{{ {name} }}}} "
@@ -414,7 +412,7 @@ def _check_paths(data: dict, n: _Names) -> None:
         n.check_path(data[section]["path"], f"{section}.path")
     if data["deployment"].get("target") and data["deployment"]["target"] not in n.services:
         n.issues.append(Issue("deployment.target", data["deployment"]["target"],
-                              f"a service ({_closest_first(data['deployment']['target'], n.services)})"))
+                              f"a service ({closest_first(data['deployment']['target'], n.services)})"))
     if data["status"].get("failover"):
         n.check_path(data["status"]["failover"]["path"], "status.failover.path")
         n.check_path(data["status"]["failover"]["standby_path"], "status.failover.standby_path")
@@ -535,7 +533,7 @@ def _check_par(data: dict, n: _Names) -> None:
     for key in data["par"]:
         if key not in par_keys and key not in actions:
             n.issues.append(Issue(f"par.{key}", key, f"a measure of this playbook's runs ({', '.join(par_keys)}) or one "
-                                                     f"of its mitigations ({_closest_first(key, actions)})"))
+                                                     f"of its mitigations ({closest_first(key, actions)})"))
     for name in data["scoring"]["impact"]:
         if name not in n.populations:
             n.issues.append(Issue(f"scoring.impact.{name}", name, "a population"))
@@ -571,11 +569,11 @@ def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issu
     effect, which has none to refer to)."""
     kind = kinds.get(e["target"])
     if kind is None:
-        issues.append(Issue(f"{loc}.target", e["target"], f"a part of the world ({_closest_first(e['target'], kinds)})"))
+        issues.append(Issue(f"{loc}.target", e["target"], f"a part of the world ({closest_first(e['target'], kinds)})"))
         return
     ops = operations(kind)
     if e["op"] not in ops:
-        issues.append(Issue(f"{loc}.op", e["op"], f"an operation of a {kind} ({_closest_first(e['op'], ops)})"))
+        issues.append(Issue(f"{loc}.op", e["op"], f"an operation of a {kind} ({closest_first(e['op'], ops)})"))
         return
     takes = ops[e["op"]].args
     args = e.get("args") or {}
@@ -584,7 +582,7 @@ def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issu
             issues.append(Issue(f"{loc}.args", args, f"argument {k} (which {e['op']} requires)"))
     for k, v in args.items():
         if k not in takes:
-            issues.append(Issue(f"{loc}.args.{k}", k, f"an argument of {e['op']} ({_closest_first(k, takes)})"))
+            issues.append(Issue(f"{loc}.args.{k}", k, f"an argument of {e['op']} ({closest_first(k, takes)})"))
             continue
         if isinstance(v, str) and v.startswith("$"):
             if params is None:
@@ -615,7 +613,7 @@ def _unknown_name(arg, value, parts: dict) -> str | None:
     for name in value if isinstance(value, list) else [value]:
         if name not in known:
             what = f"a list naming {kind}s" if isinstance(value, list) else f"the name of a {kind}"
-            return f"{what} of the playbook ({_closest_first(name, known - {'*'})})"
+            return f"{what} of the playbook ({closest_first(name, known - {'*'})})"
     return None
 
 
@@ -644,7 +642,7 @@ def param_problems(mitigation: dict, given: dict, kinds: dict) -> list[tuple[str
     declared, uses, out = mitigation["params"], param_uses(mitigation, kinds), []
     for k, v in given.items():
         if k not in declared:
-            out.append((k, v, f"a parameter of {mitigation['name']} ({_closest_first(k, declared)})"))
+            out.append((k, v, f"a parameter of {mitigation['name']} ({closest_first(k, declared)})"))
             continue
         for op, arg in uses.get(k, []):
             wanted = arg.problem(v)
@@ -724,7 +722,7 @@ def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
         if extra:
             issues.append(Issue(f"{loc}.do.{sorted(extra)[0]}", do[sorted(extra)[0]], "only action and params"))
         if do["action"] not in catalogue:
-            issues.append(Issue(f"{loc}.do.action", do["action"], f"a mitigation of {playbook.name} ({_closest_first(do['action'], catalogue)})"))
+            issues.append(Issue(f"{loc}.do.action", do["action"], f"a mitigation of {playbook.name} ({closest_first(do['action'], catalogue)})"))
         elif not isinstance(do.get("params") or {}, dict):
             issues.append(Issue(f"{loc}.do.params", do["params"], "a mapping"))
         else:
@@ -734,14 +732,6 @@ def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
         if do["action"] in catalogue:
             params = normalised_params(catalogue[do["action"]], params, kinds)
         rule["do"] = {"action": do["action"], "params": params}
-
-
-def _closest_first(value, known) -> str:
-    """The known names, those most like ``value`` first (a misspelling finds its fix at the front)."""
-    known = sorted(known)
-    if not known:
-        return "none"
-    return ", ".join(difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0))
 
 
 def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):
@@ -782,7 +772,7 @@ def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):
         if value not in known:
             what = {"metric": "a metric the playbook's monitoring observes", "alarm": "an alarm of the playbook",
                     "action": "a mitigation of the playbook"}[cond.holds]
-            issues.append(Issue(here, value, f"{what} ({_closest_first(value, known)})"))
+            issues.append(Issue(here, value, f"{what} ({closest_first(value, known)})"))
     return out
 
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from orchestrator.errors import Issue
+from orchestrator.errors import Issue, closest_first
 from reports.timefmt import parse_clock, parse_duration
 
 _MISSING = object()
@@ -106,7 +106,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         out = {}
         for key in value:
             if key not in (spec.fields or {}):
-                known = ", ".join(sorted(spec.fields or {}))
+                known = closest_first(key, spec.fields or {})
                 issues.append(Issue(_loc(loc, key), value[key], f"one of the known fields ({known})"))
         for key, sub in (spec.fields or {}).items():
             if key in value and value[key] is not None:
