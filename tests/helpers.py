@@ -182,25 +182,26 @@ def wait_for(what, timeout=30.0, every=0.1):
     raise AssertionError(f"not within {timeout} s: {what.__doc__ or what}")
 
 
-def flagship_from(tmp_path: Path, start: str) -> str:
-    """The built-in us-east-1-2021 playbook with its clock starting at ``start`` instead of
-    07:00 (its trigger stays at 07:30), as a file in ``tmp_path``: the same incident after a
-    shorter quiet prologue, for tests that compare two ways of playing it (its world starts
-    in the steady state either way)."""
+def built_in_from(tmp_path: Path, name: str, start: str) -> str:
+    """The built-in playbook ``name`` with its clock starting at ``start`` (its triggers keep
+    their clock times), as a file in ``tmp_path``: the same incident after a shorter quiet
+    prologue, for tests that compare two ways of playing it (the world starts in its steady
+    state either way)."""
     import playbooks
 
-    text = (Path(playbooks.__file__).parent / "us-east-1-2021.yaml.j2").read_text()
-    assert text.count('start: "07:00"') == 1
-    path = tmp_path / "us-east-1-2021.yaml.j2"
-    path.write_text(text.replace('start: "07:00"', f'start: "{start}"'))
+    text = (Path(playbooks.__file__).parent / f"{name}.yaml.j2").read_text()
+    starts = re.findall(r'^  start: "[0-9:]+"$', text, flags=re.M)
+    assert len(starts) == 1, starts
+    path = tmp_path / f"{name}.yaml.j2"
+    path.write_text(text.replace(starts[0], f'  start: "{start}"'))
     return str(path)
 
 
-def flagship_runbook(name: str) -> str:
-    """A built-in runbook of us-east-1-2021, as a file (for ``flagship_from``'s playbook)."""
+def built_in_runbook(playbook: str, name: str) -> str:
+    """A built-in runbook of ``playbook``, as a file (for ``built_in_from``'s playbook)."""
     import playbooks
 
-    return str(Path(playbooks.__file__).parent / "runbooks" / "us-east-1-2021" / f"{name}.yaml")
+    return str(Path(playbooks.__file__).parent / "runbooks" / playbook / f"{name}.yaml")
 
 
 _pool = None  # the worker processes of in_parallel, started once per test session

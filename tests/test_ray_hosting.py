@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from tests.helpers import flagship_from, flagship_runbook
+from tests.helpers import built_in_from, built_in_runbook
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]  # real Ray actors, some killed, frozen or interrupted
 
@@ -20,8 +20,8 @@ FILES = ("events.jsonl", "metrics.csv", "score.json")
 def flagship(tmp_path_factory):
     """The 2021 incident and its first ten minutes of response, after a five-minute prologue
     (the built-in playbook's clock started at 07:25), with the protect-early runbook."""
-    path = flagship_from(tmp_path_factory.mktemp("playbook"), "07:25")
-    return dict(playbook=path, runbook=flagship_runbook("protect-early"), duration="15m")
+    path = built_in_from(tmp_path_factory.mktemp("playbook"), "us-east-1-2021", "07:25")
+    return dict(playbook=path, runbook=built_in_runbook("us-east-1-2021", "protect-early"), duration="15m")
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,10 @@ def test_ray_hosted_run_is_identical_to_the_in_process_run(ray_session, flagship
 
 def test_the_2025_world_on_ray_is_identical_to_the_in_process_run(ray_session, tmp_path):
     """The second scenario, one actor per kind of agent: the DNS race, the leases'
-    health reports (with the queue wait they carry) and a repair by the runbook."""
-    kwargs = dict(playbook="us-east-1-2025", runbook="restore-dns-fast", seed=5, duration="1h20m")
+    health reports (with the queue wait they carry) and a repair by the runbook; from
+    06:25, five minutes before the race."""
+    kwargs = dict(playbook=built_in_from(tmp_path, "us-east-1-2025", "06:25"),
+                  runbook=built_in_runbook("us-east-1-2025", "restore-dns-fast"), seed=5, duration="55m")
     local = orchestrator.run(out=tmp_path / "ip", **kwargs)
     hosted = orchestrator.run(out=tmp_path / "ray", hosting="ray", placement="kind", **kwargs)
     assert local.score["recovered"]["dynamodb-clients"]["reached"]  # the race happened and was repaired
@@ -268,7 +270,8 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     # 07:25 to 08:40: the incident, its alarms and the historical runbook's first actions
-    args = ["run", flagship_from(tmp_path, "07:25"), "--runbook", flagship_runbook("historical"), "--seed", "2",
+    args = ["run", built_in_from(tmp_path, "us-east-1-2021", "07:25"), "--runbook",
+            built_in_runbook("us-east-1-2021", "historical"), "--seed", "2",
             "--duration", "75m", "--no-progress", "--json"]
     clean = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--out", str(tmp_path / "clean"),
                             "--hosting", "inprocess"], cwd=root, capture_output=True, text=True, timeout=300)
