@@ -186,22 +186,15 @@ def built_in_from(tmp_path: Path, name: str, start: str) -> str:
     """The built-in playbook ``name`` with its clock starting at ``start`` (its triggers keep
     their clock times), as a file in ``tmp_path``: the same incident after a shorter quiet
     prologue, for tests that compare two ways of playing it (the world starts in its steady
-    state either way)."""
-    import playbooks
+    state either way). Its runbooks are found by name, as a copied built-in's are."""
+    from orchestrator.playbook.loader import builtin_dir
 
-    text = (Path(playbooks.__file__).parent / f"{name}.yaml.j2").read_text()
+    text = (builtin_dir() / f"{name}.yaml.j2").read_text()
     starts = re.findall(r'^  start: "[0-9:]+"$', text, flags=re.M)
     assert len(starts) == 1, starts
     path = tmp_path / f"{name}.yaml.j2"
     path.write_text(text.replace(starts[0], f'  start: "{start}"'))
     return str(path)
-
-
-def built_in_runbook(playbook: str, name: str) -> str:
-    """A built-in runbook of ``playbook``, as a file (for ``built_in_from``'s playbook)."""
-    import playbooks
-
-    return str(Path(playbooks.__file__).parent / "runbooks" / playbook / f"{name}.yaml")
 
 
 _pool = None  # the worker processes of in_parallel, started once per test session
@@ -218,7 +211,7 @@ def in_parallel(fn, items) -> list:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        _pool = ProcessPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+        _pool = ProcessPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
                                     mp_context=multiprocessing.get_context("spawn"))
         atexit.register(_pool.shutdown)
     return list(_pool.map(fn, items))

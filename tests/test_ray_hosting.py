@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator
-from tests.helpers import built_in_from, built_in_runbook
+from tests.helpers import built_in_from
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]  # real Ray actors, some killed, frozen or interrupted
 
@@ -21,7 +21,7 @@ def flagship(tmp_path_factory):
     """The 2021 incident and its first ten minutes of response, after a five-minute prologue
     (the built-in playbook's clock started at 07:25), with the protect-early runbook."""
     path = built_in_from(tmp_path_factory.mktemp("playbook"), "us-east-1-2021", "07:25")
-    return dict(playbook=path, runbook=built_in_runbook("us-east-1-2021", "protect-early"), duration="15m")
+    return dict(playbook=path, runbook="protect-early", duration="15m")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_the_2025_world_on_ray_is_identical_to_the_in_process_run(ray_session, t
     health reports (with the queue wait they carry) and a repair by the runbook; from
     06:25, five minutes before the race."""
     kwargs = dict(playbook=built_in_from(tmp_path, "us-east-1-2025", "06:25"),
-                  runbook=built_in_runbook("us-east-1-2025", "restore-dns-fast"), seed=5, duration="55m")
+                  runbook="restore-dns-fast", seed=5, duration="55m")
     local = orchestrator.run(out=tmp_path / "ip", **kwargs)
     hosted = orchestrator.run(out=tmp_path / "ray", hosting="ray", placement="kind", **kwargs)
     assert local.score["recovered"]["dynamodb-clients"]["reached"]  # the race happened and was repaired
@@ -270,8 +270,7 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     # 07:25 to 08:40: the incident, its alarms and the historical runbook's first actions
-    args = ["run", built_in_from(tmp_path, "us-east-1-2021", "07:25"), "--runbook",
-            built_in_runbook("us-east-1-2021", "historical"), "--seed", "2",
+    args = ["run", built_in_from(tmp_path, "us-east-1-2021", "07:25"), "--runbook", "historical", "--seed", "2",
             "--duration", "75m", "--no-progress", "--json"]
     clean = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--out", str(tmp_path / "clean"),
                             "--hosting", "inprocess"], cwd=root, capture_output=True, text=True, timeout=300)
