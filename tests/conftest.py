@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -35,63 +36,91 @@ def ray_session():
     ray.shutdown()
 
 
-_long_dir: list[Path] = []  # where the long runs are played this session (tests/long_runs.py)
-_long_proc: list[subprocess.Popen] = []
-_long_log: list = []
+def pytest_configure(config):
+    """The directory the long runs of this test run are played into (tests/long_runs.py),
+    made once by the process that owns the run: pytest-xdist's workers (setup.cfg runs
+    the tests in two) inherit it through the environment and share its runs."""
+    if not hasattr(config, "workerinput"):  # (named here, made when first used)
+        os.environ["GAMEDAY_LONG_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / f"gameday-long-runs-{uuid.uuid4().hex}")
+
+
+def _long_dir() -> Path:
+    where = Path(os.environ["GAMEDAY_LONG_RUNS_DIR"])
+    where.mkdir(exist_ok=True)
+    return where
 
 
 def pytest_itemcollected(item):
     """Marks that follow from what a test uses (setup.cfg lists them), set as it is
-    collected, before -m selects by them: Ray, and slow for Ray, a browser or a long run."""
+    collected, before -m selects by them: Ray, and slow for Ray, a browser or a long run.
+    Then the worker it runs on (pytest-xdist's --dist loadgroup): every test that uses Ray
+    on the one worker that starts the session's Ray, the others with their module (whose
+    fixtures are made once)."""
     used = set(getattr(item, "fixturenames", ()))
     if used & {"ray_session", "cluster_check"}:
         item.add_marker(pytest.mark.ray)
     if used & {"ray_session", "cluster_check", "run_2021"} or item.get_closest_marker("browser"):
         item.add_marker(pytest.mark.slow)
+    item.add_marker(pytest.mark.xdist_group("ray" if item.get_closest_marker("ray") else item.nodeid.split("::")[0]))
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they deselect
 def pytest_collection_modifyitems(session, config, items):
+    """If a selected test uses a long run, start the process that plays them, once per test
+    run (the first worker to claim it)."""
     if not any("run_2021" in getattr(item, "fixturenames", ()) for item in items):
         return
-    _long_dir.append(Path(tempfile.mkdtemp(prefix="gameday-long-runs-")))
-    log = open(_long_dir[0] / "stderr.txt", "w+")
-    _long_proc.append(subprocess.Popen([sys.executable, "-m", "tests.long_runs", str(_long_dir[0])],
-                                       cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=log))
-    _long_log.append(log)
+    where = _long_dir()
+    if not claim(where / "player"):
+        return
+    with open(where / "stderr.txt", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.long_runs", str(where)],
+                                cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=log)
+    (where / "player.pid").write_text(str(proc.pid))
 
 
 def _wait_for(out: Path) -> None:
     import time
 
-    proc = _long_proc[0]
     deadline = time.monotonic() + 900
     while not Path(f"{out}.done").exists():
-        if proc.poll() is not None and not Path(f"{out}.done").exists():
-            _long_log[0].seek(0)
-            raise AssertionError(f"the long run {out.name} failed in the second process: {_long_log[0].read()[-3000:]}")
+        if Path(f"{out}.failed").exists():
+            log = out.parent / "stderr.txt"  # (the player's; a worker's failure is in its own test's report)
+            raise AssertionError(f"the long run {out.name} failed in another process: "
+                                 f"{log.read_text()[-3000:] if log.exists() else ''}")
         assert time.monotonic() < deadline, f"the long run {out.name} took too long"
         time.sleep(0.2)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for proc in _long_proc:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    """The process that owns the test run (after its workers) stops the long runs' player,
+    if it still plays, and removes their directory."""
+    if hasattr(session.config, "workerinput"):
+        return
+    import shutil
+    import signal
+
+    where = Path(os.environ["GAMEDAY_LONG_RUNS_DIR"])
+    pid_file = where / "player.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        try:
+            if b"tests.long_runs" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass  # it has ended
+    shutil.rmtree(where, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def run_2021(tmp_path_factory):
+def run_2021():
     """run_2021(key): the long run ``LONG_RUNS[key]`` (tests/long_runs.py), played once per
-    session, here or by the second process."""
+    test run, here, by another worker or by the player process."""
     cache = {}
 
     def get(key: str):
         if key not in cache:
-            if not _long_dir:  # no second process this session
-                _long_dir.append(tmp_path_factory.mktemp("long-runs"))
-            out = _long_dir[0] / key
+            out = _long_dir() / key
             if claim(out):
                 play(out, key)
             else:

@@ -1,10 +1,11 @@
 """The long in-process runs that tests share, and their player.
 
-When a session has tests that use them (``run_2021`` in tests/conftest.py), a second
-process (``python -m tests.long_runs DIR``, at the lowest priority) plays them one after
-the other from the start, on the core the tests leave idle. Each run is claimed (a file
-created exclusively) by whichever process gets to it first: a test never waits for a run
-the second process has not begun, it plays it itself.
+When a test run has tests that use them (``run_2021`` in tests/conftest.py), a player
+process (``python -m tests.long_runs DIR``, at the lowest priority, one per test run
+whatever the number of pytest-xdist workers) plays them one after the other from the
+start, on what the tests leave idle. Each run is claimed (a file created exclusively) by
+whichever process gets to it first: a test never waits for a run no process has begun, it
+plays it itself.
 """
 from __future__ import annotations
 
@@ -49,10 +50,15 @@ def claim(out: Path) -> bool:
 
 
 def play(out: Path, key: str) -> None:
-    """Play ``LONG_RUNS[key]`` into ``out`` (claimed by this process) and say it is done."""
+    """Play ``LONG_RUNS[key]`` into ``out`` (claimed by this process) and say it is done, or
+    that it failed."""
     import orchestrator
 
-    orchestrator.run(out=out, **LONG_RUNS[key])
+    try:
+        orchestrator.run(out=out, **LONG_RUNS[key])
+    except BaseException:
+        Path(f"{out}.failed").touch()  # the tests waiting for it stop waiting
+        raise
     Path(f"{out}.done").touch()
 
 
