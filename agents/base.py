@@ -264,11 +264,16 @@ class Agent:
     def step(self, tick: int, inbox: list[Message]) -> StepResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def state_to_serialise(self) -> dict:
+        """The agent's whole state, RNG included, as it is (not copied): for a caller that
+        serialises it at once (a Ray host's snapshot is pickled)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE and k not in self.DERIVED}
+        state["__rng__"] = self.rng.bit_generator.state
+        return state
+
     def snapshot(self) -> dict:
         """The agent's whole state, RNG included, as a deep copy."""
-        state = {k: copy.deepcopy(v) for k, v in self.__dict__.items() if k not in _NOT_STATE and k not in self.DERIVED}
-        state["__rng__"] = copy.deepcopy(self.rng.bit_generator.state)
-        return state
+        return {k: copy.deepcopy(v) for k, v in self.state_to_serialise().items()}
 
     def restore(self, state: dict) -> None:
         state = copy.deepcopy(state)

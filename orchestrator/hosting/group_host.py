@@ -28,8 +28,8 @@ from collections import deque
 from agents import PROTOCOL_VERSION, Agent, Message, WorldInfo
 from orchestrator.hosting.control import Beat, Bye, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
 from orchestrator.hosting.fabric import FabricError, Sockets, node_address, poller, ready, recv, recv_nowait, send
-from orchestrator.hosting.inprocess import build_agent, step_agents
-from orchestrator.hosting.wire import WireError, decode, encode
+from orchestrator.hosting.inprocess import build_agent, checked_copy, step_agents
+from orchestrator.hosting.wire import WireError, admit, checking, decode, encode
 
 HEARTBEAT_S = 0.5
 
@@ -201,18 +201,19 @@ class GroupHost:
         for m in inbound:
             boxes.setdefault(m.dst, []).append(m)
         sent: dict[str, int] = {}
+        hand_over = checked_copy if checking() else admit
 
         def route(msg: Message) -> bool:
             host = self.owner.get(msg.dst)
             if host is None:
                 return False
-            frame = encode(msg)
             if host == self.host_id:
-                try:
-                    self.local.setdefault(t, []).append(decode(frame))  # same bytes as any other hop
+                try:  # handed over as in process: a message never changes once sent
+                    self.local.setdefault(t, []).append(hand_over(msg))
                 except WireError:
                     self.rejected += 1
             else:
+                frame = encode(msg)
                 send(self.peers[host], [frame])
                 sent[host] = sent.get(host, 0) + 1
                 if self.snapshot_every:
@@ -228,7 +229,7 @@ class GroupHost:
 
     # -- replacement ------------------------------------------------------------------------
     def _snapshot(self, tick: int) -> bytes:
-        state = {"tick": tick, "agents": {n: a.snapshot() for n, a in self.agents.items()},
+        state = {"tick": tick, "agents": {n: a.state_to_serialise() for n, a in self.agents.items()},  # pickled at once: no copy
                  "local": self.local, "kept": self.kept}
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
