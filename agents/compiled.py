@@ -22,12 +22,16 @@ another kernel.
 
 numba caches a kernel on disk under its own file's time stamp: a kernel that calls
 kernels of another file is not recompiled when that file changes, so kernels that call
-each other live in one file (``agents/cohort_kernels.py``).
+each other live in one file (``agents/cohort_kernels.py``). The draws compiled into them
+come from this file and ``agents/draws.py``: when either changes, the kernels cached
+beside their source are removed before any is loaded (``forget_stale_kernels``).
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -50,10 +54,34 @@ def compiling() -> bool:
                 pass
             else:
                 _numba = numba
+                forget_stale_kernels(Path(__file__).parent)
                 _register_draws()
                 for call, fn in _kernels:
                     _callable_from_kernels(call, fn)
     return _numba is not False
+
+
+def forget_stale_kernels(here: Path) -> None:
+    """Remove the kernels cached in ``here/__pycache__`` if ``compiled.py`` or ``draws.py``
+    in ``here`` changed since they were cached (numba only checks each kernel's own file).
+    With NUMBA_CACHE_DIR set, numba caches elsewhere, which is left alone."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    digest = hashlib.sha256(b"".join((here / name).read_bytes() for name in ("compiled.py", "draws.py"))).hexdigest()
+    cache = here / "__pycache__"
+    stamp = cache / "kernels-draws.sha256"
+    try:
+        if stamp.read_text() == digest:
+            return
+    except OSError:
+        pass
+    try:
+        for cached in cache.glob("*.nb[ic]"):
+            cached.unlink(missing_ok=True)
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:
+        pass  # a cache this process may not write is not its to keep
 
 
 def kernel(fn):

@@ -195,6 +195,38 @@ def test_settling_a_result_compiled_is_settling_it_as_python(name, tmp_path, mon
     assert calls and max(calls) > 0  # results settled, some with failures
 
 
+def test_cached_kernels_are_forgotten_when_the_draws_compiled_into_them_change(tmp_path, monkeypatch):
+    """numba checks a cached kernel against its own file only; the draws it compiles in come
+    from compiled.py and draws.py, so a change there must not leave stale kernels loaded."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    for name in ("compiled.py", "draws.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    kernel_files = [cache / "cohort_kernels.settle-183.py311.nbi", cache / "cohort_kernels.settle-183.py311.1.nbc"]
+
+    def cached() -> list[bool]:
+        return [f.exists() for f in kernel_files]
+
+    def cache_kernels() -> None:
+        for f in kernel_files:
+            f.write_bytes(b"compiled")
+
+    (cache / "compiled.cpython-311.pyc").write_bytes(b"bytecode")
+    cache_kernels()
+    compiled.forget_stale_kernels(tmp_path)  # no record of what they were compiled from: forgotten
+    assert cached() == [False, False] and (cache / "compiled.cpython-311.pyc").exists()  # (only kernels go)
+    cache_kernels()
+    compiled.forget_stale_kernels(tmp_path)  # nothing changed: kept
+    assert cached() == [True, True]
+    (tmp_path / "draws.py").write_text("# draws.py, changed\n")
+    compiled.forget_stale_kernels(tmp_path)
+    assert cached() == [False, False]
+    cache_kernels()
+    compiled.forget_stale_kernels(tmp_path)
+    assert cached() == [True, True]
+
+
 def test_a_delay_store_keeps_every_pack_as_given_while_it_grows():
     """Packs added one after another (the arrays reallocated on the way) read back as the
     tables they were made of, and the arrays a kernel gets hold exactly the packs made."""
