@@ -14,7 +14,7 @@ import pytest
 import orchestrator
 from reports.rundir import load_run
 from tests.helpers import register_reference_population
-from tests.long_runs import LONG_RUNS, claim, play
+from tests.long_runs import claim, play
 
 # `gameday run` hosts on Ray by default; the CLI tests check the command line, not the
 # hosting, so they (and the subprocesses they start) run in process unless a test asks

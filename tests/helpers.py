@@ -38,6 +38,18 @@ def step_world(playbook: str, sets: dict | None = None, seed: int = 1, duration:
     return pd.DataFrame(rows)
 
 
+def host_with_kind(playbook: str, kind: str, agents, seed: int, duration: float | None = None) -> InProcessHost:
+    """``playbook`` in process, with the agents named in ``agents`` built as ``kind``: the
+    client-by-client reference population (``population:reference``) in the tests that
+    check the cohort model against it, in worker processes too."""
+    register_reference_population()
+    plan = build_plan(load_playbook(playbook), None, seed, duration)
+    for a in plan.agents:
+        if a.name in agents:
+            a.kind = kind
+    return InProcessHost(plan)
+
+
 def play(tmp_path: Path, world: dict, rules: list | None = None, **kw):
     """Run ``world`` (a playbook as a dict) with a runbook of ``rules`` into ``tmp_path``."""
     tmp_path.mkdir(parents=True, exist_ok=True)

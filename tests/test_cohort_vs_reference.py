@@ -24,10 +24,7 @@ import pytest
 
 from agents import AGENT_CLASSES, Population
 from agents.reference import ClientByClientPopulation
-from orchestrator.hosting.inprocess import InProcessHost
-from orchestrator.playbook.loader import load_playbook
-from orchestrator.engine.world import build_plan
-from tests.helpers import in_parallel, register_reference_population
+from tests.helpers import host_with_kind, in_parallel
 
 pytestmark = pytest.mark.slow  # twenty runs, half of them client by client
 
@@ -44,18 +41,13 @@ WINDOWS = {
 TOLERANCE = 0.05  # relative
 
 
-def _plan(kind: str, seed: int):
-    plan = build_plan(load_playbook(str(PLAYBOOK)), None, seed, duration=DURATION)
-    for a in plan.agents:
-        if a.name in POPULATIONS:
-            a.kind = kind
-    return plan
+def _host(kind: str, seed: int):
+    return host_with_kind(str(PLAYBOOK), kind, POPULATIONS, seed, DURATION)
 
 
 def _run(kind: str, seed: int) -> dict[str, np.ndarray]:
     """Per population, per tick: ok, failed, attempts + conn_attempts."""
-    register_reference_population()  # (in a worker process too)
-    host = InProcessHost(_plan(kind, seed))
+    host = _host(kind, seed)
     rows: dict[str, list] = {p: [] for p in POPULATIONS}
     for _ in range(host.plan.ticks):
         metrics = host.step().metrics
@@ -108,7 +100,7 @@ def test_reference_is_a_drop_in_replacement():
     assert ops[Population] == ops[ClientByClientPopulation]
     bodies = {}
     for kind in ("population", "population:reference"):
-        host = InProcessHost(_plan(kind, 0))
+        host = _host(kind, 0)
         for p in POPULATIONS:
             res = host.agents[p].step(0, [])
             assert set(res.metrics) == set(Population.METRICS)
@@ -119,7 +111,7 @@ def test_reference_is_a_drop_in_replacement():
 
 
 def test_reference_snapshot_restores_bit_identically():
-    host = InProcessHost(_plan("population:reference", 3))
+    host = _host("population:reference", 3)
     for _ in range(200):  # into the surge, with connection attempts and retries pending
         host.step()
     snap = host.snapshot()

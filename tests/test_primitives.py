@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from helpers import at, play
-from tests.helpers import in_parallel, register_reference_population
+from tests.helpers import host_with_kind, in_parallel
 
 BASE = {
     "name": "primitives", "title": "generic features, one at a time",
@@ -201,18 +201,9 @@ def test_dropped_work_leaves_the_backlog_as_errors(tmp_path):
 
 def _window_sums(run: tuple) -> dict:
     """One run of ``_both_models_agree``: the clients' ``metrics`` summed over each window."""
-    from orchestrator.hosting.inprocess import InProcessHost
-    from orchestrator.playbook.loader import load_playbook
-    from orchestrator.engine.world import build_plan
-
     path, kind, seed, windows, metrics = run
-    register_reference_population()  # (in a worker process too)
-    plan = build_plan(load_playbook(path), None, seed)
-    for a in plan.agents:
-        if a.name == "clients":
-            a.kind = kind
-    host = InProcessHost(plan)
-    rows = [host.step().metrics["clients"] for _ in range(plan.ticks)]
+    host = host_with_kind(path, kind, {"clients"}, seed)
+    rows = [host.step().metrics["clients"] for _ in range(host.plan.ticks)]
     return {w: np.array([sum(r[k] for r in rows[lo:hi]) for k in metrics], dtype=float)
             for w, (lo, hi) in windows.items()}
 
