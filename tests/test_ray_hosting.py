@@ -137,7 +137,8 @@ def test_control_records_round_trip_by_name_and_malformed_ones_do_not_unpack():
     from agents import PROTOCOL_VERSION
     from orchestrator.hosting import control as c
 
-    records = [c.Tick(3, {"a": 2}, {"a": 0}, [b"x"]), c.Rewire("a", "tcp://127.0.0.1:1", 60), c.Stop(),
+    records = [c.Tick(3, {"a": 2}, {"a": 0}, [b"x"]), c.Ahead(4, {"a": 2}, 36, {"a": 0}), c.Count(5, 2),
+               c.Rewire("a", "tcp://127.0.0.1:1", 60), c.Stop(),
                c.Hello("a", PROTOCOL_VERSION, 0), c.Beat("a"), c.Snapshot("a", 61, b"blob", b"sig"),
                c.Done(3, {"x": {"m": 1.5}}, [{"tick": 3}], {"b": 1}, 0, []), c.Replayed("a", 59), c.Bye("a")]
     assert {type(r) for r in records} == set(c.RECORDS.values())  # every kind is here
@@ -321,19 +322,27 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
     assert meta["status"] == "complete" and meta["host_restarts"] == 2
 
 
-def test_a_frozen_actor_is_noticed_by_its_missing_heartbeats_and_replaced(ray_session):
+@pytest.mark.parametrize("ahead", [False, True], ids=["lockstep", "stepping ahead"])
+def test_a_frozen_actor_is_noticed_by_its_missing_heartbeats_and_replaced(ray_session, ahead, monkeypatch):
     """SIGSTOP: the process is alive to Ray but silent; the orchestrator notices the
-    missing heartbeats, replaces it, and the world goes on with the same results."""
+    missing heartbeats, replaces it, and the world goes on with the same results. Stepping
+    ahead (``run_ahead``), the hosts tell each other their counts and the replacement
+    replays with its peers' Counts sent again."""
     import os
     import signal
     import time
 
+    from orchestrator.hosting import ray_hosting
     from orchestrator.hosting.inprocess import InProcessHost
-    from orchestrator.hosting.ray_hosting import RayHost
+    from orchestrator.hosting.ray_hosting import AHEAD_TICKS, RayHost
     from orchestrator.runs.runner import RunSpec, prepare
 
     _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=9, duration=500))
+    if ahead:  # on the kind placement's 8 hosts, which keep the round trip unless told otherwise
+        monkeypatch.setattr(ray_hosting, "AHEAD_MAX_HOSTS", 8)
     clean, hosted = InProcessHost(plan), RayHost(plan, placement="kind", snapshot_every=50)
+    if ahead:
+        hosted.run_ahead()
     journal = []
     try:
         frozen = hosted.where["device"]["pid"]
@@ -346,7 +355,11 @@ def test_a_frozen_actor_is_noticed_by_its_missing_heartbeats_and_replaced(ray_se
             assert a.events == [e for e in b.events if e["agent"] != "orchestrator"], t
     finally:
         hosted.close()
-    assert [(e["host"], e["snapshot_tick"], e["replayed_ticks"]) for e in journal] == [("device", 150, 30)]
+    if ahead:  # (how far the hosts were ahead when it froze depends on timing)
+        assert [e["host"] for e in journal] == ["device"] and journal[0]["snapshot_tick"] % 50 == 0
+        assert 0 < journal[0]["replayed_ticks"] <= 50 + AHEAD_TICKS
+    else:
+        assert [(e["host"], e["snapshot_tick"], e["replayed_ticks"]) for e in journal] == [("device", 150, 30)]
     assert "heartbeat" in journal[0]["reason"]
     end = time.monotonic() + 30
     while os.path.exists(f"/proc/{frozen}") and "Z" not in open(f"/proc/{frozen}/stat").read().split(")")[-1][:3]:

@@ -19,6 +19,18 @@ class Tick(NamedTuple):
     injected: list  # frames from outside the world for agents here, for this tick
 
 
+class Ahead(NamedTuple):
+    """Step on without waiting for Tick records, up to tick ``through``: from tick ``first``
+    on (the same for every host), after each tick a host tells each peer how many messages
+    it sent it (``Count``); tick ``first`` waits for the ``expected`` counts of tick first-1
+    (as a Tick would say), every later tick for its peers' own counts. Sent again to move
+    ``through`` on, with ``keep_from`` as in Tick. Nothing comes from outside any more."""
+    first: int
+    expected: dict
+    through: int
+    keep_from: dict
+
+
 class Rewire(NamedTuple):
     """Peer ``host`` was replaced: connect to its new ``endpoint``; it replays from ``since``."""
     host: str
@@ -58,6 +70,13 @@ class Done(NamedTuple):
     outbound: list  # frames to outside the world
 
 
+# -- host to host ---------------------------------------------------------------------------------
+class Count(NamedTuple):
+    """Stepping ahead: how many messages the sending host sent this one in tick ``tick``."""
+    tick: int
+    sent: int
+
+
 class Replayed(NamedTuple):
     """A replacement host has replayed through ``through`` and waits for the next tick."""
     host: str
@@ -68,7 +87,8 @@ class Bye(NamedTuple):
     host: str
 
 
-RECORDS = {cls.__name__.lower(): cls for cls in (Tick, Rewire, Stop, Hello, Beat, Snapshot, Done, Replayed, Bye)}
+RECORDS = {cls.__name__.lower(): cls for cls in (Tick, Ahead, Rewire, Stop, Hello, Beat, Snapshot, Done, Count, Replayed,
+                                                  Bye)}
 KIND = {cls: kind for kind, cls in RECORDS.items()}
 
 

@@ -26,12 +26,14 @@ from collections import deque
 
 
 from agents import PROTOCOL_VERSION, Agent, Message, WorldInfo
-from orchestrator.hosting.control import Beat, Bye, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
+from orchestrator.hosting.control import (Ahead, Beat, Bye, Count, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick,
+                                          pack, unpack)
 from orchestrator.hosting.fabric import FabricError, Sockets, node_address, poller, ready, recv, recv_nowait, send
 from orchestrator.hosting.inprocess import build_agent, checked_copy, step_agents
 from orchestrator.hosting.wire import WireError, admit, checking, decode, encode
 
 HEARTBEAT_S = 0.5
+COUNT = b"count"  # the middle frame of a Count between hosts (a message has none)
 
 
 def sign(key: bytes, blob: bytes) -> bytes:
@@ -62,8 +64,15 @@ class GroupHost:
         # tick sent -> source host -> (sender agent, sequence) -> message; the key drops repeats
         self.received: dict[int, dict[str, dict[tuple[str, int], Message]]] = {}
         self.local: dict[int, list[Message]] = {}  # messages between agents of this host, by tick sent
-        self.kept: dict[str, deque[tuple[int, bytes]]] = {}  # peer -> (tick, frame) sent to it since its snapshot
+        self.kept: dict[str, deque[tuple[int, list[bytes]]]] = {}  # peer -> (tick, frames) sent it since its snapshot
         self.next_tick = 0
+        # Stepping ahead (control.Ahead): from tick ahead_from on, Counts go to the peers after
+        # each tick, and ticks after it wait for the peers' Counts instead of Tick records.
+        self.ahead_from: int | None = None
+        self.ahead_expected: dict = {}  # the orchestrator's counts of tick ahead_from - 1
+        self.granted = -1  # the last tick it may step ahead
+        self.keep_from: dict = {}
+        self.counts: dict[int, dict[str, int]] = {}  # tick sent -> peer -> messages it says it sent here
         self.rejected = 0
         self.repeats = 0  # messages received twice (after a replacement host replayed)
         self.last_told = 0.0
@@ -95,14 +104,23 @@ class GroupHost:
     def run(self, replay: dict | None = None) -> int:
         """Serve the orchestrator until it says stop; returns the ticks stepped.
         ``replay`` (a replacement host): {"through": last tick to replay, "counts":
-        {tick sent: {peer: messages it sent here}}, "injected": {tick: frames from outside}}."""
+        {tick sent: {peer: messages it sent here}} up to the first tick stepped ahead,
+        "injected": {tick: frames from outside}, "ahead_from": that tick, or None}."""
         stepped = 0
         try:
             if replay is not None:
+                if replay.get("ahead_from") is not None:
+                    self.ahead_from = int(replay["ahead_from"])
                 stepped += self._replay(int(replay["through"]), replay["counts"], replay["injected"])
             while True:
-                rec = self._wait(lambda: False)
-                if isinstance(rec, Tick) and int(rec.tick) >= self.next_tick:  # (not a repeat)
+                rec = self._wait(lambda: self.next_tick <= self.granted)
+                if rec is None:  # a tick granted ahead
+                    t = self.next_tick
+                    expected = self.ahead_expected if t == self.ahead_from else None
+                    metrics, events, sent, outbound = self._step(t, expected, self.keep_from, [])
+                    self._tell(Done(t, metrics, events, sent, self.rejected, outbound))
+                    stepped += 1
+                elif isinstance(rec, Tick) and int(rec.tick) >= self.next_tick:  # (not a repeat)
                     t = int(rec.tick)
                     metrics, events, sent, outbound = self._step(t, rec.expected, rec.keep_from, rec.injected)
                     self._tell(Done(t, metrics, events, sent, self.rejected, outbound))
@@ -126,10 +144,18 @@ class GroupHost:
                     raise Stopped()
                 if isinstance(rec, Rewire):
                     self._rewire(str(rec.host), str(rec.endpoint), int(rec.since))
+                elif isinstance(rec, Ahead):
+                    self._grant(rec)
                 else:
                     return rec
             self._beat_if_due()
         return None
+
+    def _grant(self, rec: Ahead) -> None:
+        if self.next_tick <= int(rec.first):  # (a replacement may learn it only after replaying)
+            self.ahead_from, self.ahead_expected = int(rec.first), dict(rec.expected)
+        self.granted = max(self.granted, int(rec.through))
+        self.keep_from = dict(rec.keep_from)
 
     def _beat_if_due(self) -> None:
         if time.monotonic() - self.last_told > HEARTBEAT_S:
@@ -147,7 +173,11 @@ class GroupHost:
             self._accept(frames)
 
     def _accept(self, frames: list[bytes]) -> None:
-        """A frame from a peer: kept if it is a valid message from an agent that peer hosts."""
+        """A frame from a peer: kept if it is a valid message from an agent that peer hosts,
+        or a Count from a peer."""
+        if len(frames) == 3 and frames[1] == COUNT:
+            self._accept_count(frames[0].decode("utf-8", "replace"), frames[2])
+            return
         if len(frames) != 2:
             self.rejected += 1
             return
@@ -168,9 +198,21 @@ class GroupHost:
             self.repeats += 1
         held[(msg.src, msg.seq)] = msg
 
-    def _step(self, t: int, expected: dict, keep_from: dict | None, injected: list) -> tuple[dict, list, dict, list]:
-        """Step tick t. ``injected``: frames from outside the world for agents here, to be
-        consumed this tick."""
+    def _accept_count(self, sender: str, payload: bytes) -> None:
+        try:
+            rec = unpack(payload)
+        except ValueError:
+            rec = None
+        if not (isinstance(rec, Count) and sender in self.peers and isinstance(rec.tick, int) and isinstance(rec.sent, int)):
+            self.rejected += 1
+            return
+        if rec.tick >= self.next_tick - 1:  # (else already used: a replayed repeat)
+            self.counts.setdefault(rec.tick, {})[sender] = rec.sent
+
+    def _step(self, t: int, expected: dict | None, keep_from: dict | None, injected: list) -> tuple[dict, list, dict, list]:
+        """Step tick t. ``expected``: how many messages of tick t-1 each other host sent
+        here (None: as the peers' Counts say). ``injected``: frames from outside the world
+        for agents here, to be consumed this tick."""
         if keep_from is not None:
             for peer, frames in self.kept.items():
                 first = int(keep_from.get(peer, 0)) - 1
@@ -179,12 +221,16 @@ class GroupHost:
 
         # Wait for every message of tick t-1 the other hosts sent here.
         def arrived() -> bool:
+            counts = self.counts.get(t - 1, {}) if expected is None else expected
+            if expected is None and len(counts) < len(self.peers):
+                return False
             got = self.received.get(t - 1, {})
-            return all(len(got.get(h, ())) >= int(n) for h, n in expected.items())
+            return all(len(got.get(h, ())) >= int(n) for h, n in counts.items())
 
         rec = self._wait(arrived)
         if rec is not None:
             raise FabricError(f"host {self.host_id}: unexpected control record {type(rec).__name__} during tick {t}")
+        self.counts.pop(t - 1, None)
         inbound = [m for held in self.received.pop(t - 1, {}).values() for m in held.values()] + self.local.pop(t - 1, [])
         for frame in injected:
             try:
@@ -213,19 +259,24 @@ class GroupHost:
                 except WireError:
                     self.rejected += 1
             else:
-                frame = encode(msg)
-                send(self.peers[host], [frame])
+                self._send_peer(host, t, [encode(msg)])
                 sent[host] = sent.get(host, 0) + 1
-                if self.snapshot_every:
-                    self.kept.setdefault(host, deque()).append((t, frame))
             return True
 
         metrics, events, to_outside = step_agents(self.agents, self.order, boxes, t, route)
+        if self.ahead_from is not None and t >= self.ahead_from:
+            for peer in self.peers:
+                self._send_peer(peer, t, [COUNT, pack(Count(t, sent.get(peer, 0)))])
         outbound = [encode(m) for m in to_outside]
         if self.snapshot_every and (t + 1) % self.snapshot_every == 0:
             blob = self._snapshot(t + 1)
             self._tell(Snapshot(self.host_id, t + 1, blob, sign(self.key, blob)))  # before "done", on one socket
         return metrics, events, sent, outbound
+
+    def _send_peer(self, peer: str, t: int, frames: list[bytes]) -> None:
+        send(self.peers[peer], frames)
+        if self.snapshot_every:
+            self.kept.setdefault(peer, deque()).append((t, frames))
 
     # -- replacement ------------------------------------------------------------------------
     def _snapshot(self, tick: int) -> bytes:
@@ -245,11 +296,12 @@ class GroupHost:
         again (receivers drop repeats), the metrics, events and messages to outside the
         world were taken already."""
         start = self.next_tick
-        for peer, frames in self.kept.items():  # a peer replaying too may need them; repeats are dropped
-            for _, frame in frames:
-                send(self.peers[peer], [frame])
-        for t in range(start, through + 1):
-            self._step(t, counts.get(t - 1, {}), None, injected.get(t, []))
+        for peer, kept in self.kept.items():  # a peer replaying too may need them; repeats are dropped
+            for _, frames in kept:
+                send(self.peers[peer], frames)
+        for t in range(start, through + 1):  # (the orchestrator's counts up to the first tick stepped ahead)
+            ahead = self.ahead_from is not None and t > self.ahead_from
+            self._step(t, None if ahead else counts.get(t - 1, {}), None, injected.get(t, []))
             self._beat_if_due()
         self._tell(Replayed(self.host_id, through))
         return through + 1 - start
@@ -259,6 +311,6 @@ class GroupHost:
         needs to replay from its snapshot at tick ``since``."""
         self.sockets.drop(self.peers[host])  # (the orchestrator never sends a host its own rewire)
         self.peers[host] = self.sockets.connect_dealer(endpoint, self.host_id.encode())
-        for tick, frame in self.kept.get(host, []):
+        for tick, frames in self.kept.get(host, []):
             if tick >= since - 1:
-                send(self.peers[host], [frame])
+                send(self.peers[host], frames)

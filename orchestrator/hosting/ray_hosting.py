@@ -4,7 +4,9 @@ The orchestrator places agents on hosts (``placement``), starts one Ray actor pe
 tells each host where the others are, and then runs the tick barrier itself over a
 ZeroMQ control socket: tick t starts when every host has finished t-1. Ray carries only
 set-up and tear-down calls; nothing per tick goes through Ray. ``RayHost`` has the same
-``step()`` as ``InProcessHost``, and gives the same results.
+``step()`` as ``InProcessHost``, and gives the same results. Once nothing can come from
+outside (``run_ahead``), a world on few hosts steps ahead of the barrier: the hosts count
+each other's messages themselves (``control.Ahead``, ``control.Count``).
 
 A host whose process dies (Ray reports its actor dead) or that misses ``MISSED_BEATS``
 heartbeats is replaced: a new actor starts from the host's last snapshot, its peers send
@@ -26,7 +28,7 @@ import uuid
 from agents import PROTOCOL_VERSION
 from agents.shards import shard_name, source_of
 from orchestrator.errors import HostingError
-from orchestrator.hosting.control import Beat, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
+from orchestrator.hosting.control import Ahead, Beat, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
 from orchestrator.hosting.fabric import FabricError, Sockets, node_address, recv, send
 from orchestrator.hosting.group_host import HEARTBEAT_S, sign
 from orchestrator.hosting.inprocess import TickResult, leaving
@@ -40,6 +42,11 @@ START_TIMEOUT_S = 120.0
 TICK_TIMEOUT_S = 60.0
 SNAPSHOT_EVERY = 60  # ticks; a replacement host replays at most this many
 MISSED_BEATS = 10  # a host silent for this many heartbeats is taken for lost
+AHEAD_TICKS = 32  # run_ahead: how far the hosts may step beyond the last tick collected
+# Stepping ahead costs each host a Count to every peer a tick, H(H-1) frames in all, where the
+# orchestrator's round trip costs 2H: worlds on more hosts keep the round trip (overlapped with
+# the caller's scoring and journalling one tick ahead).
+AHEAD_MAX_HOSTS = 3
 
 
 def place(plan: WorldPlan, placement: str) -> dict[str, list]:
@@ -128,7 +135,10 @@ class RayHost:
         self.replacing = 0  # replacements under way (one nests in another when hosts die together)
         self.stepping = False
         self.begun = -1  # the last tick sent to the hosts
-        self.ahead = False  # run_ahead: each tick is sent as soon as the last is collected
+        self.ahead = False  # run_ahead was called
+        self.ahead_from: int | None = None  # the first tick the hosts stepped ahead (control.Ahead)
+        self.granted = -1  # the last tick they may step
+        self.early: dict[int, dict[str, Done]] = {}  # tick -> host -> its Done, come before the tick is collected
         self.deadline = 0.0
         self.checked = 0.0
         self.run_id = uuid.uuid4().hex[:8]
@@ -273,7 +283,7 @@ class RayHost:
     def inject(self, frame: bytes) -> None:
         """Deliver an encoded message from outside the world (e.g. a console) in the next
         tick stepped (``self.tick``); kept until no replacement host can need it again."""
-        if self.ahead and self.begun == self.tick:  # (run_ahead promised nothing more would come)
+        if self.ahead and (self.begun == self.tick or self.ahead_from is not None):  # (run_ahead: nothing more comes)
             raise HostingError(f"a message from outside the world came for tick {self.tick}, already under way")
         try:
             host = self.owner.get(decode(frame).dst)
@@ -292,7 +302,7 @@ class RayHost:
         """Send tick t to every host; ``finish`` collects it. Between the two a session
         can start the same tick on its other worlds."""
         self.stepping = True
-        if self.begun == self.tick:  # sent ahead by finish
+        if self.begun == self.tick or self.ahead_from is not None:  # sent ahead by finish, or granted
             return
         self.begun = self.tick
         keep_from = self._keep_from()
@@ -300,9 +310,12 @@ class RayHost:
             self._send_tick(host, self.tick, keep_from)
 
     def run_ahead(self) -> None:
-        """From now on ``finish`` sends the next tick before it returns the last: the hosts
-        step it while the caller scores and journals (the barrier's round trip and the
-        caller's work overlap). ``inject`` is then refused: the next tick is under way."""
+        """From the next tick collected on, the hosts of a world on at most AHEAD_MAX_HOSTS
+        hosts step up to AHEAD_TICKS ticks beyond it without waiting for Tick records
+        (control.Ahead): each tells its peers how many messages it sent them, so no tick
+        waits for the orchestrator's round trip. On more hosts, ``finish`` sends the next
+        tick before it returns the last, so the hosts step it while the caller scores and
+        journals. ``inject`` is then refused: the next ticks are under way."""
         self.ahead = True
 
     def finish(self) -> TickResult:
@@ -313,11 +326,21 @@ class RayHost:
         expected: dict[str, dict[str, int]] = {h: {} for h in self.groups}
         waiting = set(self.groups)
         self.deadline = time.monotonic() + TICK_TIMEOUT_S
+        early = self.early.pop(t, {})
         while waiting:
-            host, rec = self._read(self._replace)
-            if not isinstance(rec, Done) or rec.tick != t or host not in waiting:
-                self.control_rejected += 1
-                continue
+            if early:
+                host, rec = early.popitem()
+            else:
+                host, rec = self._read(self._replace)
+                if (isinstance(rec, Done) and self.ahead_from is not None and t < rec.tick <= self.granted
+                        and host in self.groups and host not in self.early.get(rec.tick, {})):
+                    self.early.setdefault(rec.tick, {})[host] = rec  # a host ahead of this tick
+                    self._took(host, rec)
+                    continue
+                if not isinstance(rec, Done) or rec.tick != t or host not in waiting:
+                    self.control_rejected += 1
+                    continue
+                self._took(host, rec)
             waiting.discard(host)
             metrics.update(rec.metrics)
             events.extend(rec.events)
@@ -325,13 +348,9 @@ class RayHost:
                 expected[dst][host] = n
             self.rejected_by[host] = rec.rejected
             outbound.extend(rec.outbound)
-            self.last_done[host] = t
-            if self.fresh.get(host, (None,))[0] == t + 1:
-                self.snapshots[host] = self.fresh.pop(host)
         self.stepping = False
         self.expected = expected
         if self.snapshot_every:
-            self.sent_log[t] = expected
             oldest = min(self._keep_from().values()) - 1
             for log in (self.sent_log, self.injected):  # what no replacement can need any more
                 for old in [k for k in log if k < oldest]:
@@ -341,12 +360,49 @@ class RayHost:
         self.rejected_frames = sum(self.rejected_by.values()) + self.rejected_before_restarts + self.control_rejected
         self.tick += 1
         if self.ahead and self.tick < self.plan.ticks:
-            self.begin()
+            if len(self.groups) <= AHEAD_MAX_HOSTS:
+                self._grant()
+            else:
+                self.begin()
         ordered = {name: metrics[name] for name in sorted(metrics, key=self.index.__getitem__)}
         events.sort(key=lambda e: self.index.get(e["agent"], len(self.index)))  # stable: each agent's own order
         events.extend(self.journal)
         self.journal = []
         return TickResult(t, ordered, events, leaving([decode(f) for f in outbound]))
+
+    def _took(self, host: str, rec: Done) -> None:
+        """``host``'s Done of tick ``rec.tick`` is in hand (collected now or kept for later):
+        its snapshot of the next tick can be restarted from, and what it sent is logged, for a
+        replacement's replay."""
+        self.last_done[host] = max(self.last_done[host], int(rec.tick))
+        if self.fresh.get(host, (None,))[0] == rec.tick + 1:
+            self.snapshots[host] = self.fresh.pop(host)
+        if self.snapshot_every:
+            log = self.sent_log.setdefault(int(rec.tick), {h: {} for h in self.groups})
+            for dst, n in rec.sent.items():
+                log[dst][host] = n
+
+    def _grant(self) -> None:
+        """Let the hosts step on to AHEAD_TICKS beyond the next tick to collect; the first
+        time, from that tick on (with this tick's counts for it), as control.Ahead says.
+        Granted again when half the window is used."""
+        through = min(self.tick + AHEAD_TICKS, self.plan.ticks - 1)
+        if self.ahead_from is not None and (self.granted - self.tick >= AHEAD_TICKS // 2 or through <= self.granted):
+            return
+        if self.ahead_from is None:
+            self.ahead_from = self.tick
+        self.granted = max(self.granted, through)
+        for host in self.groups:
+            self._send_ahead(host)
+
+    def _send_ahead(self, host: str) -> None:
+        first = self.ahead_from  # (what was sent in tick first-1 is logged until no replacement needs it)
+        counts = self.sent_log[first - 1] if first - 1 in self.sent_log else self.expected
+        record = Ahead(first, counts.get(host, {}), self.granted, self._keep_from())
+        try:
+            send(self.control, [host.encode(), pack(record)])
+        except FabricError:
+            pass  # the host is gone: the liveness check finds it, and its replacement gets the grant
 
     # -- replacing a lost host ------------------------------------------------------------------
     def _replace(self, host: str, reason: str) -> None:
@@ -391,11 +447,15 @@ class RayHost:
                 except FabricError:
                     pass  # lost too: its replacement connects to the new address from the start
         through = self.last_done[host]
-        counts = {t: self.sent_log[t].get(host, {}) for t in range(since - 1, through) if t in self.sent_log}
+        counted = through if self.ahead_from is None else min(through, self.ahead_from)  # (then the peers' Counts)
+        counts = {t: self.sent_log[t].get(host, {}) for t in range(since - 1, counted) if t in self.sent_log}
         injected = {t: self.injected[t][host] for t in range(since, through + 1) if host in self.injected.get(t, {})}
-        self.loops[host] = actor.run.remote({"through": through, "counts": counts, "injected": injected})
+        self.loops[host] = actor.run.remote({"through": through, "counts": counts, "injected": injected,
+                                             "ahead_from": self.ahead_from})
         self._await(host, Replayed, self._replace)
-        if self.stepping and through < self.tick:
+        if self.ahead_from is not None:
+            self._send_ahead(host)
+        elif self.stepping and through < self.tick:
             self._send_tick(host, self.tick, self._keep_from())
         self.restarts += 1
         self.deadline = time.monotonic() + TICK_TIMEOUT_S
