@@ -4,7 +4,8 @@ exchanges their tick messages with the other hosts directly, over ZeroMQ.
 Plain Python, so it can be tested without Ray; ``ray_hosting`` wraps it in a Ray actor.
 Tick messages sent at tick t are delivered for tick t+1. Before stepping tick t a host
 waits until it holds, from every other host, as many messages of tick t-1 as the
-orchestrator says that host sent it; inboxes are then sorted by (sender, sequence), as
+orchestrator says that host sent it (stepping ahead of the orchestrator, ``control.Ahead``:
+as that host's own ``Count`` says); inboxes are then sorted by (sender, sequence), as
 in process, so the results do not depend on the hosting.
 
 Surviving the loss of a host. Every ``snapshot_every`` ticks a host sends the
