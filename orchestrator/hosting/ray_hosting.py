@@ -137,6 +137,7 @@ class RayHost:
         self.begun = -1  # the last tick sent to the hosts
         self.ahead = False  # run_ahead was called
         self.ahead_from: int | None = None  # the first tick the hosts stepped ahead (control.Ahead)
+        self.ahead_counts: dict[str, dict[str, int]] = {}  # what was sent in the tick before it, by destination
         self.granted = -1  # the last tick they may step
         self.early: dict[int, dict[str, Done]] = {}  # tick -> host -> its Done, come before the tick is collected
         self.deadline = 0.0
@@ -390,15 +391,13 @@ class RayHost:
         if self.ahead_from is not None and (self.granted - self.tick >= AHEAD_TICKS // 2 or through <= self.granted):
             return
         if self.ahead_from is None:
-            self.ahead_from = self.tick
+            self.ahead_from, self.ahead_counts = self.tick, self.expected
         self.granted = max(self.granted, through)
         for host in self.groups:
             self._send_ahead(host)
 
     def _send_ahead(self, host: str) -> None:
-        first = self.ahead_from  # (what was sent in tick first-1 is logged until no replacement needs it)
-        counts = self.sent_log[first - 1] if first - 1 in self.sent_log else self.expected
-        record = Ahead(first, counts.get(host, {}), self.granted, self._keep_from())
+        record = Ahead(self.ahead_from, self.ahead_counts.get(host, {}), self.granted, self._keep_from())
         try:
             send(self.control, [host.encode(), pack(record)])
         except FabricError:
