@@ -223,7 +223,9 @@ def in_parallel(fn, items) -> list:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        _pool = ProcessPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
+        # At the lowest priority, as the long runs' player: the session's Ray actors run niced,
+        # and a test on the other pytest-xdist worker must not starve them of the cores.
+        _pool = ProcessPoolExecutor(max_workers=min(4, os.cpu_count() or 1), initializer=os.nice, initargs=(19,),
                                     mp_context=multiprocessing.get_context("spawn"))
         atexit.register(_pool.shutdown)
     return list(_pool.map(fn, items))
