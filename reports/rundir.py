@@ -88,28 +88,33 @@ class NotARunDirectory(Exception):
 class RunData:
     """A run directory as read; ``metrics`` and ``events`` are read on first use (a
     comparison reads a hundred runs' scores and never their tables)."""
-    dir: Path
+    dir: Path | None  # None: a run played without one (``execute`` with no ``out``), which has no tables
     meta: dict
     score: Score | None  # None while the run has not finished
     attribution: dict | None = None  # attribution.json: the counterfactuals, if they were played
 
     @cached_property
     def metrics(self) -> pd.DataFrame:
-        return read_metrics(self.dir)
+        return read_metrics(self._tables())
 
     @cached_property
     def events(self) -> pd.DataFrame:
-        return read_events(self.dir)
+        return read_events(self._tables())
 
     @cached_property
     def columns(self) -> dict:
         """columns.json: every metrics column's agent, metric, unit and meaning ({} if missing)."""
-        path = self.dir / COLUMNS
+        path = self._tables() / COLUMNS
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
     @property
     def complete(self) -> bool:
         return self.meta.get("status") == COMPLETE
+
+    def _tables(self) -> Path:
+        if self.dir is None:
+            raise ValueError("this run was played without a run directory: it has a score, and no tables")
+        return self.dir
 
 
 def _complete_lines(path: Path) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 import orchestrator
 from orchestrator.batch.comparison import compare
+from orchestrator.runs.runner import RunSpec, execute
 from reports import compare_stats as cs
 
 HERE = Path(__file__).parent
@@ -145,6 +146,20 @@ def test_the_table_counts_the_requests_a_runbook_turned_away_beside_the_connecti
         score = json.loads((tmp_path / "runs" / f"shed-s{row['seed']}" / "score.json").read_text())
         assert row["turned_away"] == score["collateral"]["requests_turned_away"] > 0
         assert row["connections_broken"] == score["collateral"]["connections_broken_by_actions"]
+
+
+def test_runs_played_without_a_directory_give_the_rows_and_scores_of_runs_kept(tmp_path):
+    """A comparison that keeps no run writes no run directory (journal.ScoreOnly): its table
+    is the one of a comparison that keeps them, and a run's score in memory is its score.json."""
+    kept = compare(MINI, ["none", FIX], 2, parallel=False, keep_runs=tmp_path / "runs")
+    pd.testing.assert_frame_equal(compare(MINI, ["none", FIX], 2, parallel=False), kept)
+    data = execute(RunSpec(playbook=MINI, runbook=FIX, seed=2), None)
+    run_dir = tmp_path / "runs" / "fix_early-s2"
+    assert data.dir is None and data.score == json.loads((run_dir / "score.json").read_text())
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert data.meta["status"] == meta["status"] == "complete" and data.meta["ticks_done"] == meta["ticks_done"] > 0
+    with pytest.raises(ValueError, match="without a run directory"):
+        data.metrics
 
 
 # -- the cache of runs ------------------------------------------------------------------------------

@@ -145,8 +145,8 @@ def _materialise(ref, where: Path) -> str:
 
 def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: float | None,
               keep: str | None = None) -> dict:
-    """Play one point in process and return its row; the run directory is kept in
-    ``keep`` if given, else written to a temporary directory and removed.
+    """Play one point in process and return its row; the run directory is written in
+    ``keep`` if given, else none is (the row needs only the score).
     ``playbook`` and ``point["runbook"]``: names, or ``portable`` files."""
     tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
     try:
@@ -154,7 +154,7 @@ def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: f
         label = p.runbook if isinstance(p.runbook, str) else p.runbook["name"]
         spec = RunSpec(playbook=_materialise(playbook, tmp / "playbook"), runbook=_materialise(p.runbook, tmp / "runbook"),
                        seed=p.seed, sets={**sets, **p.sweep}, duration=duration, tick=tick)
-        data = execute(spec, Path(keep) if keep else tmp / "run")
+        data = execute(spec, Path(keep) if keep else None)
         return row_of(Point(label, p.seed, p.sweep), data.score, float(data.meta["duration_s"]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

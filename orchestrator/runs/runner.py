@@ -18,7 +18,7 @@ from orchestrator.engine.clock import PacedClock, SimulatedClock
 from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
-from orchestrator.engine.journal import RunWriter, check_out_dir
+from orchestrator.engine.journal import RunWriter, ScoreOnly, check_out_dir
 from orchestrator.playbook.loader import (MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook,
                                          never_reached, parse_yaml, read_text, runbook_files, tick_issues)
 from orchestrator.engine.scoring import Scorer
@@ -88,10 +88,12 @@ class WorldRun:
     journalled as an ``injected`` event with the tick that consumed it, so that
     ``replay`` can play the run again exactly."""
 
-    def __init__(self, spec: RunSpec, out: Path, hosting: HostingOptions = HostingOptions(), speed: float | None = None,
-                 meta: dict | None = None, keep_action_states: bool = False):
-        """``keep_action_states``: keep the world's state at the end of every tick in which
-        an action took effect (in-process hosting only), for the counterfactuals."""
+    def __init__(self, spec: RunSpec, out: Path | None, hosting: HostingOptions = HostingOptions(),
+                 speed: float | None = None, meta: dict | None = None, keep_action_states: bool = False):
+        """``out``: the run directory, or None for none (``journal.ScoreOnly``: the score
+        and meta are kept in memory). ``keep_action_states``: keep the world's state at
+        the end of every tick in which an action took effect (in-process hosting only),
+        for the counterfactuals."""
         pb, rb_text, rb, self.plan = prepare(spec)
         self.pb = pb
         # the playbook's absolute path, so that a fork finds the runbooks beside it from anywhere
@@ -104,14 +106,15 @@ class WorldRun:
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "never_reached": never_reached(pb.data, None if spec.console else rb,
                                                self.plan.info.start_s + self.plan.ticks * self.plan.info.dt)} | (meta or {})
-        check_out_dir(out)  # before starting any actor
+        if out is not None:
+            check_out_dir(out)  # before starting any actor
         self.host: Host = hosting.make(self.plan)
         try:
-            self.writer = RunWriter(out, self.plan, info, pb.text, rb_text)
+            self.writer = RunWriter(out, self.plan, info, pb.text, rb_text) if out is not None else ScoreOnly(self.plan, info)
         except BaseException:
             self.host.close()
             raise
-        self.dir = Path(out)
+        self.dir = None if out is None else Path(out)
         self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
         self.injections = 0
         self.journal: list[dict] = []  # events of the next tick that come from outside the world
@@ -182,16 +185,20 @@ class WorldRun:
             self.host.close()
 
 
-def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hosting: HostingOptions = HostingOptions(),
+def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None, hosting: HostingOptions = HostingOptions(),
             speed: float | None = None, injections: dict[int, list[dict]] | None = None,
             attribution: bool = False, takeovers: dict[int, dict] | None = None, meta: dict | None = None) -> RunData:
-    """``speed``: simulated seconds per wall second (None: as fast as possible).
+    """``out``: the run directory; None writes none (the returned ``RunData`` has its meta
+    and score, and no ``dir``: a comparison's runs). ``speed``: simulated seconds per
+    wall second (None: as fast as possible).
     ``injections``: tick -> recorded ``injected`` events (and session notes) to send into
     the world again before that tick (a replay). ``takeovers``: tick -> the runbook whose
     operator takes over before that tick (a replayed fork: ``take_over``). ``meta``: more
     for meta.json. ``attribution``: once the run is
     complete, play the counterfactuals of the actions before the loop broke and write
     ``attribution.json`` (orchestrator/runs/attribution.py)."""
+    if attribution and out is None:
+        raise ValueError("execute: the counterfactuals are played from a run directory (out is None)")
     run = WorldRun(spec, out, hosting, speed, meta=meta, keep_action_states=attribution)
     if not injections and not takeovers:  # nothing comes from outside: the hosts may step ahead of the journal
         run.host.run_ahead()
@@ -213,12 +220,17 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
         status = rundir.COMPLETE
     except HostingError as e:
         status = rundir.FAILED
+        if out is None:
+            raise
         raise HostingError(f"{e}; the run directory {out} holds the ticks done before") from None
     except Exception as e:  # a bug: validation has checked everything a playbook can say
         status = rundir.FAILED
+        failed = f"the simulation failed at tick {run.tick} ({type(e).__name__}: {e}). This is a bug in gameday, not in your input"
+        if out is None:
+            raise InternalError(f"{failed}; play this run with `gameday run` (same playbook, runbook and seed) for a run "
+                                f"directory with the details to report") from None
         (Path(out) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        raise InternalError(f"the simulation failed at tick {run.tick} ({type(e).__name__}: {e}). This is a bug in "
-                            f"gameday, not in your input; the run directory {out} holds the ticks done before, and "
+        raise InternalError(f"{failed}; the run directory {out} holds the ticks done before, and "
                             f"{Path(out) / 'error.txt'} the details to report") from None
     finally:
         if bar is not None:
@@ -228,6 +240,8 @@ def execute(spec: RunSpec, out: Path, progress: bool = False, clock=None, hostin
         from orchestrator.runs import attribution as counterfactual  # it plays worlds itself: imported when used
 
         counterfactual.write(out, run.action_states)
+    if out is None:
+        return RunData(dir=None, meta=run.writer.meta, score=run.writer.score)
     return load_run(out)
 
 
