@@ -25,13 +25,23 @@ class Issue:
         return f"{self.location}: got {shown}; expected {self.expected}"
 
 
+def nearest(value, known) -> str | None:
+    """The known name most like ``value`` if one is near enough to be what was meant (a
+    misspelling: difflib's similarity of at least 0.6), else None."""
+    close = difflib.get_close_matches(str(value), [str(k) for k in known], n=1)
+    return close[0] if close and close[0] != str(value) else None
+
+
 def closest_first(value, known) -> str:
-    """The known names for an error message, those most like ``value`` first (a misspelling
-    finds its fix at the front); "none" if there are none."""
+    """The known names for an error message, those most like ``value`` first, and a guess
+    if ``value`` looks like a misspelling of one of several ("X, Y, ...; did you mean X?");
+    "none" if there are none."""
     known = sorted(set(map(str, known)))
     if not known:
         return "none"
-    return ", ".join(difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0))
+    listed = ", ".join(difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0))
+    near = nearest(value, known) if len(known) > 1 else None  # (one name: the list is the guess)
+    return listed if near is None else f"{listed}; did you mean {near}?"
 
 
 class InvalidInput(GamedayError):

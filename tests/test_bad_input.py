@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli import main
+from orchestrator.errors import closest_first, nearest
 
 CORPUS = Path(__file__).parent / "corpus"
 VALID = CORPUS / "valid_minimal.yaml.j2"
@@ -189,6 +190,15 @@ REAL = ["yaml_syntax_error.yaml.j2", "field_and_reference_errors.yaml.j2", "unde
         "runbook_unknown_mitigation.yaml", "runbook_yaml_syntax_error.yaml", "set_unknown_variable", "set_wrong_type",
         "vars_wrong_type", "negative_seed"]
 REAL_CASES = [c for c in CASES if c.id in REAL]
+
+
+def test_a_misspelt_name_is_guessed_and_a_name_like_none_of_the_known_is_not():
+    ops = ["restart", "add_devices", "throttle"]
+    guess = closest_first("add_servers", ops)
+    assert guess.startswith("add_devices, ") and guess.endswith("; did you mean add_devices?")
+    assert closest_first("cuont", ["count"]) == "count"  # (the one name is the guess)
+    assert sorted(closest_first("xyz", ops).split(", ")) == sorted(ops)  # no guess, every name
+    assert nearest("add_devices", ops) is None  # (a known name is not a misspelling of itself)
 
 
 def test_every_broken_file_in_the_corpus_has_a_case():

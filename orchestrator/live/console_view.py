@@ -4,10 +4,10 @@ to a request. No I/O here, so that ``console_app`` stays thin and this is easy t
 """
 from __future__ import annotations
 
-import difflib
 import shlex
 
 from agents.base import RATIO
+from orchestrator.errors import nearest
 from orchestrator.live.protocol import kept_pace
 from reports.timefmt import format_clock, format_duration, parse_clock
 
@@ -272,8 +272,8 @@ def _check_param(action: str, name: str, raw: str, default):
 
 
 def _unknown(kind: str, name: str, known, hint: str) -> ValueError:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    maybe = f"; did you mean {close[0]}?" if close else ""
+    close = nearest(name, known)
+    maybe = f"; did you mean {close}?" if close else ""
     return ValueError(f"unknown {kind} {name!r}{maybe}; {hint}")
 
 
