@@ -29,11 +29,35 @@ def _figure(title: str, ylabel: str):
     return fig, ax
 
 
+LABEL_GAP = 0.022  # an action label's line (7-point text, drawn upright) as a share of the x axis' width
+LABEL_LINES = 3  # names under one marker at most; the rest are counted
+
+
+def action_labels(hours: list[tuple[float, str]], span: float) -> list[tuple[float, str]]:
+    """(hours, text) of the labels of actions at ``hours`` (hours, name) on an x axis
+    ``span`` hours wide, each drawn to the right of its first action's marker, so that no
+    two overlap: an action closer to the label before than that label's width takes a
+    line of it (up to LABEL_LINES names, then "+N more")."""
+    groups: list[tuple[float, list[str], int]] = []  # (hours of the first, names shown, names in all)
+    for x, name in sorted(hours, key=lambda h: h[0]):
+        if groups:
+            at, names, n = groups[-1]
+            if x - at < min(n, LABEL_LINES) * LABEL_GAP * span:
+                groups[-1] = (at, names + [name] if n < LABEL_LINES else names, n + 1)
+                continue
+        groups.append((x, [name], 1))
+    return [(at, "\n".join(names[:-1] + [f"{names[-1]} +{n - len(names)} more"] if n > len(names) else names))
+            for at, names, n in groups]
+
+
 def _finish(fig, ax, analysis: Analysis, dt: float, start_label: str) -> bytes:
-    for a in analysis.actions:
-        ax.axvline(a["tick"] * dt / 3600.0, color="tab:red", alpha=0.5, lw=1, ls="--")
-        ax.annotate(a["action"], (a["tick"] * dt / 3600.0, 1.0), xycoords=("data", "axes fraction"), rotation=90,
-                    fontsize=7, color="tab:red", va="top", ha="right")
+    marks = [(a["tick"] * dt / 3600.0, a["action"]) for a in analysis.actions]
+    for x, _ in marks:
+        ax.axvline(x, color="tab:red", alpha=0.5, lw=1, ls="--")
+    lo, hi = ax.get_xlim()
+    for x, text in action_labels(marks, hi - lo):
+        ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="tab:red",
+                    va="top", ha="left", linespacing=1.0)
     ax.set_xlabel(f"hours after {start_label}")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))

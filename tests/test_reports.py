@@ -7,6 +7,7 @@ import pytest
 from helpers import check_score_record, chromium
 from reports.analysis import IMPAIRED_ERROR_RATIO, analyse
 from reports.build import write_report
+from reports.charts import LABEL_GAP, action_labels
 
 
 def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
@@ -299,3 +300,15 @@ def test_a_never_fired_rules_for_is_explained_by_its_longest_unbroken_stretch():
     assert text == ("in ground truth db.wait was < 1 for 6 s in all from tick 11, at most 3 s without a break "
                     "(from tick 15) where it needed 5 min")
     assert "without a break" not in _why_metric("db.wait", {"metric": "db.wait", "below": 1}, m, 1.0, str)
+
+
+def test_action_labels_on_a_chart_never_overlap_and_name_or_count_every_action():
+    span = 12.0  # hours on the x axis
+    marks = [(1.0, "a"), (1.0, "b"), (1.1, "c"), (1.15, "d"), (1.2, "e"), (3.0, "f"), (3.2, "g"), (9.0, "h")]
+    labels = action_labels(marks, span)
+    assert labels[0] == (1.0, "a\nb\nc +2 more") and labels[-1] == (9.0, "h")
+    for (x, text), (x_next, _) in zip(labels, labels[1:]):  # each label ends before the next begins
+        assert x_next - x >= (text.count("\n") + 1) * LABEL_GAP * span
+    named = sum(1 for _, t in labels for line in t.split("\n"))
+    more = sum(int(line.split("+")[1].split()[0]) for _, t in labels for line in t.split("\n") if " more" in line)
+    assert named + more == len(marks)
