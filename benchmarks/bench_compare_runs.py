@@ -6,7 +6,8 @@ report written to a temporary directory, removed afterwards) for the us-east-1-2
 playbook: 5 runbooks (none, historical, protect-early, shed-load, restart-devices) x 20
 seeds, 100 runs at the playbook's duration (12 h), and prints, measured in the same run:
   - one bare in-process run of the same duration (``orchestrator.run``, runbook
-    historical, seed 1) in this process, before the comparison
+    historical, seed 1) in this process, before the comparison, with its run directory
+    and then without one, as the comparison plays its runs (the ideal below uses that one)
   - the comparison's wall time (the whole command: start-up, Ray, the runs, the
     statistics and the report), its runs per second and seconds per run per core
   - the ideal time on this machine's cores (runs x bare run / CPUs) and the comparison's
@@ -39,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orchestrator  # noqa: E402
-from reports.timefmt import format_duration  # noqa: E402
+from orchestrator.runs.runner import RunSpec, execute  # noqa: E402
+from reports.timefmt import format_duration, parse_duration  # noqa: E402
 
 PLAYBOOK = "us-east-1-2021"
 RUNBOOKS = "none,historical,protect-early,shed-load,restart-devices"
@@ -76,6 +78,12 @@ def main() -> None:
         sim = format_duration(float(bare.meta["duration_s"]))
         print(f"bare in-process run ({PLAYBOOK}, historical, seed 1, {sim} simulated): {bare_s:.2f} s "
               f"(engine {float(bare.meta['wall_seconds']):.2f} s)", flush=True)
+
+        t0 = time.perf_counter()
+        execute(RunSpec(PLAYBOOK, runbook="historical", seed=1, duration=parse_duration(a.duration) if a.duration else None),
+                None)
+        bare_s = time.perf_counter() - t0  # what a comparison's run is: no run directory
+        print(f"the same run without a run directory, as a comparison plays it: {bare_s:.2f} s", flush=True)
 
         wall = comparison(runbooks, a.seeds, a.duration, tmp / "compare", tmp / "cache" if a.again else None)
         again = comparison(runbooks, a.seeds + 1, a.duration, tmp / "again", tmp / "cache") if a.again else None

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +162,33 @@ def test_runs_played_without_a_directory_give_the_rows_and_scores_of_runs_kept(t
     assert data.meta["status"] == meta["status"] == "complete" and data.meta["ticks_done"] == meta["ticks_done"] > 0
     with pytest.raises(ValueError, match="without a run directory"):
         data.metrics
+
+
+def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
+    """A real ``gameday compare`` sent SIGINT once a few runs are in its cache: it writes the
+    tables and the report of the runs done, spread over both runbooks, and exits 130."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
+                             "--seeds", "500", "--serial", "--cache", str(cache), "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    try:
+        while len(list(cache.glob("*/*.json"))) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    runs = pd.read_csv(out / "results.csv")
+    assert 3 <= len(runs) < 1000 and set(runs["runbook"]) == {"none", "fix_early"}
+    per_runbook = runs["runbook"].value_counts()
+    assert abs(per_runbook["none"] - per_runbook["fix_early"]) <= 1  # seed by seed
+    assert f"interrupted after {len(runs)} of 1000 runs" in err
+    assert f"interrupted: {len(runs)} of the 1000 runs planned" in (out / "compare.md").read_text()
+    assert len(pd.read_csv(out / "summary.csv")) == 2 and len(pd.read_csv(out / "pairs.csv")) == 1
 
 
 # -- the cache of runs ------------------------------------------------------------------------------

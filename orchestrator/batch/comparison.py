@@ -86,8 +86,20 @@ def _sweep_issues(playbook: str, sweeps: dict[str, list]) -> list[Issue]:
 
 
 def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list]) -> list[Point]:
+    """Every run, in the order they are started: seed by seed, every runbook of a seed
+    together, so that the runs done at any moment (an interrupted comparison's) are
+    spread evenly over the runbooks."""
     grid = [dict(zip(sweeps, combo)) for combo in itertools.product(*sweeps.values())] or [{}]
-    return [Point(rb, seed, point) for point in grid for rb in runbooks for seed in seeds]
+    return [Point(rb, seed, point) for point in grid for seed in seeds for rb in runbooks]
+
+
+class ComparisonInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a comparison once some runs were done: ``table`` holds those (and any
+    taken from a cache), as ``compare`` would return them; ``done`` of ``planned``."""
+
+    def __init__(self, table: pd.DataFrame, done: int, planned: int):
+        super().__init__(f"interrupted after {done} of {planned} runs")
+        self.table, self.done, self.planned = table, done, planned
 
 
 def row_of(point: Point, score: Score, horizon_s: float) -> dict:
@@ -255,6 +267,13 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
                 played(i, run_point(shipped_playbook, task, sets, duration, tick, keep[i]))
         else:
             _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers)
+    except KeyboardInterrupt:
+        done = [r for r in rows if r is not None]
+        if not done:
+            raise
+        df = table(done, list(dict(sweeps or {})))
+        df.attrs["reused"] = reused
+        raise ComparisonInterrupted(df, len(done), len(points)) from None
     finally:
         if bar is not None:
             bar.close()
@@ -274,13 +293,18 @@ def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, pl
     limit = max_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     pending: dict = {}
     todo = list(tasks.items())
-    while todo or pending:
-        while todo and len(pending) < limit:
-            i, t = todo.pop(0)
-            pending[task.remote(playbook, t, sets, duration, tick, keep[i])] = i
-        done, _ = ray.wait(list(pending), num_returns=1)
-        for ref in done:
-            played(pending.pop(ref), ray.get(ref))
+    try:
+        while todo or pending:
+            while todo and len(pending) < limit:
+                i, t = todo.pop(0)
+                pending[task.remote(playbook, t, sets, duration, tick, keep[i])] = i
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                played(pending.pop(ref), ray.get(ref))
+    except KeyboardInterrupt:
+        for ref in pending:  # (a cluster's CPUs are not left to runs nobody waits for)
+            ray.cancel(ref, force=True)
+        raise
 
 
 def table(rows: list[dict], sweep_vars: list[str]) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """The commands over many runs: compare, phasemap."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -41,22 +42,30 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     p90 time to break the loop with bootstrap 95% CIs, impact), pairs.csv (each pair's
     effect sizes with 95% CIs, Fisher's exact test on success rates and Mann-Whitney U
     on times to break, Holm-corrected, and whether the seeds could show a difference at
-    all) and the comparison report, and prints the summary and the verdicts.
+    all) and the comparison report, and prints the summary and the verdicts. Ctrl-C
+    writes all of them for the runs done (started seed by seed) and exits 130.
     """
     from reports.compare_report import summary_lines, write_comparison
-    from orchestrator.batch.comparison import compare, parse_sweeps
+    from orchestrator.batch.comparison import ComparisonInterrupted, compare, parse_sweeps
 
     sweep = parse_sweeps(list(sweeps))
     values = variables(playbook, sets, vars_file)
     out = out_dir(out, f"runs/compare-{stem(playbook)}")
     check_out_dir(out)
-    df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
-                 progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
-                 cache=Path(cache) if cache else None)
+    interrupted = None
+    try:
+        df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
+                     progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
+                     cache=Path(cache) if cache else None)
+    except ComparisonInterrupted as e:  # what was played is not lost: the tables and the report cover it
+        df, interrupted = e.table, e
     from orchestrator.playbook.loader import load_playbook
 
     name = load_playbook(playbook, values).name  # (checked by compare already)
-    written = write_comparison(df, out, list(sweep), {"playbook": name, "seeds": seeds}, report=report)
+    info = {"playbook": name, "seeds": seeds}
+    if interrupted is not None:
+        info["interrupted"] = f"interrupted: {interrupted.done} of the {interrupted.planned} runs planned"
+    written = write_comparison(df, out, list(sweep), info, report=report)
     if cache:
         click.echo(_from_cache(df, cache))
     for line in summary_lines(written.summary, written.pairs, list(sweep)):
@@ -64,6 +73,10 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     if written.report is not None:
         click.echo(f"report: {written.report}")
     click.echo(f"results: {out / 'results.csv'}")
+    if interrupted is not None:
+        click.echo(f"interrupted after {interrupted.done} of {interrupted.planned} runs: the tables and the report "
+                   f"cover those", err=True)
+        sys.exit(130)
 
 
 def _from_cache(runs, cache: str) -> str:
