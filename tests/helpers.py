@@ -5,6 +5,7 @@ from contextlib import contextmanager
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -192,6 +193,24 @@ def wait_for(what, timeout=30.0, every=0.1):
             return value
         time.sleep(every)
     raise AssertionError(f"not within {timeout} s: {what.__doc__ or what}")
+
+
+def interrupt_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> str:
+    """Send SIGINT to ``proc`` (a command started with text pipes) once ``ready()`` holds,
+    as Ctrl-C does; its stderr once it has exited. Fails if it exits before, or if
+    ``ready()`` does not hold within ``timeout`` s; a command left running is killed."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"not within {timeout} s: {ready.__doc__ or ready}"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def built_in_from(tmp_path: Path, name: str, start: str) -> str:

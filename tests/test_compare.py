@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import io
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ import pandas as pd
 import pytest
 
 import orchestrator
+from helpers import interrupt_when
 from orchestrator.batch.comparison import compare
 from orchestrator.runs.runner import RunSpec, execute
 from reports import compare_stats as cs
@@ -171,16 +170,7 @@ def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
                              "--seeds", "500", "--serial", "--cache", str(cache), "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    try:
-        while len(list(cache.glob("*/*.json"))) < 3:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    err = interrupt_when(proc, lambda: len(list(cache.glob("*/*.json"))) >= 3, timeout=300)
     assert proc.returncode == 130, err
     runs = pd.read_csv(out / "results.csv")
     assert 3 <= len(runs) < 1000 and set(runs["runbook"]) == {"none", "fix_early"}
