@@ -7,6 +7,7 @@ order they ran (a test checks parallel against one by one, and a multi-node clus
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -303,7 +304,8 @@ def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, pl
                 played(pending.pop(ref), ray.get(ref))
     except KeyboardInterrupt:
         for ref in pending:  # (a cluster's CPUs are not left to runs nobody waits for)
-            ray.cancel(ref, force=True)
+            with contextlib.suppress(Exception):  # (a local Ray may be stopping on the same Ctrl-C)
+                ray.cancel(ref, force=True)
         raise
 
 
