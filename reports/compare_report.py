@@ -168,6 +168,17 @@ def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: d
     return Comparison(summ, tests, written)
 
 
+def _intro(n: int, info: dict) -> str:
+    """The comparison report's first sentence, in both formats: how many runs, of what."""
+    if "interrupted" in info:
+        what = f" ({info['interrupted']})"
+    else:
+        what = f" ({info['seeds']} seeds per runbook and sweep point)" if "seeds" in info else ""
+    each = f", each {info['horizon']} of simulated time" if "horizon" in info else ""
+    return f"{n} runs{what}{each}. Time to break the loop counts from the trigger; a run whose loop never formed " \
+           f"counts as 0, a run still stuck at the horizon as not broken."
+
+
 def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] | None = None,
                             info: dict | None = None, stats: tuple[pd.DataFrame, pd.DataFrame] | None = None
                             ) -> list[Path]:
@@ -194,7 +205,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     outcome_lines = ["| " + " | ".join(map(str, heads)) + " |", "|" + "---|" * len(keys) + "---:|" * len(outcomes.columns)]
     outcome_lines += ["| " + " | ".join(str(r[h]) for h in heads) + " |" for r in records]
     env = environment()
-    ctx = {"info": info or {}, "rows": rows, "verdicts": verdicts, "test": cs.TEST, "n": len(df),
+    ctx = {"info": info or {}, "intro": _intro(len(df), info or {}), "rows": rows, "verdicts": verdicts, "test": cs.TEST, "n": len(df),
            "outcomes": records, "outcome_names": list(outcomes.columns), "keys": keys, "outcome_lines": outcome_lines,
            "power_notes": power_notes(tests, sweep_vars)}
     (out / "compare.md").write_text(env.get_template("compare.md.j2").render(
