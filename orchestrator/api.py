@@ -46,7 +46,9 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
     ``seeds``: N (seeds 1..N) or a list; ``sweep``: {variable: [values]}, every
     combination is a sweep point. ``cache``: a directory where each run's row is kept
     and from which runs played before are taken (``orchestrator.batch.run_cache``).
-    ``reports.compare_stats.summary(df)`` and ``pairs(df)`` give the statistics."""
+    ``reports.compare_stats.summary(df)`` and ``pairs(df)`` give the statistics.
+    Ctrl-C once some runs are done raises ``ComparisonInterrupted`` (a KeyboardInterrupt,
+    from ``orchestrator.batch.comparison``) whose ``table`` holds them."""
     from orchestrator.batch.comparison import compare as run_comparison
 
     return run_comparison(playbook, list(runbooks), seeds, sweep or {}, sets,
