@@ -262,6 +262,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         if bar is not None:
             bar.update(1)
 
+    interrupted = False
     try:
         if not parallel:
             for i, task in tasks.items():
@@ -269,17 +270,17 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         else:
             _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers)
     except KeyboardInterrupt:
-        done = [r for r in rows if r is not None]
-        if not done:
+        if all(r is None for r in rows):
             raise
-        df = table(done, list(dict(sweeps or {})))
-        df.attrs["reused"] = reused
-        raise ComparisonInterrupted(df, len(done), len(points)) from None
+        interrupted = True
     finally:
         if bar is not None:
             bar.close()
-    df = table(rows, list(dict(sweeps or {})))
+    done = [r for r in rows if r is not None]  # (all of them unless interrupted)
+    df = table(done, list(dict(sweeps or {})))
     df.attrs["reused"] = reused
+    if interrupted:
+        raise ComparisonInterrupted(df, len(done), len(points))
     return df
 
 
