@@ -19,6 +19,22 @@ COMPARE = {"playbook": "tests/playbooks/mini_loop.yaml.j2", "runbooks": ["none",
            "seeds": 3, "sweep": {"clients": [1000, 2000]}}
 
 
+def _schedulable_everywhere() -> None:
+    """One task pinned to each node, waited for. A node is "Alive" in ray.nodes() before the
+    head's scheduler sees its resources, and until then a soft node affinity (what
+    RayHost(spread=True) asks, so that a host can go elsewhere) quietly falls back on the
+    head: a CI run got every host on one node."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def node_id():
+        return ray.get_runtime_context().get_node_id()
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    pinned = [node_id.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
+    assert sorted(ray.get(pinned, timeout=120)) == sorted(nodes)
+
+
 def main(ticks: int) -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
@@ -27,6 +43,7 @@ def main(ticks: int) -> None:
     deadline = time.monotonic() + 60
     while sum(n["Alive"] for n in ray.nodes()) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
+    _schedulable_everywhere()
     try:
         _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=2, duration=ticks))
         clean, hosted = InProcessHost(plan), RayHost(plan, placement="kind", spread=True)
