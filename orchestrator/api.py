@@ -39,7 +39,7 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
 
 def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), seeds=10, sweep: dict | None = None,
             sets: dict | None = None, duration=None, tick=None, address: str | None = None, parallel: bool = True,
-            progress: bool = False, max_workers: int | None = None, cache: str | None = None):
+            progress: bool = False, max_workers: int | None = None, cache: str | None = None, time_limit=None):
     """Every (runbook, seed, sweep point) as a whole world in a Ray task (``parallel``;
     on the cluster at ``address``, else a local Ray) or one by one here; returns the
     results as a pandas DataFrame, one row per run (see ``orchestrator.batch.comparison.COLUMNS``).
@@ -47,6 +47,8 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
     combination is a sweep point. ``cache``: a directory where each run's row is kept
     and from which runs played before are taken (``orchestrator.batch.run_cache``).
     ``reports.compare_stats.summary(df)`` and ``pairs(df)`` give the statistics.
+    ``time_limit`` (e.g. "5m" of wall-clock time): then no run starts, and the table
+    holds the seeds whose every run was done (``df.attrs["partial"]`` says how many).
     Ctrl-C once some runs are done raises ``ComparisonInterrupted`` (a KeyboardInterrupt,
     from ``orchestrator.batch.comparison``) whose ``table`` holds them."""
     from orchestrator.batch.comparison import compare as run_comparison
@@ -54,4 +56,5 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
     return run_comparison(playbook, list(runbooks), seeds, sweep or {}, sets,
                           parse_duration(duration) if duration is not None else None,
                           parse_duration(tick) if tick is not None else None, address, parallel, progress,
-                          max_workers=max_workers, cache=Path(cache) if cache is not None else None)
+                          max_workers=max_workers, cache=Path(cache) if cache is not None else None,
+                          time_limit=parse_duration(time_limit) if time_limit is not None else None)

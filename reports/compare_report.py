@@ -170,8 +170,8 @@ def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: d
 
 def _intro(n: int, info: dict) -> str:
     """The comparison report's first sentence, in both formats: how many runs, of what."""
-    if "interrupted" in info:
-        what = f" ({info['interrupted']})"
+    if "partial" in info:  # interrupted, or stopped by a time limit: what the table covers
+        what = f" ({info['partial']})"
     else:
         what = f" ({info['seeds']} seeds per runbook and sweep point)" if "seeds" in info else ""
     each = f", each {info['horizon']} of simulated time" if "horizon" in info else ""

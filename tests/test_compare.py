@@ -17,6 +17,7 @@ import pytest
 import orchestrator
 from helpers import interrupt_when
 from orchestrator.batch.comparison import compare
+from orchestrator.errors import InvalidInput
 from orchestrator.runs.runner import RunSpec, execute
 from reports import compare_stats as cs
 
@@ -48,6 +49,17 @@ def test_a_runbook_that_helps_beats_none_and_identical_runbooks_are_not_differen
     assert np.isinf(summ.loc["none", "median_break_s"])
     lo, hi = summ.loc["fix_early", "median_break_ci"]
     assert lo <= summ.loc["fix_early", "median_break_s"] <= hi < 600
+
+
+def test_a_time_limit_on_ray_stops_the_runs_under_way_and_keeps_whole_seeds(ray_session):
+    """As Ray tasks: at the limit, the runs started are cancelled and the table holds the
+    seeds whose runs were all done."""
+    df = orchestrator.compare(MINI, ["none", FIX], seeds=1000, time_limit="10s")
+    k = df["seed"].max()
+    assert 1 <= k < 1000 and len(df) == 2 * k
+    assert df.attrs["partial"].startswith(f"time limit 10s: {k} of the 1000 seeds, {2 * k} of the 2000 runs planned")
+    for runbook in ("none", "fix_early"):
+        assert sorted(df[df["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
 
 
 def test_results_in_parallel_equal_results_run_one_by_one(on_ray):
@@ -128,7 +140,9 @@ def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
                                                                          "value of the same type as the default 2000"),
                         (["-r", "none", "--sweep", "clients=1000,2000", "--set", "clients=500"],
                          "--set clients: got 500; expected a variable that is not also swept"),
-                        (["-r", FIX, "-r", FIX], "given twice"))):
+                        (["-r", FIX, "-r", FIX], "given twice"),
+                        (["-r", "none", "--time-limit", "0s"], "--time-limit: got '0s'; expected a wall-clock time"),
+                        (["-r", "none", "--time-limit", "soon"], "'soon' is not a duration"))):
         out = tmp_path / f"cmp{i}"
         proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, *args, "--seeds", "2",
                                "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -179,6 +193,37 @@ def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
     assert f"interrupted after {len(runs)} of 1000 runs" in err
     assert f"interrupted: {len(runs)} of the 1000 runs planned" in (out / "compare.md").read_text()
     assert len(pd.read_csv(out / "summary.csv")) == 2 and len(pd.read_csv(out / "pairs.csv")) == 1
+
+
+def test_a_time_limit_keeps_the_seeds_done_in_time_and_caches_the_other_runs(tmp_path):
+    """A real ``gameday compare --time-limit``, one by one: it stops starting runs at the
+    limit, its tables and report cover whole seeds only (every runbook on the same seeds,
+    1 to k), say so, and exit 0; a run of a seed not finished is kept in the cache."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
+                           "--seeds", "500", "--serial", "--time-limit", "4s", "--cache", str(cache), "--out", str(out),
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = pd.read_csv(out / "results.csv")
+    k = runs["seed"].max()
+    assert 1 <= k < 500
+    for runbook in ("none", "fix_early"):
+        assert sorted(runs[runs["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
+    played = len(list(cache.glob("*/*.json")))
+    assert played in (2 * k, 2 * k + 1)  # one by one: at most one run of the seed the limit cut
+    left_out = "; left out: 1 run of a seed not finished" if played > 2 * k else ""
+    said = f"time limit 4s: {k} of the 500 seeds, {2 * k} of the 1000 runs planned{left_out}"
+    assert f"{said}: the tables and the report cover those" in proc.stdout
+    assert f"{2 * k} runs ({said})" in (out / "compare.md").read_text()
+    first = compare(MINI, ["none", FIX], [1, 2], parallel=False)  # the rows are those of a comparison played whole
+    pd.testing.assert_frame_equal(runs[runs["seed"] <= 2].reset_index(drop=True),
+                                  pd.read_csv(io.StringIO(first.to_csv(index=False))))
+
+
+def test_a_time_limit_too_short_for_one_seed_says_so():
+    with pytest.raises(InvalidInput, match=r"--time-limit: got '1e-09s'; expected time for every run of one seed "
+                                           r"\(2 runs; 0 runs were done\)"):
+        compare(MINI, ["none", FIX], 3, parallel=False, time_limit=1e-9)
 
 
 # -- the cache of runs ------------------------------------------------------------------------------

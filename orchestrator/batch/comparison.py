@@ -13,12 +13,14 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from reports.rundir import Score
+from reports.timefmt import format_duration
 from orchestrator.errors import InvalidInput, Issue, NotFound
 from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
@@ -87,11 +89,25 @@ def _sweep_issues(playbook: str, sweeps: dict[str, list]) -> list[Issue]:
 
 
 def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list]) -> list[Point]:
-    """Every run, in the order they are started: seed by seed, every runbook of a seed
-    together, so that the runs done at any moment (an interrupted comparison's) are
-    spread evenly over the runbooks."""
+    """Every run, in the order they are started: seed by seed, every runbook and sweep
+    point of a seed together, so that the runs done at any moment (an interrupted or
+    time-limited comparison's) are spread evenly over them, and whole seeds end first."""
     grid = [dict(zip(sweeps, combo)) for combo in itertools.product(*sweeps.values())] or [{}]
-    return [Point(rb, seed, point) for point in grid for seed in seeds for rb in runbooks]
+    return [Point(rb, seed, point) for seed in seeds for point in grid for rb in runbooks]
+
+
+def whole_seeds(points: list[Point], rows: list) -> set[int]:
+    """The seeds every run of which has a row: the runbooks compared on the same seeds."""
+    seeds = {p.seed for p in points}
+    return seeds - {p.seed for p, row in zip(points, rows) if row is None}
+
+
+def past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _limit_text(seconds: float) -> str:
+    return format_duration(seconds) if seconds >= 1 else f"{seconds:g}s"
 
 
 class ComparisonInterrupted(KeyboardInterrupt):
@@ -204,14 +220,18 @@ def check_points(playbook: str, points: list[Point], sets: dict, duration, tick)
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
             duration: float | None = None, tick: float | None = None, address: str | None = None,
             parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
-            max_workers: int | None = None, cache: Path | None = None) -> pd.DataFrame:
+            max_workers: int | None = None, cache: Path | None = None, time_limit: float | None = None) -> pd.DataFrame:
     """Run every (runbook, seed, sweep point) and return the results table.
     ``seeds``: a number N (seeds 1..N) or a list. ``parallel``: as Ray tasks (on the
     cluster at ``address``, else a local Ray), or one by one in this process.
     ``max_workers``: at most this many runs at once (default: as many as Ray has CPUs).
     ``cache``: a directory of the rows of runs played before (``run_cache``): a run
     found there is not played again, and a run played is kept there; the table's
-    ``attrs["reused"]`` counts the runs taken from it."""
+    ``attrs["reused"]`` counts the runs taken from it. ``time_limit``: seconds of wall
+    time from the call after which no run starts and the runs under way are stopped; the
+    table then holds the seeds whose every run was done (``attrs["partial"]`` says how
+    many of those planned), and the runs of the other seeds go to the cache only."""
+    deadline = None if time_limit is None else time.monotonic() + time_limit
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     issues = []
     if not runbooks:
@@ -230,6 +250,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     issues += [Issue(f"--set {var}", (sets or {})[var], f"a variable that is not also swept (--sweep {var} gives its "
                      "values, which would override this one)") for var in (sweeps or {}) if var in (sets or {})]
     issues += _sweep_issues(playbook, dict(sweeps or {}))
+    if time_limit is not None and not time_limit > 0:
+        issues.append(Issue("--time-limit", _limit_text(time_limit), "a wall-clock time longer than 0 (e.g. 5m)"))
     if issues:
         raise InvalidInput("gameday compare", "options", issues)
     sets = dict(sets or {})
@@ -245,7 +267,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             row = store.get(key)
             if row is not None:  # the point's own names: the same run may be another runbook file's or sweep's
                 rows[i] = {**row, "runbook": runbook_label(p.runbook), "seed": p.seed, **p.sweep}
-    reused = sum(r is not None for r in rows)
+    cached = {i for i, r in enumerate(rows) if r is not None}
     todo = [i for i, r in enumerate(rows) if r is None]
     shipped_playbook = portable(playbook)
     tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep} for i in todo}
@@ -253,7 +275,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(points), initial=reused, unit="run", desc="comparing", disable=None, leave=False)
+        bar = tqdm(total=len(points), initial=len(cached), unit="run", desc="comparing", disable=None, leave=False)
 
     def played(i: int, row: dict) -> None:
         rows[i] = row
@@ -262,13 +284,17 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         if bar is not None:
             bar.update(1)
 
-    interrupted = False
+    interrupted = stopped = False
     try:
         if not parallel:
             for i, task in tasks.items():
+                if past(deadline):
+                    stopped = True
+                    break
                 played(i, run_point(shipped_playbook, task, sets, duration, tick, keep[i]))
         else:
-            _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers)
+            stopped = _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers,
+                                  deadline)
     except KeyboardInterrupt:
         if all(r is None for r in rows):
             raise
@@ -276,18 +302,40 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     finally:
         if bar is not None:
             bar.close()
-    done = [r for r in rows if r is not None]  # (all of them unless interrupted)
+    partial = None
+    if stopped:  # the time limit: whole seeds only, so that every runbook is compared on the same ones
+        kept = whole_seeds(points, rows)
+        played_runs = sum(r is not None for r in rows)
+        if not kept:
+            raise InvalidInput("gameday compare", "options", [Issue(
+                "--time-limit", _limit_text(time_limit),
+                f"time for every run of one seed ({len(points) // len(seeds)} runs; {played_runs} runs were done"
+                f"{', kept in the cache' if cache is not None else ''})")])
+        left_out = [i for i, (p, r) in enumerate(zip(points, rows)) if r is not None and p.seed not in kept]
+        for i in left_out:
+            rows[i] = None
+        partial = (f"time limit {_limit_text(time_limit)}: {len(kept)} of the {len(seeds)} seeds, "
+                   f"{played_runs - len(left_out)} of the {len(points)} runs planned")
+        if left_out:
+            cut = len({points[i].seed for i in left_out})
+            partial += (f"; left out: {len(left_out)} {'run' if len(left_out) == 1 else 'runs'} of "
+                        f"{'a seed' if cut == 1 else f'{cut} seeds'} not finished")
+    done = [r for r in rows if r is not None]  # (all of them unless interrupted or stopped)
     df = table(done, list(dict(sweeps or {})))
-    df.attrs["reused"] = reused
+    df.attrs["reused"] = sum(rows[i] is not None for i in cached)
+    if partial:
+        df.attrs["partial"] = partial
     if interrupted:
         raise ComparisonInterrupted(df, len(done), len(points))
     return df
 
 
-def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, played, address, max_workers) -> None:
-    """Play ``tasks`` (point index -> task) as Ray tasks; ``played(i, row)`` as each ends."""
+def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, played, address, max_workers,
+                deadline: float | None = None) -> bool:
+    """Play ``tasks`` (point index -> task) as Ray tasks; ``played(i, row)`` as each ends.
+    Returns whether the ``deadline`` (``time.monotonic()``) stopped it before the end."""
     if not tasks:
-        return
+        return False
     from orchestrator.hosting.ray_hosting import ensure_ray
 
     ray = ensure_ray(address)
@@ -300,9 +348,19 @@ def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, pl
             while todo and len(pending) < limit:
                 i, t = todo.pop(0)
                 pending[task.remote(playbook, t, sets, duration, tick, keep[i])] = i
-            done, _ = ray.wait(list(pending), num_returns=1)
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
             for ref in done:
                 played(pending.pop(ref), ray.get(ref))
+            if past(deadline) and (todo or pending):
+                # Interrupted as by Ctrl-C, so that a run keeping its directory closes it
+                # (status "interrupted"); waited for, so that none is still writing.
+                for ref in pending:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref)
+                ray.wait(list(pending), num_returns=len(pending), timeout=60)
+                return True
+        return False
     except KeyboardInterrupt:
         for ref in pending:  # (a cluster's CPUs are not left to runs nobody waits for)
             with contextlib.suppress(Exception):  # (a local Ray may be stopping on the same Ctrl-C)

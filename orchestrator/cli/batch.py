@@ -8,8 +8,8 @@ import click
 
 from orchestrator.engine.journal import check_out_dir
 
-from .options import (address_option, cache_option, duration_option, out_dir, out_option, playbook_argument,
-                      progress_option, serial_option, stem, tick_option, variable_options, variables)
+from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
+                      playbook_argument, progress_option, serial_option, stem, tick_option, variable_options, variables)
 from .root import main
 
 
@@ -30,11 +30,14 @@ from .root import main
 @click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk); not "
                                                  "with --cache.")
 @cache_option
+@click.option("--time-limit", callback=duration_value, metavar="DURATION",
+              help="Wall-clock time the comparison may take (e.g. 5m): then no run starts, the runs under way stop, "
+                   "and the tables and the report cover the seeds whose every run was done.")
 @out_option("runs/compare-<playbook>-<time>", "Directory for the results")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
 @progress_option
 def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration, tick, address, workers, serial,
-                    keep_runs, cache, out, report, progress):
+                    keep_runs, cache, time_limit, out, report, progress):
     """Compare runbooks over seeds (and sweeps of playbook variables).
 
     Every (runbook, seed, sweep point) is a whole world run in a Ray task. Writes
@@ -43,7 +46,8 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     effect sizes with 95% CIs, Fisher's exact test on success rates and Mann-Whitney U
     on times to break, Holm-corrected, and whether the seeds could show a difference at
     all) and the comparison report, and prints the summary and the verdicts. Ctrl-C
-    writes all of them for the runs done (started seed by seed) and exits 130.
+    writes all of them for the runs done (started seed by seed) and exits 130;
+    --time-limit writes them for the seeds done in time and exits 0.
     """
     from reports.compare_report import summary_lines, write_comparison
     from orchestrator.batch.comparison import ComparisonInterrupted, compare, parse_sweeps
@@ -56,7 +60,7 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     try:
         df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
                      progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
-                     cache=Path(cache) if cache else None)
+                     cache=Path(cache) if cache else None, time_limit=time_limit)
     except ComparisonInterrupted as e:  # what was played is not lost: the tables and the report cover it
         df, interrupted = e.table, e
     from orchestrator.playbook.loader import load_playbook
@@ -64,7 +68,9 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     name = load_playbook(playbook, values).name  # (checked by compare already)
     info = {"playbook": name, "seeds": seeds}
     if interrupted is not None:
-        info["interrupted"] = f"interrupted: {interrupted.done} of the {interrupted.planned} runs planned"
+        info["partial"] = f"interrupted: {interrupted.done} of the {interrupted.planned} runs planned"
+    elif "partial" in df.attrs:
+        info["partial"] = df.attrs["partial"]
     written = write_comparison(df, out, list(sweep), info, report=report)
     if cache:
         click.echo(_from_cache(df, cache))
@@ -73,6 +79,8 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     if written.report is not None:
         click.echo(f"report: {written.report}")
     click.echo(f"results: {out / 'results.csv'}")
+    if "partial" in info and interrupted is None:
+        click.echo(f"{info['partial']}: the tables and the report cover those")
     if interrupted is not None:
         click.echo(f"interrupted after {interrupted.done} of {interrupted.planned} runs: the tables and the report "
                    f"cover those", err=True)
