@@ -355,17 +355,32 @@ def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, pl
             if past(deadline) and (todo or pending):
                 # Interrupted as by Ctrl-C, so that a run keeping its directory closes it
                 # (status "interrupted"); waited for, so that none is still writing.
-                for ref in pending:
-                    with contextlib.suppress(Exception):
-                        ray.cancel(ref)
-                ray.wait(list(pending), num_returns=len(pending), timeout=60)
+                _stop(ray, pending, played, force=False)
                 return True
         return False
     except KeyboardInterrupt:
-        for ref in pending:  # (a cluster's CPUs are not left to runs nobody waits for)
-            with contextlib.suppress(Exception):  # (a local Ray may be stopping on the same Ctrl-C)
-                ray.cancel(ref, force=True)
+        _stop(ray, pending, played, force=True)  # (a cluster's CPUs are not left to runs nobody waits for)
         raise
+
+
+def _stop(ray, pending: dict, played, force: bool) -> None:
+    """Stop the runs of ``pending`` (ref -> point index), keeping those that ended before
+    they could be stopped. ``force``: kill them (Ctrl-C) rather than interrupt them and
+    wait. Nothing here may raise: a local Ray may be stopping on the same Ctrl-C."""
+    def collect(timeout: float) -> None:
+        with contextlib.suppress(Exception):
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
+            for ref in ready:
+                with contextlib.suppress(Exception):  # (cancelled, or failed: not a row)
+                    row = ray.get(ref, timeout=0)
+                    played(pending.pop(ref), row)
+
+    collect(0)
+    for ref in pending:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=force)
+    if not force:
+        collect(60)
 
 
 def table(rows: list[dict], sweep_vars: list[str]) -> pd.DataFrame:
