@@ -222,3 +222,24 @@ def test_a_number_of_seconds_sets_a_duration_variable(tmp_path, monkeypatch):
     refused = invoke("playbooks", "render", "mine.yaml.j2", "--set", "clients=2s")  # (and not the other way round)
     assert refused.exit_code == 2 and "--set clients: got '2s'; expected a value of the same type as the default 2000" \
         in refused.output
+
+
+def test_ctrl_c_while_the_tables_are_written_takes_effect_once_they_are():
+    """A real SIGINT inside ``interrupt_deferred`` (what a second Ctrl-C does to a comparison
+    writing the tables of the runs its first one saved): the block runs to its end, then
+    KeyboardInterrupt; outside it, Ctrl-C is Ctrl-C again."""
+    import os
+    import signal
+    import time
+
+    from orchestrator.cli.root import interrupt_deferred
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupt_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            finished = True
+    assert finished
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # (the handler runs at once; this only waits if it did not)

@@ -10,7 +10,7 @@ from orchestrator.engine.journal import check_out_dir
 
 from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
                       playbook_argument, progress_option, serial_option, stem, tick_option, variable_options, variables)
-from .root import main
+from .root import interrupt_deferred, main
 
 
 @main.command("compare")
@@ -71,7 +71,8 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
         info["partial"] = f"interrupted: {interrupted.done} of the {interrupted.planned} runs planned"
     elif "partial" in df.attrs:
         info["partial"] = df.attrs["partial"]
-    written = write_comparison(df, out, list(sweep), info, report=report)
+    with interrupt_deferred():  # (Ctrl-C again while the tables are written: once they are)
+        written = write_comparison(df, out, list(sweep), info, report=report)
     if cache:
         click.echo(_from_cache(df, cache))
     for line in summary_lines(written.summary, written.pairs, list(sweep)):
