@@ -282,6 +282,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         if store is not None:
             store.put(keys[i], row)
         if bar is not None:
+            if deadline is not None:  # (its time left for all the runs would be past the limit)
+                bar.set_postfix_str(f"{len(whole_seeds(points, rows))} seeds done, "
+                                    f"{format_duration(max(0.0, deadline - time.monotonic()))} of the limit left",
+                                    refresh=False)
             bar.update(1)
 
     interrupted = stopped = False
