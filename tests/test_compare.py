@@ -355,6 +355,36 @@ def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path)
     assert "\n".join(grid) in (out / "phasemap.md").read_text()
 
 
+def _every_cell_on_the_same_seeds(runs: pd.DataFrame) -> int:
+    """The number of seeds, once checked that every cell of a 2 x 2 map has runs of seeds 1 to it."""
+    k = runs["seed"].max()
+    for _, cell in runs.groupby(["clients", "surge_setups"]):
+        assert sorted(cell["seed"]) == list(range(1, k + 1))
+    assert len(runs) == 4 * k
+    return k
+
+
+def test_a_phase_map_cut_short_maps_the_seeds_played_in_every_cell(tmp_path):
+    """``gameday phasemap`` one by one, stopped by --time-limit (exit 0), then by a real
+    SIGINT (exit 130): either way the map covers the seeds played in every cell, and says so."""
+    args = [sys.executable, "-m", "orchestrator.cli", "phasemap", MINI, "--x", "clients=1000,2000",
+            "--y", "surge_setups=50,200", "--seeds", "500", "--serial"]
+    timed = tmp_path / "timed"
+    proc = subprocess.run([*args, "--time-limit", "4s", "--out", str(timed)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    k = _every_cell_on_the_same_seeds(pd.read_csv(timed / "runs.csv"))
+    assert 1 <= k < 500 and f"{k} seeds per cell (time limit 4s: {k} of the 500 seeds" in (timed / "phasemap.md").read_text()
+    cache, stopped = tmp_path / "cache", tmp_path / "stopped"
+    proc = subprocess.Popen([*args, "--cache", str(cache), "--out", str(stopped)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    err = interrupt_when(proc, lambda: len(list(cache.glob("*/*.json"))) >= 9, timeout=300)  # two seeds and more
+    assert proc.returncode == 130, err
+    k = _every_cell_on_the_same_seeds(pd.read_csv(stopped / "runs.csv"))
+    assert k >= 2 and f"interrupted: {k} of the 500 seeds in every cell: the map covers those" in err
+    assert len(pd.read_csv(stopped / "phasemap.csv")) == 4
+
+
 @pytest.mark.slow  # (the fast subset keeps the cache's command-line checks and counts)
 def test_a_phase_map_extended_through_its_cache_plays_only_its_new_cells(tmp_path):
     args = [sys.executable, "-m", "orchestrator.cli", "phasemap", MINI, "--y", "surge_setups=50,200", "--seeds", "1",

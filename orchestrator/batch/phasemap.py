@@ -24,13 +24,21 @@ PHASE_OF = {"healthy": "healthy", "recovered by itself": "recovered by itself", 
 def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, runbook: str = "none",
               sets: dict | None = None, duration: float | None = None, tick: float | None = None,
               address: str | None = None, parallel: bool = True, progress: bool = False,
-              cache: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+              cache: Path | None = None, time_limit: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, runs): per (x, y) cell the count of runs in each phase and the phase of
-    the majority ("mixed" on a tie); and the comparison's results table. ``cache``: as
-    ``compare``'s (a grid extended plays only its new cells)."""
+    the majority ("mixed" on a tie); and the comparison's results table. ``cache`` and
+    ``time_limit``: as ``compare``'s (a grid extended plays only its new cells; a map cut
+    by its time limit has the seeds whose every cell was played)."""
     runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
-                   parallel=parallel, progress=progress, cache=cache)
+                   parallel=parallel, progress=progress, cache=cache, time_limit=time_limit)
     return classify(runs, x[0], y[0]), runs
+
+
+def whole_seeds_only(runs: pd.DataFrame, cells: int) -> pd.DataFrame:
+    """The runs of the seeds played in every one of the map's ``cells`` (what a map cut
+    short by Ctrl-C can show: every cell over the same seeds)."""
+    per_seed = runs.groupby("seed")["seed"].transform("size")
+    return runs[per_seed == cells].reset_index(drop=True)
 
 
 def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

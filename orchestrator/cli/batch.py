@@ -8,8 +8,8 @@ import click
 
 from orchestrator.engine.journal import check_out_dir
 
-from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
-                      playbook_argument, progress_option, serial_option, stem, tick_option, variable_options, variables)
+from .options import (address_option, cache_option, duration_option, out_dir, out_option, playbook_argument,
+                      progress_option, serial_option, stem, tick_option, time_limit_option, variable_options, variables)
 from .root import interrupt_deferred, main
 
 
@@ -30,9 +30,7 @@ from .root import interrupt_deferred, main
 @click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk); not "
                                                  "with --cache.")
 @cache_option
-@click.option("--time-limit", callback=duration_value, metavar="DURATION",
-              help="Wall-clock time the comparison may take (e.g. 5m): then no run starts, the runs under way stop, "
-                   "and the tables and the report cover the seeds whose every run was done.")
+@time_limit_option
 @out_option("runs/compare-<playbook>-<time>", "Directory for the results")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
 @progress_option
@@ -110,21 +108,42 @@ def _axis(value: str):
 @address_option
 @serial_option
 @cache_option
+@time_limit_option
 @out_option("runs/phasemap-<playbook>-<time>", "Directory")
-def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, serial, cache, out):
+def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, serial, cache, time_limit, out):
     """Map metastability over two variables: each cell healthy (the loop never formed),
     recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
-    (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md."""
+    (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md. Runs
+    start seed by seed over the whole grid; Ctrl-C writes the map of the seeds played in
+    every cell and exits 130; --time-limit does the same and exits 0."""
     from reports.compare_report import write_phase_map
-    from orchestrator.batch.phasemap import phase_map
+    from orchestrator.batch.comparison import ComparisonInterrupted
+    from orchestrator.batch.phasemap import classify, phase_map, whole_seeds_only
 
     xa, ya = _axis(x), _axis(y)
     out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
     check_out_dir(out)
-    cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets), duration,
-                            address=address, parallel=not serial, progress=True, cache=Path(cache) if cache else None)
-    table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{stem(playbook)}, runbook {runbook}, {seeds} seeds per cell")
+    interrupted = None
+    try:
+        cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets), duration,
+                                address=address, parallel=not serial, progress=True,
+                                cache=Path(cache) if cache else None, time_limit=time_limit)
+    except ComparisonInterrupted as e:
+        runs = whole_seeds_only(e.table, len(xa[1]) * len(ya[1]))
+        if runs.empty:  # not one seed in every cell: no map to draw
+            raise KeyboardInterrupt from None
+        interrupted, cells = e, classify(runs, xa[0], ya[0])
+    played = runs["seed"].nunique()
+    title = f"{stem(playbook)}, runbook {runbook}, {played} seeds per cell"
+    partial = (f"interrupted: {played} of the {seeds} seeds in every cell" if interrupted is not None
+               else runs.attrs.get("partial"))
+    with interrupt_deferred():
+        table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{title} ({partial})" if partial else title)
     click.echo("\n".join(table))
     if cache:
         click.echo(_from_cache(runs, cache))
     click.echo(f"phase map: {out / 'phasemap.png'}")
+    if partial:
+        click.echo(f"{partial}: the map covers those", err=interrupted is not None)
+    if interrupted is not None:
+        sys.exit(130)

@@ -71,6 +71,12 @@ def duration_option(what: str):
                         help=f"Simulated time of {what} (e.g. 3h); default from the playbook.")
 
 
+def time_limit_option(f):
+    return click.option("--time-limit", callback=duration_value, metavar="DURATION",
+                        help="Wall-clock time it may take (e.g. 5m): then no run starts, the runs under way stop, and "
+                             "what it writes covers the seeds whose every run was done.")(f)
+
+
 def tick_option(f):
     return click.option("--tick", callback=duration_value, help="Simulated seconds per tick; default from the playbook.")(f)
 
