@@ -18,8 +18,11 @@ seeds, 100 runs at the playbook's duration (12 h), and prints, measured in the s
   - with --again, the same comparison once more with one seed more, through a cache of
     runs (``--cache``): how long a team waits for the table when it adds seeds (or changes
     one runbook) and compares again, against the first comparison
+  - with --time-limit 5m, the comparison stopped at that limit (``--time-limit``): how many
+    whole seeds a team gets in that time (the figures above then count the runs done)
 
     python benchmarks/bench_compare_runs.py [--runbooks none,historical,...] [--seeds 20] [--duration 12h] [--again]
+    python benchmarks/bench_compare_runs.py --seeds 100 --time-limit 5m   # seeds in five minutes
     python benchmarks/bench_compare_runs.py --seeds 1 --runbooks none,historical --duration 10m   # a smoke test
 
 The comparison uses the Ray at RAY_ADDRESS if that is set, as ``gameday compare`` does;
@@ -61,6 +64,7 @@ def main() -> None:
     ap.add_argument("--duration", default=None, help="simulated time of every run (default: the playbook's, 12h)")
     ap.add_argument("--again", action="store_true",
                     help="both comparisons through a cache of runs, then once more with one seed more")
+    ap.add_argument("--time-limit", default=None, help="stop the comparison at this wall-clock time (e.g. 5m)")
     a = ap.parse_args()
     runbooks = [r.strip() for r in a.runbooks.split(",") if r.strip()]
     if not runbooks:
@@ -85,14 +89,18 @@ def main() -> None:
         bare_s = time.perf_counter() - t0  # what a comparison's run is: no run directory
         print(f"the same run without a run directory, as a comparison plays it: {bare_s:.2f} s", flush=True)
 
-        wall = comparison(runbooks, a.seeds, a.duration, tmp / "compare", tmp / "cache" if a.again else None)
-        again = comparison(runbooks, a.seeds + 1, a.duration, tmp / "again", tmp / "cache") if a.again else None
+        wall, done = comparison(runbooks, a.seeds, a.duration, tmp / "compare", tmp / "cache" if a.again else None,
+                                a.time_limit)
+        again = comparison(runbooks, a.seeds + 1, a.duration, tmp / "again", tmp / "cache")[0] if a.again else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    ideal = n * bare_s / ncpu
     print(f"\ngameday compare {PLAYBOOK}: {len(runbooks)} runbooks x {a.seeds} seeds = {n} runs of "
           f"{sim} simulated, on {ncpu} CPUs")
+    if a.time_limit:
+        print(f"  time limit {a.time_limit}: {len(done) // len(runbooks)} whole seeds, {len(done)} runs, in the table")
+    n = len(done)
+    ideal = n * bare_s / ncpu
     print(f"  wall {wall:.1f} s: {n / wall:.3f} runs/s, {wall * ncpu / n:.2f} s per run per core "
           f"(bare run {bare_s:.2f} s)")
     print(f"  ideal on {ncpu} CPUs (runs x bare run / CPUs): {ideal:.1f} s; the comparison took "
@@ -102,8 +110,9 @@ def main() -> None:
               f"wall {again:.1f} s, {wall / again:.1f}x faster than the first comparison")
 
 
-def comparison(runbooks: list[str], seeds: int, duration: str | None, out: Path, cache: Path | None) -> float:
-    """The wall time of ``gameday compare`` run as a user runs it."""
+def comparison(runbooks: list[str], seeds: int, duration: str | None, out: Path, cache: Path | None,
+               time_limit: str | None = None) -> tuple[float, list[str]]:
+    """The wall time of ``gameday compare`` run as a user runs it, and its results' rows."""
     cmd = [sys.executable, "-m", "orchestrator.cli", "compare", PLAYBOOK, "--seeds", str(seeds), "--progress",
            "--out", str(out)]
     for rb in runbooks:
@@ -112,13 +121,15 @@ def comparison(runbooks: list[str], seeds: int, duration: str | None, out: Path,
         cmd += ["--duration", duration]
     if cache is not None:
         cmd += ["--cache", str(cache)]
+    if time_limit is not None:
+        cmd += ["--time-limit", time_limit]
     print(f"\n$ python {' '.join(cmd[1:])}", flush=True)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT)  # stdout and stderr (the progress bar) on this terminal
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"gameday compare failed (exit status {done.returncode})")
-    return wall
+    return wall, (out / "results.csv").read_text(encoding="utf-8").splitlines()[1:]
 
 
 if __name__ == "__main__":
