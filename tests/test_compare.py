@@ -20,6 +20,7 @@ from orchestrator.batch.comparison import compare
 from orchestrator.errors import InvalidInput
 from orchestrator.runs.runner import RunSpec, execute
 from reports import compare_stats as cs
+from reports.rundir import load_run
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -51,15 +52,20 @@ def test_a_runbook_that_helps_beats_none_and_identical_runbooks_are_not_differen
     assert lo <= summ.loc["fix_early", "median_break_s"] <= hi < 600
 
 
-def test_a_time_limit_on_ray_stops_the_runs_under_way_and_keeps_whole_seeds(ray_session):
-    """As Ray tasks: at the limit, the runs started are cancelled and the table holds the
-    seeds whose runs were all done."""
-    df = orchestrator.compare(MINI, ["none", FIX], seeds=1000, time_limit="10s")
+def test_a_time_limit_on_ray_stops_the_runs_under_way_and_keeps_whole_seeds(ray_session, tmp_path):
+    """As Ray tasks: at the limit, the runs started are stopped, each keeping a run directory
+    that reads (complete, or marked interrupted), and the table holds the seeds whose runs
+    were all done."""
+    # (runs of an hour, about a second each, so that the limit usually finds two halfway)
+    df = compare(MINI, ["none", FIX], 1000, duration=3600.0, time_limit=10.0, keep_runs=tmp_path / "runs")
     k = df["seed"].max()
     assert 1 <= k < 1000 and len(df) == 2 * k
     assert df.attrs["partial"].startswith(f"time limit 10s: {k} of the 1000 seeds, {2 * k} of the 2000 runs planned")
     for runbook in ("none", "fix_early"):
         assert sorted(df[df["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
+    status = {d.name: load_run(d).meta["status"] for d in (tmp_path / "runs").iterdir()}
+    assert set(status.values()) <= {"complete", "interrupted"}
+    assert all(status[f"{rb}-s{seed}"] == "complete" for rb in ("none", "fix_early") for seed in range(1, k + 1))
 
 
 def test_results_in_parallel_equal_results_run_one_by_one(on_ray):
