@@ -19,20 +19,31 @@ COMPARE = {"playbook": "tests/playbooks/mini_loop.yaml.j2", "runbooks": ["none",
            "seeds": 3, "sweep": {"clients": [1000, 2000]}}
 
 
-def _schedulable_everywhere() -> None:
-    """One task pinned to each node, waited for. A node is "Alive" in ray.nodes() before the
-    head's scheduler sees its resources, and until then a soft node affinity (what
-    RayHost(spread=True) asks, so that a host can go elsewhere) quietly falls back on the
-    head: a CI run got every host on one node."""
+def _schedulable_everywhere(deadline: float) -> None:
+    """One task pinned to each node, until every node has run one. A node is "Alive" in
+    ray.nodes() before the head's scheduler sees its resources, and until then a soft node
+    affinity (what RayHost(spread=True) asks, so that a host can go elsewhere) quietly
+    falls back on the head (a CI run got every host on one node), and a hard one fails at
+    once (unschedulable): hence the retries."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    @ray.remote(num_cpus=0)
+    @ray.remote(num_cpus=0, max_retries=0)
     def node_id():
         return ray.get_runtime_context().get_node_id()
 
-    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    pinned = [node_id.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
-    assert sorted(ray.get(pinned, timeout=120)) == sorted(nodes)
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    while True:
+        pinned = [node_id.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                  for n in nodes]
+        try:
+            if sorted(ray.get(pinned, timeout=30)) == nodes:
+                return
+        except Exception:  # (unschedulable yet, or slow)
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pinned tasks did not run on each of the nodes {nodes}")
+        time.sleep(0.5)
 
 
 def main(ticks: int) -> None:
@@ -43,8 +54,8 @@ def main(ticks: int) -> None:
     deadline = time.monotonic() + 60
     while sum(n["Alive"] for n in ray.nodes()) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    _schedulable_everywhere()
     try:
+        _schedulable_everywhere(time.monotonic() + 120)
         _, _, _, plan = prepare(RunSpec(runbook="protect-early", seed=2, duration=ticks))
         clean, hosted = InProcessHost(plan), RayHost(plan, placement="kind", spread=True)
         try:

@@ -7,6 +7,7 @@ order they ran (a test checks parallel against one by one, and a multi-node clus
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import math
@@ -96,10 +97,13 @@ def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list]) 
     return [Point(rb, seed, point) for seed in seeds for point in grid for rb in runbooks]
 
 
-def whole_seeds(points: list[Point], rows: list) -> set[int]:
-    """The seeds every run of which has a row: the runbooks compared on the same seeds."""
-    seeds = {p.seed for p in points}
-    return seeds - {p.seed for p, row in zip(points, rows) if row is None}
+def leading_whole_seeds(seeds: list[int], done: list[int], runs_per_seed: int) -> list[int]:
+    """The seeds, in the order planned, up to the first one not every run of which is
+    ``done`` (the seeds of the runs done, one per run): what a comparison cut short keeps,
+    so that every runbook is compared on the same seeds, and which seeds count does not
+    depend on which runs happened to be fast (a stuck world can be slower to play)."""
+    count = collections.Counter(done)
+    return list(itertools.takewhile(lambda seed: count[seed] >= runs_per_seed, seeds))
 
 
 def past(deadline: float | None) -> bool:
@@ -229,8 +233,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     found there is not played again, and a run played is kept there; the table's
     ``attrs["reused"]`` counts the runs taken from it. ``time_limit``: seconds of wall
     time from the call after which no run starts and the runs under way are stopped; the
-    table then holds the seeds whose every run was done (``attrs["partial"]`` says how
-    many of those planned), and the runs of the other seeds go to the cache only."""
+    table then holds the seeds, in order, up to the first not every run of which was done
+    (``attrs["partial"]`` says how many of those planned); runs of later seeds are left out
+    of it (kept in the cache, and their directories with ``keep_runs``). One by one, the
+    run under way at the limit finishes first."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     issues = []
@@ -238,6 +244,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         issues.append(Issue("--runbook", None, "at least one runbook"))
     if not seeds or any(s < 0 for s in seeds):
         issues.append(Issue("--seeds", seeds, "a number of seeds >= 1"))
+    elif len(set(seeds)) < len(seeds):
+        issues.append(Issue("--seeds", seeds, "seeds without repeats"))
     if cache is not None and keep_runs is not None:
         issues.append(Issue("--cache", str(cache), "--cache or --keep-runs, not both (a run taken from the cache has no directory to keep)"))
     elif cache is not None and not _can_write_dir(Path(cache)):
@@ -256,6 +264,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         raise InvalidInput("gameday compare", "options", issues)
     sets = dict(sets or {})
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}))
+    per_seed = len(points) // len(seeds)
     texts, shipped = check_points(playbook, points, sets, duration, tick)
     keep = [str(keep_runs / p.label()) if keep_runs else None for p in points]
     rows: list[dict | None] = [None] * len(points)
@@ -277,13 +286,16 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
 
         bar = tqdm(total=len(points), initial=len(cached), unit="run", desc="comparing", disable=None, leave=False)
 
+    def done_seeds() -> list[int]:
+        return [p.seed for p, row in zip(points, rows) if row is not None]
+
     def played(i: int, row: dict) -> None:
         rows[i] = row
         if store is not None:
             store.put(keys[i], row)
         if bar is not None:
             if deadline is not None:  # (its time left for all the runs would be past the limit)
-                bar.set_postfix_str(f"{len(whole_seeds(points, rows))} seeds done, "
+                bar.set_postfix_str(f"{len(leading_whole_seeds(seeds, done_seeds(), per_seed))} seeds done, "
                                     f"{format_duration(max(0.0, deadline - time.monotonic()))} of the limit left",
                                     refresh=False)
             bar.update(1)
@@ -307,13 +319,13 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         if bar is not None:
             bar.close()
     partial = None
-    if stopped:  # the time limit: whole seeds only, so that every runbook is compared on the same ones
-        kept = whole_seeds(points, rows)
+    if stopped:  # the time limit: the first whole seeds only
+        kept = set(leading_whole_seeds(seeds, done_seeds(), per_seed))
         played_runs = sum(r is not None for r in rows)
         if not kept:
             raise InvalidInput("gameday compare", "options", [Issue(
                 "--time-limit", _limit_text(time_limit),
-                f"time for every run of one seed ({len(points) // len(seeds)} runs; {played_runs} runs were done"
+                f"time for every run of one seed ({per_seed} runs; {played_runs} runs were done"
                 f"{', kept in the cache' if cache is not None else ''})")])
         left_out = [i for i, (p, r) in enumerate(zip(points, rows)) if r is not None and p.seed not in kept]
         for i in left_out:
@@ -321,9 +333,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         partial = (f"time limit {_limit_text(time_limit)}: {len(kept)} of the {len(seeds)} seeds, "
                    f"{played_runs - len(left_out)} of the {len(points)} runs planned")
         if left_out:
-            cut = len({points[i].seed for i in left_out})
-            partial += (f"; left out: {len(left_out)} {'run' if len(left_out) == 1 else 'runs'} of "
-                        f"{'a seed' if cut == 1 else f'{cut} seeds'} not finished")
+            n = len(left_out)
+            partial += f"; left out: {n} {'run' if n == 1 else 'runs'} from the first seed not finished on"
     done = [r for r in rows if r is not None]  # (all of them unless interrupted or stopped)
     df = table(done, list(dict(sweeps or {})))
     df.attrs["reused"] = sum(rows[i] is not None for i in cached)
@@ -340,6 +351,8 @@ def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, pl
     Returns whether the ``deadline`` (``time.monotonic()``) stopped it before the end."""
     if not tasks:
         return False
+    if past(deadline):
+        return True
     from orchestrator.hosting.ray_hosting import ensure_ray
 
     ray = ensure_ray(address)
@@ -349,11 +362,11 @@ def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, pl
     todo = list(tasks.items())
     try:
         while todo or pending:
-            while todo and len(pending) < limit:
+            while todo and len(pending) < limit and not past(deadline):  # (starting Ray takes seconds)
                 i, t = todo.pop(0)
                 pending[task.remote(playbook, t, sets, duration, tick, keep[i])] = i
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait) if pending else ([], [])
             for ref in done:
                 played(pending.pop(ref), ray.get(ref))
             if past(deadline) and (todo or pending):
@@ -385,6 +398,9 @@ def _stop(ray, pending: dict, played, force: bool) -> None:
             ray.cancel(ref, force=force)
     if not force:
         collect(60)
+        for ref in pending:  # (a run that did not stop within the minute)
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
 
 
 def table(rows: list[dict], sweep_vars: list[str]) -> pd.DataFrame:

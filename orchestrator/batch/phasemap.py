@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from orchestrator.batch.comparison import compare, runbook_label
+from orchestrator.batch.comparison import compare, leading_whole_seeds, runbook_label
 
 PHASES = ("healthy", "recovered by itself", "stuck")
 #: a run's phase from its outcome: one whose loop broke and re-formed is stuck at the horizon
@@ -34,11 +34,12 @@ def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, 
     return classify(runs, x[0], y[0]), runs
 
 
-def whole_seeds_only(runs: pd.DataFrame, cells: int) -> pd.DataFrame:
-    """The runs of the seeds played in every one of the map's ``cells`` (what a map cut
-    short by Ctrl-C can show: every cell over the same seeds)."""
-    per_seed = runs.groupby("seed")["seed"].transform("size")
-    return runs[per_seed == cells].reset_index(drop=True)
+def whole_seeds_only(runs: pd.DataFrame, cells: int, seeds: list[int]) -> pd.DataFrame:
+    """The runs of the ``seeds`` played in every one of the map's ``cells``, in order up to
+    the first that is not (what a map cut short by Ctrl-C can show: every cell over the
+    same seeds, as a time limit's, ``comparison.leading_whole_seeds``)."""
+    kept = leading_whole_seeds(seeds, runs["seed"].tolist(), cells)
+    return runs[runs["seed"].isin(kept)].reset_index(drop=True)
 
 
 def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

@@ -45,7 +45,8 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     on times to break, Holm-corrected, and whether the seeds could show a difference at
     all) and the comparison report, and prints the summary and the verdicts. Ctrl-C
     writes all of them for the runs done (started seed by seed) and exits 130;
-    --time-limit writes them for the seeds done in time and exits 0.
+    --time-limit writes them for seeds 1 to k, the first whose every run was done in
+    time, and exits 0.
     """
     from reports.compare_report import summary_lines, write_comparison
     from orchestrator.batch.comparison import ComparisonInterrupted, compare, parse_sweeps
@@ -114,8 +115,8 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
     """Map metastability over two variables: each cell healthy (the loop never formed),
     recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
     (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md. Runs
-    start seed by seed over the whole grid; Ctrl-C writes the map of the seeds played in
-    every cell and exits 130; --time-limit does the same and exits 0."""
+    start seed by seed over the whole grid; Ctrl-C writes the map of seeds 1 to k, those
+    played in every cell, and exits 130; --time-limit does the same and exits 0."""
     from reports.compare_report import write_phase_map
     from orchestrator.batch.comparison import ComparisonInterrupted
     from orchestrator.batch.phasemap import classify, phase_map, whole_seeds_only
@@ -129,7 +130,7 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
                                 address=address, parallel=not serial, progress=True,
                                 cache=Path(cache) if cache else None, time_limit=time_limit)
     except ComparisonInterrupted as e:
-        runs = whole_seeds_only(e.table, len(xa[1]) * len(ya[1]))
+        runs = whole_seeds_only(e.table, len(xa[1]) * len(ya[1]), list(range(1, seeds + 1)))
         if runs.empty:  # not one seed in every cell: no map to draw
             raise KeyboardInterrupt from None
         interrupted, cells = e, classify(runs, xa[0], ya[0])
@@ -140,7 +141,7 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
     with interrupt_deferred():
         table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{title} ({partial})" if partial else title)
     click.echo("\n".join(table))
-    if cache:
+    if cache and interrupted is None:  # (cut short, its count would be of the runs before the cut)
         click.echo(_from_cache(runs, cache))
     click.echo(f"phase map: {out / 'phasemap.png'}")
     if partial:

@@ -74,7 +74,8 @@ def duration_option(what: str):
 def time_limit_option(f):
     return click.option("--time-limit", callback=duration_value, metavar="DURATION",
                         help="Wall-clock time it may take (e.g. 5m): then no run starts, the runs under way stop, and "
-                             "what it writes covers the seeds whose every run was done.")(f)
+                             "what it writes covers seeds 1 to k, up to the first seed not every run of which was "
+                             "done.")(f)
 
 
 def tick_option(f):
