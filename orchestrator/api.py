@@ -49,8 +49,9 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
     ``reports.compare_stats.summary(df)`` and ``pairs(df)`` give the statistics.
     ``time_limit`` (e.g. "5m" of wall-clock time): then no run starts, and the table
     holds the seeds whose every run was done (``df.attrs["partial"]`` says how many).
-    Ctrl-C once some runs are done raises ``ComparisonInterrupted`` (a KeyboardInterrupt,
-    from ``orchestrator.batch.comparison``) whose ``table`` holds them."""
+    Ctrl-C once every run of a seed is done raises ``ComparisonInterrupted`` (a
+    KeyboardInterrupt, from ``orchestrator.batch.comparison``) whose ``table`` holds
+    seeds 1 to k, as a time limit's."""
     from orchestrator.batch.comparison import compare as run_comparison
 
     return run_comparison(playbook, list(runbooks), seeds, sweep or {}, sets,

@@ -185,7 +185,8 @@ def test_runs_played_without_a_directory_give_the_rows_and_scores_of_runs_kept(t
 
 def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
     """A real ``gameday compare`` sent SIGINT once a few runs are in its cache: it writes the
-    tables and the report of the runs done, spread over both runbooks, and exits 130."""
+    tables and the report of seeds 1 to k, every runbook's, and exits 130; a run of a later
+    seed stays in the cache."""
     cache, out = tmp_path / "cache", tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
                              "--seeds", "500", "--serial", "--cache", str(cache), "--out", str(out)],
@@ -193,11 +194,12 @@ def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
     err = interrupt_when(proc, lambda: len(list(cache.glob("*/*.json"))) >= 3, timeout=300)
     assert proc.returncode == 130, err
     runs = pd.read_csv(out / "results.csv")
-    assert 3 <= len(runs) < 1000 and set(runs["runbook"]) == {"none", "fix_early"}
-    per_runbook = runs["runbook"].value_counts()
-    assert abs(per_runbook["none"] - per_runbook["fix_early"]) <= 1  # seed by seed
-    assert f"interrupted after {len(runs)} of 1000 runs" in err
-    assert f"interrupted: {len(runs)} of the 1000 runs planned" in (out / "compare.md").read_text()
+    k = runs["seed"].max()
+    for runbook in ("none", "fix_early"):  # seed by seed, whole seeds
+        assert sorted(runs[runs["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
+    assert 1 <= k < 500 and len(list(cache.glob("*/*.json"))) in (2 * k, 2 * k + 1)  # (a run after seed k: cached)
+    said = f"interrupted: {k} of the 500 seeds, {2 * k} of the 1000 runs planned"
+    assert f"{said}" in err and f"{2 * k} runs ({said}" in (out / "compare.md").read_text()
     assert len(pd.read_csv(out / "summary.csv")) == 2 and len(pd.read_csv(out / "pairs.csv")) == 1
 
 
@@ -399,7 +401,7 @@ def test_a_phase_map_cut_short_maps_the_seeds_played_in_every_cell(tmp_path):
     err = interrupt_when(proc, lambda: len(list(cache.glob("*/*.json"))) >= 9, timeout=300)  # two seeds and more
     assert proc.returncode == 130, err
     k = _every_cell_on_the_same_seeds(pd.read_csv(stopped / "runs.csv"))
-    assert k >= 2 and f"interrupted: {k} of the 500 seeds in every cell: the map covers those" in err
+    assert k >= 2 and f"interrupted: {k} of the 500 seeds, {4 * k} of the 2000 runs planned" in err
     assert len(pd.read_csv(stopped / "phasemap.csv")) == 4
 
 

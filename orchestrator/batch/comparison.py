@@ -115,12 +115,13 @@ def _limit_text(seconds: float) -> str:
 
 
 class ComparisonInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a comparison once some runs were done: ``table`` holds those (and any
-    taken from a cache), as ``compare`` would return them; ``done`` of ``planned``."""
+    """Ctrl-C during a comparison once every run of a seed was done: ``table`` holds the
+    runs of seeds 1 to k (as a time limit's, ``leading_whole_seeds``; those taken from a
+    cache included), as ``compare`` would return them; ``partial`` says how many."""
 
-    def __init__(self, table: pd.DataFrame, done: int, planned: int):
-        super().__init__(f"interrupted after {done} of {planned} runs")
-        self.table, self.done, self.planned = table, done, planned
+    def __init__(self, table: pd.DataFrame, partial: str):
+        super().__init__(partial)
+        self.table, self.partial = table, partial
 
 
 def row_of(point: Point, score: Score, horizon_s: float) -> dict:
@@ -312,16 +313,16 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             stopped = _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers,
                                   deadline)
     except KeyboardInterrupt:
-        if all(r is None for r in rows):
-            raise
         interrupted = True
     finally:
         if bar is not None:
             bar.close()
     partial = None
-    if stopped:  # the time limit: the first whole seeds only
+    if stopped or interrupted:  # the first whole seeds only
         kept = set(leading_whole_seeds(seeds, done_seeds(), per_seed))
         played_runs = sum(r is not None for r in rows)
+        if not kept and interrupted:
+            raise KeyboardInterrupt  # (nothing to write)
         if not kept:
             raise InvalidInput("gameday compare", "options", [Issue(
                 "--time-limit", _limit_text(time_limit),
@@ -330,7 +331,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         left_out = [i for i, (p, r) in enumerate(zip(points, rows)) if r is not None and p.seed not in kept]
         for i in left_out:
             rows[i] = None
-        partial = (f"time limit {_limit_text(time_limit)}: {len(kept)} of the {len(seeds)} seeds, "
+        why = "interrupted" if interrupted else f"time limit {_limit_text(time_limit)}"
+        partial = (f"{why}: {len(kept)} of the {len(seeds)} seeds, "
                    f"{played_runs - len(left_out)} of the {len(points)} runs planned")
         if left_out:
             n = len(left_out)
@@ -341,7 +343,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     if partial:
         df.attrs["partial"] = partial
     if interrupted:
-        raise ComparisonInterrupted(df, len(done), len(points))
+        raise ComparisonInterrupted(df, partial)
     return df
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from orchestrator.batch.comparison import compare, leading_whole_seeds, runbook_label
+from orchestrator.batch.comparison import compare, runbook_label
 
 PHASES = ("healthy", "recovered by itself", "stuck")
 #: a run's phase from its outcome: one whose loop broke and re-formed is stuck at the horizon
@@ -28,18 +28,10 @@ def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, 
     """(cells, runs): per (x, y) cell the count of runs in each phase and the phase of
     the majority ("mixed" on a tie); and the comparison's results table. ``cache`` and
     ``time_limit``: as ``compare``'s (a grid extended plays only its new cells; a map cut
-    by its time limit has the seeds whose every cell was played)."""
+    short has seeds 1 to k, each played in every cell)."""
     runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
                    parallel=parallel, progress=progress, cache=cache, time_limit=time_limit)
     return classify(runs, x[0], y[0]), runs
-
-
-def whole_seeds_only(runs: pd.DataFrame, cells: int, seeds: list[int]) -> pd.DataFrame:
-    """The runs of the ``seeds`` played in every one of the map's ``cells``, in order up to
-    the first that is not (what a map cut short by Ctrl-C can show: every cell over the
-    same seeds, as a time limit's, ``comparison.leading_whole_seeds``)."""
-    kept = leading_whole_seeds(seeds, runs["seed"].tolist(), cells)
-    return runs[runs["seed"].isin(kept)].reset_index(drop=True)
 
 
 def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

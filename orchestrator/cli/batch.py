@@ -43,10 +43,9 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     p90 time to break the loop with bootstrap 95% CIs, impact), pairs.csv (each pair's
     effect sizes with 95% CIs, Fisher's exact test on success rates and Mann-Whitney U
     on times to break, Holm-corrected, and whether the seeds could show a difference at
-    all) and the comparison report, and prints the summary and the verdicts. Ctrl-C
-    writes all of them for the runs done (started seed by seed) and exits 130;
-    --time-limit writes them for seeds 1 to k, the first whose every run was done in
-    time, and exits 0.
+    all) and the comparison report, and prints the summary and the verdicts. Runs start
+    seed by seed; Ctrl-C writes all of them for seeds 1 to k, up to the first seed not
+    every run of which was done, and exits 130; --time-limit does the same and exits 0.
     """
     from reports.compare_report import summary_lines, write_comparison
     from orchestrator.batch.comparison import ComparisonInterrupted, compare, parse_sweeps
@@ -66,9 +65,7 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
 
     name = load_playbook(playbook, values).name  # (checked by compare already)
     info = {"playbook": name, "seeds": seeds}
-    if interrupted is not None:
-        info["partial"] = f"interrupted: {interrupted.done} of the {interrupted.planned} runs planned"
-    elif "partial" in df.attrs:
+    if "partial" in df.attrs:  # interrupted, or stopped by the time limit
         info["partial"] = df.attrs["partial"]
     with interrupt_deferred():  # (Ctrl-C again while the tables are written: once they are)
         written = write_comparison(df, out, list(sweep), info, report=report)
@@ -79,11 +76,9 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     if written.report is not None:
         click.echo(f"report: {written.report}")
     click.echo(f"results: {out / 'results.csv'}")
-    if "partial" in info and interrupted is None:
-        click.echo(f"{info['partial']}: the tables and the report cover those")
+    if "partial" in info:
+        click.echo(f"{info['partial']}: the tables and the report cover those", err=interrupted is not None)
     if interrupted is not None:
-        click.echo(f"interrupted after {interrupted.done} of {interrupted.planned} runs: the tables and the report "
-                   f"cover those", err=True)
         sys.exit(130)
 
 
@@ -119,7 +114,7 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
     played in every cell, and exits 130; --time-limit does the same and exits 0."""
     from reports.compare_report import write_phase_map
     from orchestrator.batch.comparison import ComparisonInterrupted
-    from orchestrator.batch.phasemap import classify, phase_map, whole_seeds_only
+    from orchestrator.batch.phasemap import classify, phase_map
 
     xa, ya = _axis(x), _axis(y)
     out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
@@ -129,19 +124,15 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
         cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets), duration,
                                 address=address, parallel=not serial, progress=True,
                                 cache=Path(cache) if cache else None, time_limit=time_limit)
-    except ComparisonInterrupted as e:
-        runs = whole_seeds_only(e.table, len(xa[1]) * len(ya[1]), list(range(1, seeds + 1)))
-        if runs.empty:  # not one seed in every cell: no map to draw
-            raise KeyboardInterrupt from None
-        interrupted, cells = e, classify(runs, xa[0], ya[0])
-    played = runs["seed"].nunique()
-    title = f"{stem(playbook)}, runbook {runbook}, {played} seeds per cell"
-    partial = (f"interrupted: {played} of the {seeds} seeds in every cell" if interrupted is not None
-               else runs.attrs.get("partial"))
+    except ComparisonInterrupted as e:  # seeds 1 to k, each played in every cell
+        interrupted, runs = e, e.table
+        cells = classify(runs, xa[0], ya[0])
+    title = f"{stem(playbook)}, runbook {runbook}, {runs['seed'].nunique()} seeds per cell"
+    partial = runs.attrs.get("partial")
     with interrupt_deferred():
         table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{title} ({partial})" if partial else title)
     click.echo("\n".join(table))
-    if cache and interrupted is None:  # (cut short, its count would be of the runs before the cut)
+    if cache:
         click.echo(_from_cache(runs, cache))
     click.echo(f"phase map: {out / 'phasemap.png'}")
     if partial:
