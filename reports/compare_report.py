@@ -205,7 +205,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     outcome_lines = ["| " + " | ".join(map(str, heads)) + " |", "|" + "---|" * len(keys) + "---:|" * len(outcomes.columns)]
     outcome_lines += ["| " + " | ".join(str(r[h]) for h in heads) + " |" for r in records]
     env = environment()
-    ctx = {"info": info or {}, "intro": _intro(len(df), info or {}), "rows": rows, "verdicts": verdicts, "test": cs.TEST, "n": len(df),
+    ctx = {"info": info or {}, "intro": _intro(len(df), info or {}), "rows": rows, "verdicts": verdicts, "test": cs.TEST,
            "outcomes": records, "outcome_names": list(outcomes.columns), "keys": keys, "outcome_lines": outcome_lines,
            "power_notes": power_notes(tests, sweep_vars)}
     (out / "compare.md").write_text(env.get_template("compare.md.j2").render(
