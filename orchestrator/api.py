@@ -48,7 +48,8 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
     and from which runs played before are taken (``orchestrator.batch.run_cache``).
     ``reports.compare_stats.summary(df)`` and ``pairs(df)`` give the statistics.
     ``time_limit`` (e.g. "5m" of wall-clock time): then no run starts, and the table
-    holds the seeds whose every run was done (``df.attrs["partial"]`` says how many).
+    holds seeds 1 to k, up to the first seed not every run of which was done
+    (``df.attrs["partial"]`` says how many).
     Ctrl-C once every run of a seed is done raises ``ComparisonInterrupted`` (a
     KeyboardInterrupt, from ``orchestrator.batch.comparison``) whose ``table`` holds
     seeds 1 to k, as a time limit's."""
