@@ -264,6 +264,11 @@ class Agent:
     def step(self, tick: int, inbox: list[Message]) -> StepResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def prepare(self) -> None:
+        """Make ready now what a tick would otherwise make ready in it (compiled code), and
+        change nothing of the agent: a Ray host calls it as it starts, since a host silent
+        for a few seconds during a tick is taken for lost."""
+
     def state_to_serialise(self) -> dict:
         """The agent's whole state, RNG included, as it is (not copied): for a caller that
         serialises it at once (a Ray host's snapshot is pickled)."""

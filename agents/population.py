@@ -514,6 +514,20 @@ class Population(PopulationControls, Agent):
         for b in self.inflight.values():
             b.setups, b.requests = _padded(b.setups, conn), _padded(b.requests, req)
 
+    def prepare(self) -> None:
+        """Load the kernels (compile them, the first time on a machine: 10-20 s), each called
+        once as a tick calls it, on a twin of this population with a generator of its own:
+        this population and its draws are left as they are. Without it a Ray host would
+        compile them in the tick of the first failed request, silent all the while, and be
+        replaced by a host that compiles them again."""
+        twin = Population(self.name, self.spec, np.random.default_rng(0), self.world)
+        twin._break_connections(0)  # take_connected, owners_left
+        res = {key: 0 for key in kernels.RES_KEYS}
+        twin._retry_or_give_up([0] * twin.req_wheel.classes, lag=0.0, res=res)
+        twin.inflight[0] = Batch([0] * twin.conn_wheel.classes, [1] + [0] * (twin.req_wheel.classes - 1), 0, 0, 0, 0, 0,
+                                 0.0, twin.request_timeout)
+        twin._on_result(1, {"sent": 0, "s_ok": 0, "s_rej": 0, "r_ok": 0, "r_rej": 0, "r_full": 0}, res)  # settle
+
     # -- operations a trigger or mitigation can apply --------------------------------
     @operation(**SET_PATH_OP)
     def op_set_path(self, tick: int, path: list | None = None, target: str | None = "__keep__") -> None:

@@ -2,13 +2,16 @@
 the in-process hosting."""
 import filecmp
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 import orchestrator
+from reports.rundir import load_run
 from tests.helpers import built_in_from
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]  # real Ray actors, some killed, frozen or interrupted
@@ -420,3 +423,26 @@ def test_a_first_run_on_a_local_ray_prints_only_gamedays_own_output(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[0].startswith("us-east-1-2021 / runbook historical"), out.stdout[:500]
     assert "Token authentication" not in out.stderr + out.stdout, out.stderr[-2000:]
+
+
+def test_a_first_run_on_a_machine_compiles_its_kernels_before_the_ticks(tmp_path):
+    """On a machine whose compiled kernels are not cached yet (a fresh install), a Ray host
+    compiles them as it starts (Agent.prepare), not in the tick of the first failed
+    request: a host compiling for seconds sends no heartbeat and would be replaced, again
+    and again (before, the built-in scenario went no further than its trigger)."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="gd", dir="/tmp"))  # short: Ray's socket paths must fit in 107 bytes
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), NUMBA_CACHE_DIR=str(tmp_path / "numba"))  # an empty cache
+    env.pop("RAY_ADDRESS", None)
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(root / "tests/playbooks/mini_loop.yaml.j2"),
+                              "--runbook", "none", "--duration", "10m", "--hosting", "ray", "--no-progress", "--no-report",
+                              "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=420, env=env,
+                             cwd=root)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = load_run(tmp_path / "run")
+    assert run.meta["host_restarts"] == 0
+    assert run.metrics["clients.failed"].sum() > 0  # failed requests were settled (the kernels ran)
+    assert any((tmp_path / "numba").rglob("*.nbc"))  # compiled here, not loaded from the checkout's cache

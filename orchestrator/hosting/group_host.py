@@ -54,6 +54,8 @@ class GroupHost:
         self.info = WorldInfo(**info)
         self.order = [name for _, name, _ in agents]
         self.agents: dict[str, Agent] = {name: build_agent(kind, name, spec, self.info) for kind, name, spec in agents}
+        for agent in self.agents.values():  # (compiled code loaded now: no heartbeat goes out during a tick)
+            agent.prepare()
         self.owner = owner  # agent name -> host id
         self.snapshot_every = snapshot_every
         self.key = key

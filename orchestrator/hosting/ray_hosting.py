@@ -78,6 +78,10 @@ def ensure_ray(address: str | None = None):
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         # Worker output (Ray's notes on starting workers) is not the user's either: it stays in
         # Ray's log files. A host that fails raises its own error, traceback included, here.
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            # A Ray of its own, as the README says: left to itself, ray.init joins any Ray
+            # another process started on this machine (and fails when that one goes).
+            address = "local"
         ray.init(address=address, include_dashboard=False, logging_level="WARNING",
                  log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"), configure_logging=True)
     return ray
