@@ -45,15 +45,11 @@ budget that dropped retries, connections broken by a device, ...). What covers w
 """
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from unittest import mock
 
 import results_fixture
-from results_fixture import digest
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOKS = HERE / "playbooks"
@@ -373,21 +369,5 @@ def play(name: str, out: Path):
         return results_fixture.play(name, out)
 
 
-def record(path: Path) -> None:
-    import orchestrator
-
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(orchestrator.__file__).parents[1],
-                              capture_output=True, text=True).stdout.strip()
-    runs = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, name in enumerate(RUNS):
-            out = Path(tmp) / f"run{i}"
-            play(name, out)
-            runs[name] = digest(out)
-            print(name, "recorded", file=sys.stderr)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"revision": revision, "runs": runs}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-
-
 if __name__ == "__main__":
-    record(Path(sys.argv[1]))
+    results_fixture.record(Path(sys.argv[1]), RUNS, play)

@@ -90,16 +90,17 @@ def digest(run_dir: Path) -> dict:
     return {"files": files, "columns": columns}
 
 
-def record(path: Path) -> None:
+def record(path: Path, names=None, player=None) -> None:
+    """Play runs ``names`` (RUNS) with ``player`` (play) and write their digests to ``path``."""
     import orchestrator
 
     revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(orchestrator.__file__).parents[1],
                               capture_output=True, text=True).stdout.strip()
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for i, name in enumerate(RUNS):
+        for i, name in enumerate(RUNS if names is None else names):
             out = Path(tmp) / f"run{i}"
-            play(name, out)
+            (player or play)(name, out)
             runs[name] = digest(out)
             print(name, "recorded", file=sys.stderr)
     path.parent.mkdir(parents=True, exist_ok=True)
