@@ -42,6 +42,19 @@ def pytest_configure(config):
     the tests in two) inherit it through the environment and share its runs."""
     if not hasattr(config, "workerinput"):  # (named here, made when first used)
         os.environ["GAMEDAY_LONG_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / f"gameday-long-runs-{uuid.uuid4().hex}")
+        _compile_kernels_once()
+
+
+def _compile_kernels_once() -> None:
+    """Load the compiled kernels here, compiling them if a clean clone has none cached, before
+    the workers start: processes compiling them at once and writing the same cache can crash
+    one another (numba issue 4807; a CI worker died so, running its first Ray comparison)."""
+    from orchestrator.hosting.inprocess import build_agent
+    from orchestrator.runs.runner import RunSpec, prepare
+
+    plan = prepare(RunSpec(playbook="us-east-1-2021", duration=60.0))[3]
+    population = next(a for a in plan.agents if a.kind == "population")
+    build_agent(population.kind, population.name, population.spec, plan.info).prepare()
 
 
 def _long_dir() -> Path:
