@@ -49,12 +49,10 @@ def _compile_kernels_once() -> None:
     """Load the compiled kernels here, compiling them if a clean clone has none cached, before
     the workers start: processes compiling them at once and writing the same cache can crash
     one another (numba issue 4807; a CI worker died so, running its first Ray comparison)."""
-    from orchestrator.hosting.inprocess import build_agent
+    from orchestrator.hosting.inprocess import load_kernels
     from orchestrator.runs.runner import RunSpec, prepare
 
-    plan = prepare(RunSpec(playbook="us-east-1-2021", duration=60.0))[3]
-    population = next(a for a in plan.agents if a.kind == "population")
-    build_agent(population.kind, population.name, population.spec, plan.info).prepare()
+    load_kernels(prepare(RunSpec(playbook="us-east-1-2021", duration=60.0))[3])
 
 
 def _long_dir() -> Path:

@@ -268,3 +268,47 @@ def played_as_python(request):
 def test_same_results_with_the_kernels_as_python(played_as_python, name):
     differ = _differences(name, FIXTURE["runs"][name], played_as_python[name])
     assert differ is None, f"kernels as Python: {differ}"
+
+
+#: the kernels loaded for one world's plan, then every run above played, in a process
+#: whose kernel cache (``NUMBA_CACHE_DIR``, argv[1]) starts empty
+_LOAD_THEN_PLAY = """
+import json, sys, tempfile
+from pathlib import Path
+from orchestrator.hosting.inprocess import load_kernels
+from orchestrator.runs.runner import RunSpec, prepare
+from population_features import RUNS, play
+
+
+def cache():
+    return sorted((str(p.relative_to(sys.argv[1])), p.stat().st_mtime_ns) for p in Path(sys.argv[1]).rglob("*")
+                  if p.is_file())
+
+
+load_kernels(prepare(RunSpec(playbook="us-east-1-2021", duration=60.0))[3])
+loaded = cache()
+with tempfile.TemporaryDirectory() as tmp:
+    for i, name in enumerate(RUNS):
+        play(name, Path(tmp) / f"run{i}")
+print(json.dumps({"loaded": loaded, "played": cache()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not importlib.util.find_spec("numba") or bool(os.environ.get("GAMEDAY_NO_JIT")),
+                    reason="the kernels run as Python")
+def test_loading_the_kernels_for_one_world_leaves_none_for_any_run_to_compile(tmp_path):
+    """``load_kernels`` is what a driver calls before it starts the processes that play a
+    world (Ray hosts, a comparison's runs), so that they do not compile at once into the
+    same cache: it must compile every kernel any population uses, whatever its spec. Here
+    it is given the 2021 scenario, and the runs above (every population feature) must then
+    find all they need in the cache: none is compiled or written again."""
+    root = HERE.parent
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+           "PYTHONPATH": os.pathsep.join([str(root), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", _LOAD_THEN_PLAY, str(tmp_path / "numba")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert any(name.endswith(".nbc") for name, _ in out["loaded"])  # (compiled into this empty cache)
+    assert out["played"] == out["loaded"]

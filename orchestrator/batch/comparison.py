@@ -24,6 +24,8 @@ from reports.rundir import Score
 from reports.timefmt import format_duration
 from orchestrator.errors import InvalidInput, Issue, NotFound
 from orchestrator.batch.run_cache import RunCache, run_key
+from orchestrator.engine.world import WorldPlan
+from orchestrator.hosting.inprocess import load_kernels
 from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
 from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, read_template, resolve_variables
 
@@ -206,20 +208,21 @@ def _texts_key(p: Point) -> tuple:
     return p.runbook, tuple(sorted(p.sweep.items()))
 
 
-def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> tuple[dict, dict]:
+def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> tuple[dict, dict, WorldPlan]:
     """Load the playbook and runbook of every distinct (runbook, sweep point) before any
     run starts: bad input stops the comparison with every problem named. Returns their
-    texts, the rendered playbook's and the runbook's, by (runbook, sweep point), and each
-    runbook as the runs get it (``portable_runbook``)."""
-    texts, shipped = {}, {}
+    texts, the rendered playbook's and the runbook's, by (runbook, sweep point), each
+    runbook as the runs get it (``portable_runbook``), and the first point's world plan."""
+    texts, shipped, plans = {}, {}, []
     for p in points:
         key = _texts_key(p)
         if key not in texts:
-            pb, rb_text, _, _ = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
-                                                sets={**sets, **p.sweep}, duration=duration, tick=tick))
+            pb, rb_text, _, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
+                                                   sets={**sets, **p.sweep}, duration=duration, tick=tick))
             texts[key] = (pb.text, rb_text)
             shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
-    return texts, shipped
+            plans.append(plan)
+    return texts, shipped, plans[0]
 
 
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
@@ -266,7 +269,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     sets = dict(sets or {})
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}))
     per_seed = len(points) // len(seeds)
-    texts, shipped = check_points(playbook, points, sets, duration, tick)
+    texts, shipped, plan = check_points(playbook, points, sets, duration, tick)
     keep = [str(keep_runs / p.label()) if keep_runs else None for p in points]
     rows: list[dict | None] = [None] * len(points)
     store = keys = None
@@ -310,6 +313,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
                     break
                 played(i, run_point(shipped_playbook, task, sets, duration, tick, keep[i]))
         else:
+            if tasks:
+                load_kernels(plan)  # (once here, not in every Ray worker at once)
             stopped = _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers,
                                   deadline)
     except KeyboardInterrupt:

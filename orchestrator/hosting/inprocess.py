@@ -29,6 +29,18 @@ def build_agent(kind: str, name: str, spec: dict, info: WorldInfo) -> Agent:
     return AGENT_CLASSES[kind](name, spec, agent_rng(info.seed, name), info)
 
 
+def load_kernels(plan: WorldPlan) -> None:
+    """Prepare one agent of each kind of ``plan`` in this process (``Agent.prepare``), so that
+    the processes started next to play it load its compiled kernels from the cache. Left to
+    compile them themselves, the first time on a machine, they would do it at once and write
+    the same cache, which can crash one of them (numba issue 4807)."""
+    first = {}
+    for a in plan.agents:
+        first.setdefault(a.kind, a)
+    for a in first.values():
+        build_agent(a.kind, a.name, a.spec, plan.info).prepare()
+
+
 _BY_SENDER = attrgetter("src", "seq")  # the order every host delivers an inbox in
 
 

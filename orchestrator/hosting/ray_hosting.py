@@ -176,7 +176,10 @@ class RayHost:
         return NodeAffinitySchedulingStrategy(nodes[turn % len(nodes)], soft=True)
 
     def _start(self) -> None:
+        from orchestrator.hosting.inprocess import load_kernels
+
         ray = self.ray
+        load_kernels(self.plan)  # (once here, not in every host at once)
         self.control, self.control_endpoint = self.sockets.bind_router(node_address())
         for host in self.groups:
             self.actors[host] = self._launch(host)
