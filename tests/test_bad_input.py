@@ -102,6 +102,10 @@ CASES = [
              "expected a mapping with 'default' and 'description'"),
     playbook("variables_header_yaml_error.yaml.j2", "(parse of the variables header)", "line 5, column 16",
              "while parsing a flow sequence at line 4, column 14"),
+    playbook("duplicate_key.yaml.j2", "(parse)", "line 22, column 5: got \"found duplicate key 'count'\"; expected each "
+             "key once in a mapping (it is first at line 21, column 5)"),
+    playbook("variables_header_duplicate_key.yaml.j2", "(parse of the variables header)", "line 9, column 3: got "
+             "\"found duplicate key 'device_cpu'\"; expected each key once in a mapping (it is first at line 6, column 3)"),
     playbook("several_errors.yaml.j2", "(validate)", *SEVERAL_ERRORS, header="5 errors"),
     playbook("field_and_reference_errors.yaml.j2", "(validate)", "devices[0].count: got -1; expected an integer >= 0",
              "mitigations[0].effects[0].op: got 'add_servers'; expected an operation of a device (add_devices, restart",
@@ -137,6 +141,8 @@ CASES = [
             "expected exactly one of above, below"),
     runbook("runbook_yaml_syntax_error.yaml", "(parse)", "line 7, column 7", "expected ',' or '}', but got ':'",
             "while parsing a flow mapping at line 6, column 11"),
+    runbook("runbook_duplicate_key.yaml", "(parse)", "line 8, column 5: got \"found duplicate key 'do'\"; expected "
+            "each key once in a mapping (it is first at line 7, column 5)"),
     runbook("runbook_param_wrong_type.yaml",
             "rules[1].do.params.devices: got 'four'; expected a whole number (it is argument count of add_devices)"),
     runbook("runbook_unknown_param.yaml", "rules[1].do.params.servers: got 4; expected a parameter of add_capacity (devices)"),
@@ -164,6 +170,8 @@ CASES = [
               f"bridge_count (--vars {CORPUS / 'vars_unknown_variable.yaml'}): got 3; expected one of the playbook's variables"),
     variables("vars_yaml_syntax_error", ["--vars", str(CORPUS / "vars_yaml_syntax_error.yaml")],
               str(CORPUS / "vars_yaml_syntax_error.yaml"), "(vars file)", "expected valid YAML"),
+    variables("vars_duplicate_key", ["--vars", str(CORPUS / "vars_duplicate_key.yaml")], "(vars file)",
+              "line 3, column 1: got \"found duplicate key 'bridge_devices'\"; expected each key once in a mapping"),
     variables("vars_not_a_mapping", ["--vars", str(CORPUS / "vars_not_a_mapping.yaml")],
               "document: got ['bridge_devices', 3]; expected a mapping of variable -> value"),
     variables("vars_missing_file", ["--vars", str(CORPUS / "no_such_vars.yaml")],
@@ -187,7 +195,7 @@ PLAYBOOK_FILES = {c.id for c in CASES if c.id.endswith(".yaml.j2")}
 REAL = ["yaml_syntax_error.yaml.j2", "field_and_reference_errors.yaml.j2", "undefined_variable.yaml.j2", "unknown_field.yaml.j2", "wrong_type.yaml.j2",
         "mitigation_misspelled_argument.yaml.j2", "mitigation_argument_out_of_range.yaml.j2",
         "negative_capacity.yaml.j2", "dunder_class_access.yaml.j2", "several_errors.yaml.j2",
-        "runbook_unknown_mitigation.yaml", "runbook_yaml_syntax_error.yaml", "set_unknown_variable", "set_wrong_type",
+        "runbook_unknown_mitigation.yaml", "runbook_yaml_syntax_error.yaml", "duplicate_key.yaml.j2", "set_unknown_variable", "set_wrong_type",
         "vars_wrong_type", "negative_seed"]
 REAL_CASES = [c for c in CASES if c.id in REAL]
 

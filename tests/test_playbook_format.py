@@ -25,7 +25,7 @@ from orchestrator.playbook.reference import reference_markdown, undocumented, wa
 from orchestrator.playbook.json_schema import playbook_schema, runbook_schema
 from orchestrator.playbook.operations import TARGET_KINDS, operations
 from orchestrator.playbook.loader import (builtin_dir, builtin_playbooks, builtin_runbooks, find_playbook, load_playbook,
-                                   load_runbook, read_template, render, resolve_variables)
+                                   load_runbook, load_yaml, read_template, render, resolve_variables)
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "playbook-reference.md"
@@ -109,7 +109,7 @@ def validators():
 
 def _rendered(path: Path) -> dict:
     tpl = read_template(path)
-    return yaml.safe_load(render(tpl, resolve_variables(tpl, {}, str(path))))
+    return load_yaml(render(tpl, resolve_variables(tpl, {}, str(path))))
 
 
 def test_the_built_in_playbooks_and_runbooks_satisfy_the_schemas(validators):
@@ -118,7 +118,7 @@ def test_the_built_in_playbooks_and_runbooks_satisfy_the_schemas(validators):
         doc = _rendered(find_playbook(name))
         assert [e.message for e in pb.iter_errors(doc)] == [], name
         for r in builtin_runbooks(name):
-            runbook = yaml.safe_load((builtin_dir() / "runbooks" / name / f"{r}.yaml").read_text())
+            runbook = load_yaml((builtin_dir() / "runbooks" / name / f"{r}.yaml").read_text())
             assert [e.message for e in rb.iter_errors(runbook)] == [], (name, r)
     starter = _rendered(builtin_dir() / "templates" / "starter.yaml.j2")
     assert [e.message for e in pb.iter_errors(starter)] == []
@@ -131,7 +131,7 @@ def _corpus_documents():
             if f.name.endswith(".yaml.j2"):
                 yield f.name, _rendered(f), False
             elif f.name.startswith(("runbook", "valid_runbook")):
-                yield f.name, yaml.safe_load(f.read_text()), True
+                yield f.name, load_yaml(f.read_text()), True
         except Exception:  # a render or YAML error: never a document for a schema to judge
             continue
 

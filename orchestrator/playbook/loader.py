@@ -102,6 +102,38 @@ def find_runbook(ref: str, playbook: str, source: str | Path | None = None) -> P
                    f"(a playbook's own runbooks go in {where}/)")
 
 
+# -- YAML ---------------------------------------------------------------------------------
+
+DUPLICATE_KEY = "found duplicate key"
+
+
+class _OneKeyOnce(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error:
+    PyYAML keeps the last one, so a field written twice would silently lose the first
+    (merged keys, ``<<``, may still be overridden: that is what they are for)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first.setdefault(key, key_node)
+                except TypeError:  # (an unhashable key: PyYAML's own error follows)
+                    continue
+                if earlier is not key_node:
+                    raise yaml.constructor.ConstructorError("while constructing a mapping", earlier.start_mark,
+                                                            f"{DUPLICATE_KEY} {key!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str):
+    """``text`` as YAML, every key of a mapping given once."""
+    return yaml.load(text, Loader=_OneKeyOnce)
+
+
 # -- render -------------------------------------------------------------------------------
 
 def read_text(path: Path, error_cls) -> str:
@@ -124,7 +156,7 @@ def read_template(path: Path) -> Template:
             head = "".join(lines[:i])
             if head.strip() and "variables" in head:
                 try:
-                    doc = yaml.safe_load(head) or {}
+                    doc = load_yaml(head) or {}
                 except yaml.YAMLError as e:
                     raise InvalidPlaybook(str(path), "parse of the variables header", [_yaml_issue(e)])
                 header = doc.get("variables") or {}
@@ -144,7 +176,9 @@ def _yaml_issue(e: yaml.YAMLError, first_line: int = 1) -> Issue:
     # PyYAML notices a problem where it stops; its context (an unclosed "[" ...) is often the real mistake
     expected = "valid YAML"
     ctx, mark = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if ctx and mark:
+    if str(getattr(e, "problem", "")).startswith(DUPLICATE_KEY) and mark:
+        expected = f"each key once in a mapping (it is first at line {mark.line + first_line}, column {mark.column + 1})"
+    elif ctx and mark:
         expected += f" ({ctx} at line {mark.line + first_line}, column {mark.column + 1})"
     if getattr(e, "problem", "") == "mapping values are not allowed here":
         expected += " (a ': ' inside an unquoted value starts a mapping: quote the value)"
@@ -251,7 +285,7 @@ def parse_yaml(text: str, source: str, error_cls=InvalidPlaybook, first_line: in
                stage: str = "parse", expected: str = "a YAML mapping"):
     """``first_line``: the file line ``text`` starts on (a playbook's body follows its header)."""
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as e:
         raise error_cls(source, stage, [_yaml_issue(e, first_line)])
     if doc is None and allow_empty:

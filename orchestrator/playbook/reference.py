@@ -57,6 +57,7 @@ Conventions used below:
 - **names**: a list of the names of parts of the world (`[bridge, edge]`).
 - YAML 1.1 reads an unquoted `yes`, `no`, `on`, `off` as booleans and `1e5` as text: quote words,
   write numbers as `100000` or `1.0e+5`; quote a text that holds `: ` or starts with `{`, `[` or `*`.
+  A key given twice in one mapping is an error (YAML itself would keep the last one silently).
 - An operation's argument in seconds takes a duration too (`duration: 20s`).
 - In a mitigation's or fault's effects, an argument written `$NAME` takes the value of its param
   `NAME` (a runbook's `do: {action: ..., params: {NAME: value}}` overrides the default);
