@@ -243,3 +243,24 @@ def test_ctrl_c_while_the_tables_are_written_takes_effect_once_they_are():
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)  # (the handler runs at once; this only waits if it did not)
+
+
+def test_validate_checks_the_playbooks_own_runbooks_each_one(tmp_path):
+    """A playbook's own runbooks (runbooks/ beside it, found by name) are validated with it,
+    each on its own: one broken does not hide the next, and the exit code says one was."""
+    (tmp_path / "runbooks").mkdir()
+    playbook = tmp_path / VALID.name
+    playbook.write_text(VALID.read_text())
+    for name, source in (("a", "runbook_duplicate_key.yaml"), ("b", "runbook_unknown_metric.yaml"),
+                         ("c", "valid_runbook.yaml")):
+        (tmp_path / "runbooks" / f"{name}.yaml").write_text((CORPUS / source).read_text())
+    result = invoke("playbooks", "validate", str(playbook))
+    assert result.exit_code == 2
+    assert result.stdout.splitlines()[1:] == ["c: valid"]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {tmp_path / 'runbooks' / 'a.yaml'}: 1 error (parse)",
+                      f"error: {tmp_path / 'runbooks' / 'b.yaml'}: 1 error (validate)"]
+    (tmp_path / "runbooks" / "a.yaml").unlink()
+    (tmp_path / "runbooks" / "b.yaml").unlink()
+    result = invoke("playbooks", "validate", str(playbook))
+    assert result.exit_code == 0 and result.stdout.splitlines()[1:] == ["c: valid"]

@@ -66,10 +66,15 @@ def playbooks_render(name, sets, vars_file):
 @playbooks.command("validate")
 @click.argument("file")
 @variable_options()
-@click.option("--runbook", "-r", "runbooks", multiple=True, help="Also validate these runbooks against it.")
+@click.option("--runbook", "-r", "runbooks", multiple=True,
+              help="Also validate these runbooks (names or files) against it.")
 def playbooks_validate(file, sets, vars_file, runbooks):
-    """Render, parse and validate FILE; report every error with its location."""
-    from orchestrator.playbook.loader import load_playbook, load_runbook, never_reached
+    """Render, parse and validate FILE, then its own runbooks (those --runbook finds by name)
+    and any other given with --runbook; report every error with its location."""
+    import sys
+
+    from orchestrator.errors import InvalidRunbook
+    from orchestrator.playbook.loader import load_playbook, load_runbook, never_reached, runbook_files
 
     pb = load_playbook(file, variables(file, sets, vars_file))
     counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (
@@ -79,11 +84,19 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     end = pb.data["clock"]["start"] + pb.data["clock"]["duration"]  # a run's --duration may end it sooner
     for text in never_reached(pb.data, None, end):
         click.echo(f"warning: {text}", err=True)
-    for rb in runbooks:
-        _, runbook = load_runbook(rb, pb)
+    invalid = 0
+    for rb in [*runbooks, *(name for name in runbook_files(pb.name, pb.source) if name not in runbooks)]:
+        try:
+            _, runbook = load_runbook(rb, pb)
+        except InvalidRunbook as e:  # (each runbook is checked: one broken does not hide the next)
+            click.echo(f"error: {e}", err=True)
+            invalid += 1
+            continue
         click.echo(f"{rb}: valid")
         for text in never_reached({"triggers": []}, runbook, end):
             click.echo(f"warning: {rb}: {text}", err=True)
+    if invalid:
+        sys.exit(InvalidRunbook.exit_code)
 
 
 @playbooks.command("new")
