@@ -9,6 +9,8 @@ command line in a subprocess (a dozen, at once: each costs about half a second o
 """
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -359,3 +361,27 @@ def test_setting_a_variable_the_template_never_uses_is_refused(tmp_path):
     with pytest.raises(InvalidInput, match="--sweep surge: got 1; expected a variable the template uses"):
         compare(str(path), ["none"], 1, sweeps={"surge": [1, 2]}, parallel=False)
     assert runner.invoke(main, ["playbooks", "validate", str(path)]).exit_code == 0  # declaring it alone is no mistake
+
+
+def test_a_ray_address_where_nothing_answers_is_a_clear_error_at_once(tmp_path):
+    """--address of a cluster that is not there: ray.init would retry it for minutes (a port
+    that refuses) or stop with a bare traceback; gameday names the option and the reason,
+    exits 2 and writes nothing. Both the run and the comparison (Ray tasks) check it."""
+    with socket.socket() as s:  # a port nobody listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GAMEDAY_RUN_HOSTING")}
+    root = Path(__file__).resolve().parents[1]
+    cases = [(["run", str(VALID), "--runbook", "none", "--no-progress", "--out", str(tmp_path / "run"),
+               "--address", f"127.0.0.1:{port}"], f"got '127.0.0.1:{port}'; expected the address of a running Ray "
+              "cluster's head (nothing answered there within 5 s: Connection refused)"),
+             (["compare", str(VALID), "-r", "none", "--seeds", "2", "--address", "head-node"],
+              "got 'head-node'; expected auto, local, HOST:PORT")]
+    for args, expected in cases:
+        out = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                             timeout=120, env=env, cwd=tmp_path)
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr
+        assert out.stderr.startswith("error: gameday: 1 error (options)\n  --address (or RAY_ADDRESS): "), out.stderr
+        assert expected in out.stderr
+    assert not (tmp_path / "run").exists()

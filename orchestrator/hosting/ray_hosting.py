@@ -21,13 +21,14 @@ import dataclasses
 import hmac
 import logging
 import os
+import socket
 import time
 import uuid
 
 
 from agents import PROTOCOL_VERSION
 from agents.shards import shard_name, source_of
-from orchestrator.errors import HostingError
+from orchestrator.errors import HostingError, InvalidInput, Issue
 from orchestrator.hosting.control import Ahead, Beat, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
 from orchestrator.hosting.fabric import FabricError, Sockets, node_address, recv, send
 from orchestrator.hosting.group_host import HEARTBEAT_S, sign
@@ -82,9 +83,37 @@ def ensure_ray(address: str | None = None):
             # A Ray of its own, as the README says: left to itself, ray.init joins any Ray
             # another process started on this machine (and fails when that one goes).
             address = "local"
-        ray.init(address=address, include_dashboard=False, logging_level="WARNING",
-                 log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"), configure_logging=True)
+        given = address or os.environ["RAY_ADDRESS"]
+        unreachable = _unreachable(given)
+        if unreachable:
+            raise InvalidInput("gameday", "options", [Issue(ADDRESS_FIELD, given, unreachable)])
+        try:
+            ray.init(address=address, include_dashboard=False, logging_level="WARNING",
+                     log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"), configure_logging=True)
+        except ConnectionError as e:  # (no cluster to join, or one that refused this driver)
+            raise InvalidInput("gameday", "options", [Issue(
+                ADDRESS_FIELD, given, f"a Ray cluster this machine can join ({str(e).splitlines()[0]})")]) from None
     return ray
+
+
+ADDRESS_FIELD = "--address (or RAY_ADDRESS)"
+ADDRESS_WAIT_S = 5.0
+
+
+def _unreachable(address: str) -> str | None:
+    """What is wrong with ``address`` if nothing answers there, else None. Checked before
+    ray.init, which retries an address that does not answer for minutes."""
+    if address in ("auto", "local"):
+        return None
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return "auto, local, HOST:PORT (the head's GCS, as `ray start --head` prints) or ray://HOST:PORT"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=ADDRESS_WAIT_S).close()
+    except OSError as e:
+        why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        return f"the address of a running Ray cluster's head (nothing answered there within {ADDRESS_WAIT_S:g} s: {why})"
+    return None
 
 
 def worker_logs() -> str:
