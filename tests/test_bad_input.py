@@ -93,6 +93,7 @@ CASES = [
           "clients: 3 s)"]),
     playbook("no_population.yaml.j2", "populations: got []; expected a list of at least 1 item"),
     playbook("trigger_before_start.yaml.j2", "triggers[0].at: got '06:00'; expected a time at or after clock.start (07:00"),
+    playbook("par_before_start.yaml.j2", "par.add_capacity: got '06:50'; expected a time at or after clock.start (07:00"),
     playbook("trigger_refers_to_a_param.yaml.j2", "triggers[0].effects[0].args.count: got '$devices'; expected a value "
              "(a trigger has no params or requester to refer to)"),
     playbook("jinja_syntax_error.yaml.j2", "(render)", "line 21: got \"unexpected '}'\"; expected valid Jinja2 syntax"),
@@ -114,6 +115,9 @@ CASES = [
              header="2 errors"),
     playbook("yaml_boolean_surprise.yaml.j2", "populations[0].retry.jitter: got False; expected one of none, full, "
              "equal, decorrelated (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"),
+    playbook("mitigation_argument_yaml_boolean.yaml.j2", "mitigations[0].effects[1].args.jitter: got False; expected a "
+             "string (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it) (argument jitter of "
+             "set_retry_policy)"),
     playbook("yaml_colon_in_value.yaml.j2", "(parse)", "got 'mapping values are not allowed here'; expected valid YAML "
              "(a ': ' inside an unquoted value starts a mapping: quote the value)"),
     playbook("yaml_exponent_as_text.yaml.j2", "devices[0].conntrack.capacity_per_device: got '2.5e5'; expected a "
@@ -145,6 +149,8 @@ CASES = [
             "while parsing a flow mapping at line 6, column 11"),
     runbook("runbook_duplicate_key.yaml", "(parse)", "line 8, column 5: got \"found duplicate key 'do'\"; expected "
             "each key once in a mapping (it is first at line 7, column 5)"),
+    runbook("runbook_at_before_start.yaml", "rules[0].when.at: got '06:45'; expected a time at or after clock.start "
+            "(07:00; a time the next day is 24:00 or later)"),
     runbook("runbook_param_wrong_type.yaml",
             "rules[1].do.params.devices: got 'four'; expected a whole number (it is argument count of add_devices)"),
     runbook("runbook_unknown_param.yaml", "rules[1].do.params.servers: got 4; expected a parameter of add_capacity (devices)"),

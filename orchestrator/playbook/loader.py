@@ -499,12 +499,18 @@ def tick_issues(data: dict, tick: float, where: str) -> list[Issue]:
     return out
 
 
+def _before_start(at: float, start: float, loc: str) -> list[Issue]:
+    """A clock time given before the run's first tick, which no run can reach (a time of day
+    is read on the run's own day, so a time after midnight is written 24:00 or later)."""
+    if at >= start:
+        return []
+    return [Issue(loc, format_clock(at), f"a time at or after clock.start ({format_clock(start)}; "
+                                         f"a time the next day is 24:00 or later)")]
+
+
 def _check_triggers(data: dict, n: _Names) -> None:
     for i, t in enumerate(data["triggers"]):
-        if t["at"] < data["clock"]["start"]:
-            n.issues.append(Issue(f"triggers[{i}].at", format_clock(t["at"]),
-                                  f"a time at or after clock.start ({format_clock(data['clock']['start'])}; "
-                                  f"a time the next day is 24:00 or later)"))
+        n.issues += _before_start(t["at"], data["clock"]["start"], f"triggers[{i}].at")
         for j, e in enumerate(t["effects"]):
             _check_effect(e, f"triggers[{i}].effects[{j}]", n.kinds, n.parts, n.issues)
 
@@ -564,10 +570,12 @@ def _check_scoring(data: dict, n: _Names) -> None:
 def _check_par(data: dict, n: _Names) -> None:
     par_keys = [*MEASURES, *milestone_keys(data)]
     actions = [m["name"] for m in data["mitigations"]]
-    for key in data["par"]:
+    for key, at in data["par"].items():
         if key not in par_keys and key not in actions:
             n.issues.append(Issue(f"par.{key}", key, f"a measure of this playbook's runs ({', '.join(par_keys)}) or one "
                                                      f"of its mitigations ({closest_first(key, actions)})"))
+        elif isinstance(at, (int, float)):
+            n.issues += _before_start(at, data["clock"]["start"], f"par.{key}")
     for name in data["scoring"]["impact"]:
         if name not in n.populations:
             n.issues.append(Issue(f"scoring.impact.{name}", name, "a population"))
@@ -737,7 +745,8 @@ def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
     kinds = agent_names(playbook.data)
     triggers = playbook.data["triggers"]
     refs = {"metric": set(playbook.data["monitoring"]["observe"]), "alarm": {a["name"] for a in playbook.data["monitoring"]["alarms"]},
-            "action": set(catalogue), "first_trigger": min((t["at"] for t in triggers), default=None)}
+            "action": set(catalogue), "first_trigger": min((t["at"] for t in triggers), default=None),
+            "start": playbook.data["clock"]["start"]}
     for i, rule in enumerate(rules):
         if not isinstance(rule, dict):
             continue  # field validation reported it
@@ -801,6 +810,8 @@ def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):
         out[k] = _check_condition(value, here, refs, issues)
     elif cond.holds == "when":
         out[k] = _check_when(value, here, refs["first_trigger"], issues)
+        if isinstance(out[k], (int, float)):  # (+DURATION counts from a trigger, at or after the start)
+            issues += _before_start(out[k], refs["start"], here)
     else:
         known = refs[cond.holds]
         if value not in known:

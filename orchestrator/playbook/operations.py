@@ -13,6 +13,7 @@ from typing import Any
 
 from agents import AGENT_CLASSES
 from agents.base import Arg
+from orchestrator.playbook.schema import yaml_hint
 
 from reports.timefmt import parse_duration
 
@@ -58,7 +59,12 @@ class Argument:
         return value
 
     def problem(self, value) -> str | None:
-        """What was expected, if ``value`` does not fit this argument; None if it does."""
+        """What was expected, if ``value`` does not fit this argument; None if it does (with
+        a hint where YAML may have read the value otherwise than it was meant)."""
+        wanted = self._problem(value)
+        return wanted + yaml_hint(value) if wanted else None
+
+    def _problem(self, value) -> str | None:
         if self.is_duration and isinstance(value, str):
             value = self.normalised(value)
             if isinstance(value, str):

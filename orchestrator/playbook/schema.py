@@ -63,7 +63,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
                 return None
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (t == "int" and not float(value).is_integer()):
-                issues.append(Issue(loc, value, ("an integer" if t == "int" else "a number") + _yaml_hint(value)))
+                issues.append(Issue(loc, value, ("an integer" if t == "int" else "a number") + yaml_hint(value)))
                 return None
             num = int(value) if t == "int" else float(value)
         if not math.isfinite(num):  # YAML's .nan and .inf pass every range check below, then break the model
@@ -89,7 +89,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
     elif t == "str":
         if not isinstance(value, str) or not value.strip():
             wanted = "one of " + ", ".join(map(str, spec.choices)) if spec.choices else "a non-empty string"
-            issues.append(Issue(loc, value, wanted + _yaml_hint(value)))
+            issues.append(Issue(loc, value, wanted + yaml_hint(value)))
             return None
     elif t == "list":
         if not isinstance(value, list):
@@ -126,7 +126,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         if spec.values:
             value = {k: check(v, spec.values, _loc(loc, k), issues) for k, v in value.items()}
     if spec.choices is not None and value not in spec.choices:
-        issues.append(Issue(loc, value, "one of " + ", ".join(map(str, spec.choices)) + _yaml_hint(value)))
+        issues.append(Issue(loc, value, "one of " + ", ".join(map(str, spec.choices)) + yaml_hint(value)))
         return None
     if spec.check is not None and value is not None:
         wanted = spec.check(value)
@@ -135,7 +135,7 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
     return value
 
 
-def _yaml_hint(value) -> str:
+def yaml_hint(value) -> str:
     """Why YAML may have read the value as something else than was written (YAML 1.1 rules)."""
     if isinstance(value, bool):
         return " (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"
