@@ -203,6 +203,7 @@ def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
     assert len(pd.read_csv(out / "summary.csv")) == 2 and len(pd.read_csv(out / "pairs.csv")) == 1
 
 
+@pytest.mark.slow
 def test_a_time_limit_keeps_the_seeds_done_in_time_and_caches_the_other_runs(tmp_path):
     """A real ``gameday compare --time-limit``, one by one: it stops starting runs at the
     limit, its tables and report cover whole seeds only (every runbook on the same seeds,
@@ -384,6 +385,7 @@ def _every_cell_on_the_same_seeds(runs: pd.DataFrame) -> int:
     return k
 
 
+@pytest.mark.slow
 def test_a_phase_map_cut_short_maps_the_seeds_played_in_every_cell(tmp_path):
     """``gameday phasemap`` one by one, stopped by --time-limit (exit 0), then by a real
     SIGINT (exit 130): either way the map covers the seeds played in every cell, and says so."""

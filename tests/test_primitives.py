@@ -243,6 +243,7 @@ def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
     _both_models_agree(tmp_path, world, ops, windows, ("demand", "tries", "errors"))
 
 
+@pytest.mark.slow
 def test_a_circuit_breaker_hot_fixed_in_stops_the_retries_against_a_failing_service(tmp_path):
     """The service fails every request; from 00:02 the clients have a breaker (and from
     00:05 no longer): while it is on, most attempts fail at once without reaching the
