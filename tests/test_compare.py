@@ -360,11 +360,15 @@ def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
 
 
 def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path):
+    """(with the options its runs share with compare's: --vars, --tick, --no-progress)"""
     out = tmp_path / "map"
+    (tmp_path / "vars.yaml").write_text("device_cpu: 4000\n")
     proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "phasemap", MINI, "--x", "clients=1000,2000",
-                           "--y", "surge_setups=50,200", "--seeds", "1", "--serial", "--out", str(out)],
+                           "--y", "surge_setups=50,200", "--seeds", "1", "--serial", "--out", str(out),
+                           "--vars", str(tmp_path / "vars.yaml"), "--duration", "10m", "--tick", "0.5s", "--no-progress"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert "1 seed per cell" in (out / "phasemap.md").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["phasemap.csv", "phasemap.md", "phasemap.png", "runs.csv"]
     cells = pd.read_csv(out / "phasemap.csv")
     assert len(cells) == 4 and len(pd.read_csv(out / "runs.csv")) == 4

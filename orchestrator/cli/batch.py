@@ -99,14 +99,17 @@ def _axis(value: str):
 @click.option("--y", "y", required=True, metavar="VAR=V1,V2,...", help="The vertical axis.")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per cell (seeds 1..N).")
 @click.option("--runbook", "-r", default="none", show_default=True, help="Who acts (none: the system alone).")
-@variable_options(with_vars_file=False)
+@variable_options()
 @duration_option("every run")
+@tick_option
 @address_option
 @serial_option
 @cache_option
 @time_limit_option
 @out_option("runs/phasemap-<playbook>-<time>", "Directory")
-def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, serial, cache, time_limit, out):
+@progress_option
+def phasemap_command(playbook, x, y, seeds, runbook, sets, vars_file, duration, tick, address, serial, cache,
+                     time_limit, out, progress):
     """Map metastability over two variables: each cell healthy (the loop never formed),
     recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
     (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md. Runs
@@ -121,13 +124,14 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, duration, address, se
     check_out_dir(out)
     interrupted = None
     try:
-        cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets), duration,
-                                address=address, parallel=not serial, progress=True,
+        cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets, vars_file), duration,
+                                tick, address=address, parallel=not serial, progress=progress,
                                 cache=Path(cache) if cache else None, time_limit=time_limit)
     except ComparisonInterrupted as e:  # seeds 1 to k, each played in every cell
         interrupted, runs = e, e.table
         cells = classify(runs, xa[0], ya[0])
-    title = f"{stem(playbook)}, runbook {runbook}, {runs['seed'].nunique()} seeds per cell"
+    played = runs["seed"].nunique()
+    title = f"{stem(playbook)}, runbook {runbook}, {played} seed{'s' if played != 1 else ''} per cell"
     partial = runs.attrs.get("partial")
     with interrupt_deferred():
         table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{title} ({partial})" if partial else title)
