@@ -81,17 +81,22 @@ class Arg:
 
 @dataclass(frozen=True)
 class Operation:
-    """What an ``op_`` method does (its docstring), an example of its arguments, and their meanings."""
+    """What an ``op_`` method does (its docstring), an example of its arguments, their
+    meanings, and the field of its agent's spec it acts on, if it needs one."""
     doc: str
     example: dict
     args: dict
+    needs: str | None = None
 
 
-def operation(example: dict | None = None, **args: Arg):
+def operation(example: dict | None = None, needs: str | None = None, **args: Arg):
     """Declares an ``op_`` method an operation a playbook can apply (in a trigger, mitigation
-    or fault), with one example of its arguments and what each argument means."""
+    or fault), with one example of its arguments and what each argument means. ``needs``:
+    the field of the agent's spec (``cache``) without which the operation has nothing to act
+    on, so that a playbook applying it to an agent without one is warned before a run."""
     def mark(fn):
-        fn.operation = Operation(doc=" ".join((fn.__doc__ or "").split()), example=dict(example or {}), args=args)
+        fn.operation = Operation(doc=" ".join((fn.__doc__ or "").split()), example=dict(example or {}), args=args,
+                                 needs=needs)
         return fn
     return mark
 

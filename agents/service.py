@@ -145,36 +145,35 @@ class Service(Agent):
         self.capacity_factor = 1.0
         self.throttle: float | None = None  # requests per second admitted; None: no throttle
 
-    @operation(example={})
+    @operation(needs="dns", example={})
     def op_restore_dns(self, tick: int) -> None:
         """Repair the endpoint's DNS records by hand: the newest plan is put in place and the
-        service is reachable again (nothing happens to a service without ``dns``)."""
+        service is reachable again."""
         if self.dns is not None:
             self.dns.restore()
 
-    @operation(example={"enabled": False},
+    @operation(needs="dns", example={"enabled": False},
                enabled=Arg("false stops the enactors taking up new plans, true lets them again"))
     def op_set_dns_automation(self, tick: int, enabled: bool = True) -> None:
         """Stop or restart the DNS automation's enactors: stopped, none takes up a new plan
-        (applications under way and their clean-ups still finish; the planner keeps planning).
-        Nothing happens to a service without ``dns``."""
+        (applications under way and their clean-ups still finish; the planner keeps planning)."""
         if self.dns is not None:
             self.dns.enabled = bool(enabled)
 
-    @operation(example={"seconds": 1080.0},
+    @operation(needs="dns", example={"seconds": 1080.0},
                seconds=Arg("how long that application takes (at least a tick)", unit="s", min=0))
     def op_delay_dns_enactor(self, tick: int, seconds: float) -> None:
         """The next plan an enactor picks up takes ``seconds`` to apply: a badly delayed
-        enactor, which can set off the DNS race (nothing happens without ``dns``)."""
+        enactor, which can set off the DNS race."""
         if self.dns is not None:
             self.dns.delay_next = in_ticks(seconds, self.world.dt)
 
-    @operation(example={"fraction": 0.5},
+    @operation(needs="queue", example={"fraction": 0.5},
                fraction=Arg("share of the queued work thrown away", unit="share of the queue (0-1)", min=0, max=1))
     def op_reset_queue(self, tick: int, fraction: float = 1.0) -> None:
         """Throw away a share of what is queued, as restarting that share of the hosts does
         (their callers have given up on most of it); the requests thrown away are never
-        answered. Nothing happens to a service without a queue."""
+        answered."""
         fraction = share_or_rate("fraction", fraction, 1.0)
         if self.queue is not None:
             self.queue.reset(fraction)
@@ -190,56 +189,56 @@ class Service(Agent):
         lifts the throttle."""
         self.throttle = None if rate is None else share_or_rate("rate", rate)
 
-    @operation(example={"enabled": False},
+    @operation(needs="health_checks", example={"enabled": False},
                enabled=Arg("true: failed checks take targets out; false: every target is put back and stays in"))
     def op_set_failover(self, tick: int, enabled: bool = True) -> None:
         """Let a load balancer's failed health checks take targets out of service, or stop
-        them (every target is back in service at once). Nothing happens without ``health_checks``."""
+        them (every target is back in service at once)."""
         if self.checks is not None:
             self.checks.set_failover(enabled)
 
-    @operation(example={"share": 1.0},
+    @operation(needs="cache", example={"share": 1.0},
                share=Arg("share of the cache emptied (of its nodes restarted)", unit="share of the keys (0-1)",
                          min=0, max=1))
     def op_flush_cache(self, tick: int, share: float = 1.0) -> None:
         """Empty a share of a cache (restarting that share of its nodes): those keys start cold,
-        fresh and stale values alike. Nothing happens to a service without ``cache``."""
+        fresh and stale values alike."""
         share = share_or_rate("share", share, 1.0)
         if self.cache is not None:
             self.cache.flush(self.rng, share)
 
-    @operation(example={"enabled": True},
+    @operation(needs="cache", example={"enabled": True},
                enabled=Arg("true: one store request per key in flight, other misses of that key wait for it"))
     def op_set_coalescing(self, tick: int, enabled: bool = True) -> None:
         """Coalesce a cache's misses: one store request per key in flight at a time (request
-        coalescing, single flight). Nothing happens to a service without ``cache``."""
+        coalescing, single flight)."""
         if self.cache is not None:
             self.cache.coalesce = bool(enabled)
 
-    @operation(example={"enabled": True},
+    @operation(needs="cache", example={"enabled": True},
                enabled=Arg("true: a miss the store fails is answered with the key's stale value, if the cache "
                            "still has one"))
     def op_set_serve_stale(self, tick: int, enabled: bool = True) -> None:
         """Serve stale on error: a miss whose store request fails (or is not answered by its
         caller's timeout) is answered with the key's expired value if the cache still holds
-        it. Nothing happens to a service without ``cache``."""
+        it."""
         if self.cache is not None:
             self.cache.serve_stale = bool(enabled)
 
-    @operation(example={"enabled": False},
+    @operation(needs="cache", example={"enabled": False},
                enabled=Arg("true: a failed answer deletes its key, and an unexpected one from the cache deletes the "
                            "key and asks the store; false: neither"))
     def op_set_evict_on_error(self, tick: int, enabled: bool = True) -> None:
         """Switch the cache clients' evict-on-error behaviour (a hot-fix that stops it, or the
-        latent bug that starts a stampede). Nothing happens to a service without ``cache``."""
+        latent bug that starts a stampede)."""
         if self.cache is not None:
             self.cache.evict_on_error = bool(enabled)
 
-    @operation(example={"seconds": 3600.0},
+    @operation(needs="cache", example={"seconds": 3600.0},
                seconds=Arg("how long a stored key stays fresh from now on (about; at least a tick)", unit="s", min=0))
     def op_set_cache_ttl(self, tick: int, seconds: float) -> None:
         """Change a cache's time to live: keys stay fresh about ``seconds`` from now on (at
-        least a tick). Nothing happens to a service without ``cache``."""
+        least a tick)."""
         seconds = share_or_rate("seconds", seconds)
         if self.cache is not None:
             self.cache.ttl = max(seconds, self.world.dt)

@@ -115,6 +115,7 @@ CASES = [
              header="2 errors"),
     playbook("yaml_boolean_surprise.yaml.j2", "populations[0].retry.jitter: got False; expected one of none, full, "
              "equal, decorrelated (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"),
+    playbook("amplification_below_one.yaml.j2", "scoring.loop.amplification_max: got 0.5; expected a number >= 1"),
     playbook("mitigation_argument_yaml_boolean.yaml.j2", "mitigations[0].effects[1].args.jitter: got False; expected a "
              "string (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it) (argument jitter of "
              "set_retry_policy)"),

@@ -246,21 +246,42 @@ def test_ctrl_c_while_the_tables_are_written_takes_effect_once_they_are():
 
 
 def test_validate_checks_the_playbooks_own_runbooks_each_one(tmp_path):
-    """A playbook's own runbooks (runbooks/ beside it, found by name) are validated with it,
-    each on its own: one broken does not hide the next, and the exit code says one was."""
-    (tmp_path / "runbooks").mkdir()
+    """A playbook's own runbooks (runbooks/PLAYBOOK/ beside it) are validated with it, each
+    on its own: one broken does not hide the next, and the exit code says one was. A shared
+    runbooks/ folder may hold other playbooks' runbooks: those are left alone."""
+    own = tmp_path / "runbooks" / "valid-minimal"
+    own.mkdir(parents=True)
     playbook = tmp_path / VALID.name
     playbook.write_text(VALID.read_text())
     for name, source in (("a", "runbook_duplicate_key.yaml"), ("b", "runbook_unknown_metric.yaml"),
                          ("c", "valid_runbook.yaml")):
-        (tmp_path / "runbooks" / f"{name}.yaml").write_text((CORPUS / source).read_text())
+        (own / f"{name}.yaml").write_text((CORPUS / source).read_text())
+    (tmp_path / "runbooks" / "another-playbooks.yaml").write_text((CORPUS / "runbook_unknown_mitigation.yaml").read_text())
     result = invoke("playbooks", "validate", str(playbook))
     assert result.exit_code == 2
     assert result.stdout.splitlines()[1:] == ["c: valid"]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert errors == [f"error: {tmp_path / 'runbooks' / 'a.yaml'}: 1 error (parse)",
-                      f"error: {tmp_path / 'runbooks' / 'b.yaml'}: 1 error (validate)"]
-    (tmp_path / "runbooks" / "a.yaml").unlink()
-    (tmp_path / "runbooks" / "b.yaml").unlink()
+    assert errors == [f"error: {own / 'a.yaml'}: 1 error (parse)", f"error: {own / 'b.yaml'}: 1 error (validate)"]
+    (own / "a.yaml").unlink()
+    (own / "b.yaml").unlink()
     result = invoke("playbooks", "validate", str(playbook))
     assert result.exit_code == 0 and result.stdout.splitlines()[1:] == ["c: valid"]
+
+
+def test_an_effect_with_nothing_to_act_on_is_a_warning_before_the_run(tmp_path):
+    """flush_cache on a service without a cache does nothing: a template's variant may leave
+    the cache out and keep the mitigation, so it is no error, but validate and run say so."""
+    text = VALID.read_text().replace("mitigations:\n", "services:\n  - name: api\nmitigations:\n", 1).replace(
+        "      - {target: bridge, op: add_devices, args: {count: $devices}}\n",
+        "      - {target: bridge, op: add_devices, args: {count: $devices}}\n      - {target: api, op: flush_cache}\n", 1)
+    playbook = tmp_path / "idle.yaml.j2"
+    playbook.write_text(text)
+    warning = "warning: mitigations[0].effects[1]: flush_cache does nothing to api, which has no cache"
+    result = invoke("playbooks", "validate", str(playbook))
+    assert result.exit_code == 0 and warning in result.stderr.splitlines()
+    result = invoke("run", str(playbook), "--runbook", "none", "--duration", "1m", "--hosting", "inprocess",
+                    "--no-progress", "--no-report", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 0 and warning in result.stderr.splitlines(), result.output
+    assert warning[len("warning: "):] in json.loads((tmp_path / "run" / "meta.json").read_text())["never_reached"]
+    result = invoke("playbooks", "validate", str(VALID))
+    assert "warning" not in result.stderr

@@ -69,8 +69,8 @@ def playbooks_render(name, sets, vars_file):
 @click.option("--runbook", "-r", "runbooks", multiple=True,
               help="Also validate these runbooks (names or files) against it.")
 def playbooks_validate(file, sets, vars_file, runbooks):
-    """Render, parse and validate FILE, then its own runbooks (those --runbook finds by name)
-    and any other given with --runbook; report every error with its location."""
+    """Render, parse and validate FILE, then its own runbooks (runbooks/PLAYBOOK/*.yaml beside
+    it) and any other given with --runbook; report every error with its location."""
     import sys
 
     from orchestrator.errors import InvalidRunbook
@@ -85,7 +85,9 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     for text in never_reached(pb.data, None, end):
         click.echo(f"warning: {text}", err=True)
     invalid = 0
-    for rb in [*runbooks, *(name for name in runbook_files(pb.name, pb.source) if name not in runbooks)]:
+    # its own: those in runbooks/PLAYBOOK/ (a shared runbooks/ folder may hold other playbooks' too)
+    own = [name for name, path in runbook_files(pb.name, pb.source).items() if path.parent.name == pb.name]
+    for rb in [*runbooks, *(name for name in own if name not in runbooks)]:
         try:
             _, runbook = load_runbook(rb, pb)
         except InvalidRunbook as e:  # (each runbook is checked: one broken does not hide the next)

@@ -512,14 +512,15 @@ def _check_triggers(data: dict, n: _Names) -> None:
     for i, t in enumerate(data["triggers"]):
         n.issues += _before_start(t["at"], data["clock"]["start"], f"triggers[{i}].at")
         for j, e in enumerate(t["effects"]):
-            _check_effect(e, f"triggers[{i}].effects[{j}]", n.kinds, n.parts, n.issues)
+            _check_effect(e, f"triggers[{i}].effects[{j}]", n)
 
 
 def never_reached(data: dict, runbook: dict | None, end_s: float) -> list[str]:
     """What a run ending at clock time ``end_s`` can never reach: triggers, and runbook
     conditions on the clock, timed at or after its end. Not an error (a short run of a
     long scenario is a fair check), but said before the run, since such a run reports
-    "trigger not reached" and a loop that never formed."""
+    "trigger not reached" and a loop that never formed. And what it can never do: the
+    effects with nothing to act on (``idle_effects``)."""
     end = format_clock(end_s)
     out = [f"triggers[{i}].at {format_clock(t['at'])} is at or after the end of the run ({end}): it never fires"
            for i, t in enumerate(data["triggers"]) if t["at"] >= end_s]
@@ -537,6 +538,23 @@ def never_reached(data: dict, runbook: dict | None, end_s: float) -> list[str]:
 
     for i, rule in enumerate((runbook or {}).get("rules") or []):
         walk(rule.get("when"), f"rules[{i}].when")
+    return out + idle_effects(data)
+
+
+def idle_effects(data: dict) -> list[str]:
+    """The effects whose operation has nothing to act on in this world (``flush_cache`` on a
+    service without a cache): not an error, since a template's variant may leave out a part
+    that its mitigations act on, but said before the run, since applying them does nothing."""
+    out = []
+    specs = {part["name"]: part for section in KIND_OF_SECTION for part in data.get(section) or []}
+    kinds = agent_names(data)
+    for section in ("triggers", "mitigations", "faults"):
+        for i, m in enumerate(data.get(section) or []):
+            for j, e in enumerate(m.get("effects") or []):  # (partial data: the runbook's own check)
+                op = operations(kinds[e["target"]]).get(e["op"]) if e["target"] in specs else None
+                if op is not None and op.needs and specs[e["target"]].get(op.needs) is None:
+                    out.append(f"{section}[{i}].effects[{j}]: {e['op']} does nothing to {e['target']}, which has no "
+                               f"{op.needs}")
     return out
 
 
@@ -549,7 +567,7 @@ def _check_actions(data: dict, n: _Names) -> None:
                 n.issues.append(Issue(f"{section}[{i}].name", m["name"], f"a name used by no other of the {section}"))
             seen.add(m["name"])
             for j, e in enumerate(m["effects"]):
-                _check_effect(e, f"{section}[{i}].effects[{j}]", n.kinds, n.parts, n.issues, m["params"])
+                _check_effect(e, f"{section}[{i}].effects[{j}]", n, m["params"])
 
 
 def _check_scoring(data: dict, n: _Names) -> None:
@@ -605,10 +623,10 @@ CROSS_CHECKS = (_check_populations, _check_services, _check_service_chains, _che
                 _check_clock, _check_triggers, _check_actions, _check_work_switches, _check_scoring, _check_par)
 
 
-def _check_effect(e: dict, loc: str, kinds: dict, parts: dict, issues: list[Issue], params: dict | None = None) -> None:
-    """One effect: its target, operation and arguments. ``parts``: the names an argument can
-    refer to, by kind; ``params``: the mitigation's or fault's params (None: a trigger's
-    effect, which has none to refer to)."""
+def _check_effect(e: dict, loc: str, n: _Names, params: dict | None = None) -> None:
+    """One effect: its target, operation and arguments. ``params``: the mitigation's or
+    fault's params (None: a trigger's effect, which has none to refer to)."""
+    kinds, parts, issues = n.kinds, n.parts, n.issues
     kind = kinds.get(e["target"])
     if kind is None:
         issues.append(Issue(f"{loc}.target", e["target"], f"a part of the world ({closest_first(e['target'], kinds)})"))

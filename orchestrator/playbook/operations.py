@@ -84,6 +84,7 @@ class OperationInfo:
     doc: str
     example: dict
     args: dict[str, Argument]
+    needs: str | None = None  # the field of its target's spec it acts on (``agents.base.operation``)
 
 
 def _info(kind: str, cls, name: str) -> OperationInfo:
@@ -99,7 +100,7 @@ def _info(kind: str, cls, name: str) -> OperationInfo:
                                 _NO_DEFAULT if p.default is p.empty else p.default,
                                 declared.args.get(p.name) if declared else None)
     return OperationInfo(kind, name, declared.doc if declared else " ".join((fn.__doc__ or "").split()),
-                         declared.example if declared else {}, args)
+                         declared.example if declared else {}, args, declared.needs if declared else None)
 
 
 def operations(kind: str) -> dict[str, OperationInfo]:

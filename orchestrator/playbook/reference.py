@@ -226,7 +226,9 @@ def _operations_section() -> list[str]:
     for kind in TARGET_KINDS:
         out += [f"### Operations of a {KIND_TITLE[kind]}", ""]
         for name, op in operations(kind).items():
-            out += [f"#### `{name}`", "", _sentence(op.doc), ""]
+            needs = f" On a {kind} without `{op.needs}` it does nothing (validation and runs warn of it)." \
+                if op.needs else ""
+            out += [f"#### `{name}`", "", _sentence(op.doc) + needs, ""]
             for a in op.args.values():
                 out.append(f"- **`{a.name}`** ({_arg_type(a)}): {_sentence(a.about.doc if a.about else '')}")
             if op.args:
