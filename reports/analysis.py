@@ -43,7 +43,8 @@ class Analysis:
     summary: list[str]
     verdict: str
     measures: list[dict]  # measure, yours, par, vs_par
-    impact: list[dict]  # population, failed_request_minutes, impaired_minutes, worst_error_ratio, late_minutes (or None)
+    impact: list[dict]  # population, failed_request_minutes, impaired_minutes, worst_error_ratio, by_attempts,
+    #                     late_minutes (or None)
     weighted_impact: float | None
     backlog: list[dict]  # population, peak, peak_at, drained (the milestone's clock or None), shared (it names more), text
     timeline: list[dict]  # tick, clock, t_plus, what, detail, par
@@ -104,15 +105,17 @@ def populations(metrics: pd.DataFrame) -> list[str]:
     return [c[: -len(".error_ratio")] for c in metrics.columns if c.endswith(".error_ratio") and "#" not in c]
 
 
-def impact_table(metrics: pd.DataFrame, dt: float) -> list[dict]:
+def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=()) -> list[dict]:
     """Per population: its failed-request minutes (each minute from the start counts the
     share of the requests finished in it that failed for good, as the scorer counts them),
-    the minutes in which that share was above 5%, and the worst share over any minute."""
+    the minutes in which that share was above 5%, and the worst share over any minute.
+    For the populations ``by_attempts`` (the score's ``counted_by_attempts``: retried
+    without limit, so never failed for good), the share of their attempts that failed."""
     rows = []
     window = max(1, round(WINDOW_S / dt))
     minute = pd.Series(range(len(metrics)), index=metrics.index) // window
     for pop in populations(metrics):
-        errors, ok = metrics[f"{pop}.errors"], metrics[f"{pop}.ok"]
+        errors, ok = metrics[f"{pop}.{'failed' if pop in by_attempts else 'errors'}"], metrics[f"{pop}.ok"]
         per_minute = pd.DataFrame({"errors": errors, "final": errors + ok, "ticks": 1}).groupby(minute).sum()
         share = (per_minute["errors"] / per_minute["final"].where(per_minute["final"] > 0)).fillna(0.0)
         rolling_errors = errors.rolling(window).sum()  # whole minutes only
@@ -121,7 +124,7 @@ def impact_table(metrics: pd.DataFrame, dt: float) -> list[dict]:
         rows.append({"population": pop,
                      "failed_request_minutes": float((share * per_minute["ticks"]).sum() * dt / 60.0),
                      "impaired_minutes": float(per_minute["ticks"][share > IMPAIRED_ERROR_RATIO].sum() * dt / 60.0),
-                     "worst_error_ratio": 0.0 if pd.isna(worst) else float(worst)})
+                     "worst_error_ratio": 0.0 if pd.isna(worst) else float(worst), "by_attempts": pop in by_attempts})
     return rows
 
 
@@ -278,9 +281,9 @@ def _scored_milestones(score: dict) -> dict[str, dict]:
 def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     """(impact per population, the weighted impact, the backlog of each durable population)."""
     m = r.m
-    impact = impact_table(m, r.dt) if r.ticks_done else []
     weights = (r.playbook.get("scoring") or {}).get("impact") or {}
     scored = r.score.get("impact") or {}
+    impact = impact_table(m, r.dt, scored.get("counted_by_attempts") or ()) if r.ticks_done else []
     late = scored.get("late_minutes") or {}
     for x in impact:
         x["late_minutes"] = late.get(x["population"])  # durable work waiting beyond steady state (the scorer's count)

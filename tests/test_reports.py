@@ -312,3 +312,38 @@ def test_action_labels_on_a_chart_never_overlap_and_name_or_count_every_action()
     named = sum(1 for _, t in labels for line in t.split("\n"))
     more = sum(int(line.split("+")[1].split()[0]) for _, t in labels for line in t.split("\n") if " more" in line)
     assert named + more == len(marks)
+
+
+@pytest.mark.parametrize("max_attempts", [0, 3])
+def test_an_outage_costs_its_minutes_whether_requests_are_retried_without_limit_or_given_up(tmp_path, max_attempts):
+    """The service refuses everything for 10 minutes. Clients that give up after 3 attempts
+    lose nearly every request of those minutes; clients that retry without limit never
+    lose one for good, and used to score no impact at all (doing nothing then scored best
+    in a comparison). Their attempts are counted instead: both cost about 10 minutes, in
+    the score and in the report's impact table alike."""
+    from helpers import play
+
+    from reports.analysis import analyse
+    from reports.build import environment
+
+    world = {"name": "outage", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
+             "services": [{"name": "api", "capacity": 1_000_000}],
+             "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "5s"},
+                              "retry": {"max_attempts": max_attempts, "base": "1s", "cap": "5s"}}],
+             "triggers": [{"name": "refuse", "at": "00:05", "effects": [
+                 {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "10m"}}]}],
+             "scoring": {"impact": {"clients": 1}}}
+    r = play(tmp_path, world)
+    impact = r.score["impact"]
+    assert impact["counted_by_attempts"] == ["clients"] if max_attempts == 0 else "counted_by_attempts" not in impact
+    assert 9.5 < impact["weighted_total"] < 11.5, impact  # the 10 minutes, and the retries settling after them
+    a = analyse(r)
+    row = a.impact[0]
+    assert row["by_attempts"] is (max_attempts == 0)
+    assert row["failed_request_minutes"] == pytest.approx(impact["error_minutes"]["clients"], abs=0.01)
+    assert 9 <= row["impaired_minutes"] <= 12
+    for template in ("sections.md.j2", "sections.html.j2"):
+        table = str(environment().get_template(template).module.impact_table(a.impact, a.weighted_impact, a.backlog))
+        said = "clients retries without limit (retry.max_attempts 0)" in table
+        assert said is (max_attempts == 0), table

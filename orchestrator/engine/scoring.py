@@ -106,23 +106,34 @@ class Milestone:
         return self.first_at is not None and self.at is None
 
 
+def retried_without_limit(population: dict) -> bool:
+    """Perishable work whose requests are retried until they succeed (``retry.max_attempts``
+    0, as the playbook gives it): they never fail for good, however long they fail, so
+    their impact counts the share of their attempts that failed (else a world that never
+    answered them would score no impact at all)."""
+    return population["work"] == "perishable" and population["retry"]["max_attempts"] == 0
+
+
 class ImpactMinute:
     """One minute's counts per population, for its impact: requests failed for good and
-    finished (ok + errors), ticks, and ticks in which its durable work was late. A share
-    per minute, not per tick: a tick with no results says nothing about the requests
-    still out, and counting it as 0 failed would undercount an outage whose results come
-    in bursts."""
+    finished (ok + errors), ticks, and ticks in which its durable work was late; for the
+    populations ``by_attempts`` (``retried_without_limit``), attempts failed and resolved
+    (ok + failed) instead of requests. A share per minute, not per tick: a tick with no
+    results says nothing about the requests still out, and counting it as 0 failed would
+    undercount an outage whose results come in bursts."""
 
-    def __init__(self, populations: list[str], ticks: int):
+    def __init__(self, populations: list[str], ticks: int, by_attempts: frozenset = frozenset()):
         self.populations, self.length = populations, ticks
+        self.failed = {p: "failed" if p in by_attempts else "errors" for p in populations}
         self.clear()
 
     def add(self, metrics: dict[str, dict[str, float]], late: dict[str, bool]) -> None:
         self.ticks += 1
         for p, c in self.counts.items():
             m = metrics[p]
-            c[0] += m["errors"]
-            c[1] += m["ok"] + m["errors"]
+            failed = m[self.failed[p]]
+            c[0] += failed
+            c[1] += m["ok"] + failed
             c[2] += late[p]
 
     @property
@@ -166,7 +177,9 @@ class Scorer:
         self.error_minutes = {p: 0.0 for p in self.impact_w}
         durable = {p["name"] for p in data["populations"] if p["work"] == "durable"}
         self.late_minutes = {p: 0.0 for p in self.impact_w if p in durable}
-        self.minute = ImpactMinute(list(self.impact_w), w)
+        self.by_attempts = sorted(p["name"] for p in data["populations"]
+                                  if p["name"] in self.impact_w and retried_without_limit(p))
+        self.minute = ImpactMinute(list(self.impact_w), w, frozenset(self.by_attempts))
         self.trigger_tick: int | None = None
         self.first_update: int | None = None
         self.actions = 0
@@ -343,7 +356,9 @@ class Scorer:
             "recovered": {k.split(":", 1)[1]: self._milestone(k) for k in ms if k.startswith("recovered:")},
             "impact": {"error_minutes": {p: round(v, 3) for p, v in errors.items()},
                        "late_minutes": {p: round(v, 3) for p, v in late.items()},
-                       "weighted_total": round(sum(v * self.impact_w[p] for p, v in impact.items()), 3)},
+                       "weighted_total": round(sum(v * self.impact_w[p] for p, v in impact.items()), 3),
+                       # (only where there are some: the score of every other run reads as before)
+                       **({"counted_by_attempts": self.by_attempts} if self.by_attempts else {})},
             "collateral": {"connections_broken_by_actions": self.collateral,
                            "requests_turned_away": int(round(self.turned_away)),
                            "requests_turned_away_by": {k: int(round(v)) for k, v in sorted(self.turned_away_by.items())}},

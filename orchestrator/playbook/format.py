@@ -542,7 +542,9 @@ PLAYBOOK = M(
                            example={"internal-clients": 1, "ec2-api-callers": 2},
                            doc="population name -> weight: the impact score is the weighted sum of the populations' "
                                "impaired minutes: each minute counts the share of the requests finished in it that "
-                               "failed for good (error-minutes), and for durable work each tick in which its backlog "
+                               "failed for good (error-minutes; for perishable work retried without limit, "
+                               "retry.max_attempts 0, whose requests never fail for good, the share of its attempts "
+                               "that failed), and for durable work each tick in which its backlog "
                                "is above steady state (backlog.threshold seconds of its arrivals) counts whole; a "
                                "population left out does not count")),
     par=Field("dict", default=dict, values=Field("clock", doc="when the historical response reached that measure"),
