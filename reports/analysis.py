@@ -209,6 +209,15 @@ class _Reading:
         """How far ``tick`` came after (+) or before (-) a clock time."""
         return _delta(self.start_s + tick * self.dt - clock_s)
 
+    @cached_property
+    def before_trigger(self) -> float | None:
+        """The loop's ground truth over the minute before the trigger (None: no trigger, or
+        it fired at the first tick): under its bound, the world was failing before it."""
+        if self.trigger_tick is None or self.signal is None or self.trigger_tick < 1:
+            return None
+        first = max(0, self.trigger_tick - max(1, round(60 / self.dt)))
+        return float(self.signal[1].iloc[first:self.trigger_tick].mean())
+
     @cached_property  # a scan of the whole run; the summary and the timeline both need it
     def bad_tick(self) -> int | None:
         """The first tick after the trigger at which the loop's ground truth fell below its threshold."""
@@ -228,6 +237,12 @@ def analyse(run: RunData) -> Analysis:
                 "ticks": f"{r.ticks_done} of {meta.get('ticks_planned', '?')} ({r.dt:g} s each)"}
     summary = _summary(r.trigger, r.trigger_tick, r.bad_tick, r.signal[0] if r.signal else "the loop's measure", r.events,
                        r.milestones_reached, r.relapses, r.score, weighted, backlog, r.at, r.dt, r.partial, r.until)
+    if r.before_trigger is not None and r.before_trigger < r.signal[2]:
+        # (then the trigger's sentence cannot be taken at its word: the world was failing already)
+        summary.insert(0, f"Before the trigger at {r.at(r.trigger_tick)}, {r.signal[0]} was already out of bounds "
+                          f"({r.before_trigger:.0%} over the minute before it, against {r.signal[2]:.0%}): this world "
+                          f"was failing before its incident began, so what follows is not the trigger's doing alone "
+                          f"(check the playbook's capacities against its demand).")
     handovers = meta.get("takeovers") or []
     if handovers:  # a fork: say whose runbook played when, first
         summary.insert(0, f"This run is a fork of {meta.get('forked_from')}: runbook {meta.get('runbook_before_fork')} "

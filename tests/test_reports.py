@@ -347,3 +347,22 @@ def test_an_outage_costs_its_minutes_whether_requests_are_retried_without_limit_
         table = str(environment().get_template(template).module.impact_table(a.impact, a.weighted_impact, a.backlog))
         said = "clients retries without limit (retry.max_attempts 0)" in table
         assert said is (max_attempts == 0), table
+
+
+def test_a_world_failing_before_its_trigger_is_said_to_be_so_not_blamed_on_the_trigger():
+    """mini_loop with a bridge too small for its steady demand fails from the start: the
+    report's summary says so first (an outsider's world, broken by a capacity typo, was
+    reported as set off by its trigger). With its own capacity it says nothing of the kind."""
+    import orchestrator
+    from helpers import playbook_path
+
+    from reports.analysis import analyse
+
+    summaries = {cpu: analyse(orchestrator.run(playbook_path("mini_loop"), runbook="none", seed=1,
+                                               sets={"device_cpu": cpu}, duration="5m")).summary
+                 for cpu in (4000, 1500)}
+    assert summaries[1500][0].startswith("Before the trigger at 00:03:00, bridge setup success was already out of "
+                                         "bounds (")
+    assert "against 95%): this world was failing before its incident began" in summaries[1500][0]
+    assert summaries[4000][0].startswith("The trigger at 00:03:00 set off the loop")
+    assert not any("already out of bounds" in line for line in summaries[4000])
