@@ -115,6 +115,11 @@ CASES = [
              header="2 errors"),
     playbook("yaml_boolean_surprise.yaml.j2", "populations[0].retry.jitter: got False; expected one of none, full, "
              "equal, decorrelated (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"),
+    playbook("alarm_threshold_as_percentage.yaml.j2",  # (one error: none follows on the alarm for its missing bound)
+             "monitoring.alarms[0].above: got '90%'; expected a number (a share is a number from 0 to 1: 0.2 for 20%)"),
+    playbook("observed_metric_misspelt.yaml.j2", "monitoring.observe[1]: got 'clients.eror_ratio'; expected "
+             "agent.metric naming a part of this world and one of its metrics (clients.error_ratio, ",
+             "did you mean clients.error_ratio?)"),
     playbook("amplification_below_one.yaml.j2", "scoring.loop.amplification_max: got 0.5; expected a number >= 1"),
     playbook("mitigation_argument_yaml_boolean.yaml.j2", "mitigations[0].effects[1].args.jitter: got False; expected a "
              "string (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it) (argument jitter of "

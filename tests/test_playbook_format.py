@@ -49,6 +49,7 @@ NOT_FOR_A_SCHEMA = {
     "unknown_par_key.yaml.j2": "the measures and mitigations are those of the file",
     "trigger_before_start.yaml.j2": "two fields compared",
     "par_before_start.yaml.j2": "two fields compared",
+    "observed_metric_misspelt.yaml.j2": "the metrics are those of the parts the file defines",
     "runbook_at_before_start.yaml": "a time compared with the playbook's clock.start",
     "tick_longer_than_timeout.yaml.j2": "the tick compared with every population's timeouts",
     "runbook_field_error_and_unknown_action.yaml": None,  # its field error is one a schema sees

@@ -311,7 +311,10 @@ def validate_playbook(doc: dict, source: str) -> dict:
             _cross_check(data, cross)
         except (KeyError, TypeError, AttributeError, ValueError):
             pass
-        issues.extend(i for i in cross if i.location not in found)
+        # (nor one about an item a field error inside it explains: "exactly one of above, below"
+        # once its above was found not to be a number)
+        issues.extend(i for i in cross if i.location not in found
+                      and not any(f.startswith((f"{i.location}.", f"{i.location}[")) for f in found))
     if issues:
         raise InvalidPlaybook(source, "validate", issues)
     _fill_derived_defaults(data)
@@ -456,7 +459,13 @@ def _check_monitoring(data: dict, n: _Names) -> None:
     known_metrics = observable_metrics(data)
     for j, m in enumerate(data["monitoring"]["observe"]):
         if m not in known_metrics:
-            n.issues.append(Issue(f"monitoring.observe[{j}]", m, "agent.metric naming a part of this world and one of its metrics"))
+            part = m.split(".", 1)[0] if isinstance(m, str) else None
+            # the part's own metrics if the part is right, else the parts: a list of every metric would be hundreds
+            of_part = [k for k in known_metrics if k.split(".", 1)[0] == part]
+            near = closest_first(m, of_part) if of_part else \
+                f"parts: {closest_first(part, {k.split('.', 1)[0] for k in known_metrics})}"
+            n.issues.append(Issue(f"monitoring.observe[{j}]", m, f"agent.metric naming a part of this world and one of "
+                                                                 f"its metrics ({near})"))
     for j, a in enumerate(data["monitoring"]["alarms"]):
         if a["metric"] not in data["monitoring"]["observe"]:
             n.issues.append(Issue(f"monitoring.alarms[{j}].metric", a["metric"], "a metric listed in monitoring.observe"))

@@ -136,9 +136,12 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
 
 
 def yaml_hint(value) -> str:
-    """Why YAML may have read the value as something else than was written (YAML 1.1 rules)."""
+    """Why YAML may have read the value as something else than was written (YAML 1.1 rules),
+    or how to write what was meant (a percentage)."""
     if isinstance(value, bool):
         return " (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it)"
+    if isinstance(value, str) and value.strip().endswith("%"):
+        return " (a share is a number from 0 to 1: 0.2 for 20%)"
     if isinstance(value, str):
         try:
             float(value)
