@@ -213,7 +213,7 @@ def check_points(playbook: str, points: list[Point], sets: dict, duration, tick)
     run starts: bad input stops the comparison with every problem named. Returns their
     texts, the rendered playbook's and the runbook's, by (runbook, sweep point), each
     runbook as the runs get it (``portable_runbook``), and the first point's world plan."""
-    texts, shipped, plans = {}, {}, []
+    texts, shipped, first = {}, {}, None
     for p in points:
         key = _texts_key(p)
         if key not in texts:
@@ -221,8 +221,8 @@ def check_points(playbook: str, points: list[Point], sets: dict, duration, tick)
                                                    sets={**sets, **p.sweep}, duration=duration, tick=tick))
             texts[key] = (pb.text, rb_text)
             shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
-            plans.append(plan)
-    return texts, shipped, plans[0]
+            first = first or plan
+    return texts, shipped, first
 
 
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
