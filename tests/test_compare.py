@@ -39,17 +39,17 @@ def test_a_runbook_that_helps_beats_none_and_identical_runbooks_are_not_differen
     df = on_ray
     assert len(df) == 18 and list(df.columns[:3]) == ["runbook", "seed", "trigger_s"]
     assert set(df[df["runbook"] == "none"]["outcome"]) == {"stuck"}
-    assert set(df[df["runbook"] == "fix_early"]["outcome"]) == {"broken after the runbook acted"}
+    assert set(df[df["runbook"] == "fix-early"]["outcome"]) == {"broken after the runbook acted"}
     tests = cs.pairs(df).set_index(["a", "b"])
-    helps = tests.loc[("none", "fix_early")]
-    assert helps["p_holm"] < cs.ALPHA and helps["better"] == "fix_early"
-    same = tests.loc[("fix_early", "fix_early_copy")]
+    helps = tests.loc[("none", "fix-early")]
+    assert helps["p_holm"] < cs.ALPHA and helps["better"] == "fix-early"
+    same = tests.loc[("fix-early", "fix-early-copy")]  # (labelled by its name:, as gameday run names it)
     assert same["p"] == 1.0 and same["better"] == "" and "no significant difference" in same["verdict"]
     summ = cs.summary(df).set_index("runbook")
-    assert summ.loc["none", "success_rate"] == 0.0 and summ.loc["fix_early", "success_rate"] == 1.0
+    assert summ.loc["none", "success_rate"] == 0.0 and summ.loc["fix-early", "success_rate"] == 1.0
     assert np.isinf(summ.loc["none", "median_break_s"])
-    lo, hi = summ.loc["fix_early", "median_break_ci"]
-    assert lo <= summ.loc["fix_early", "median_break_s"] <= hi < 600
+    lo, hi = summ.loc["fix-early", "median_break_ci"]
+    assert lo <= summ.loc["fix-early", "median_break_s"] <= hi < 600
 
 
 def test_a_time_limit_on_ray_stops_the_runs_under_way_and_keeps_whole_seeds(ray_session, tmp_path):
@@ -61,11 +61,11 @@ def test_a_time_limit_on_ray_stops_the_runs_under_way_and_keeps_whole_seeds(ray_
     k = df["seed"].max()
     assert 1 <= k < 1000 and len(df) == 2 * k
     assert df.attrs["partial"].startswith(f"time limit 15s: {k} of the 1000 seeds, {2 * k} of the 2000 runs planned")
-    for runbook in ("none", "fix_early"):
+    for runbook in ("none", "fix-early"):
         assert sorted(df[df["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
     status = {d.name: load_run(d).meta["status"] for d in (tmp_path / "runs").iterdir()}
     assert set(status.values()) <= {"complete", "interrupted"}
-    assert all(status[f"{rb}-s{seed}"] == "complete" for rb in ("none", "fix_early") for seed in range(1, k + 1))
+    assert all(status[f"{rb}-s{seed}"] == "complete" for rb in ("none", "fix-early") for seed in range(1, k + 1))
 
 
 def test_results_in_parallel_equal_results_run_one_by_one(on_ray):
@@ -85,7 +85,7 @@ def test_a_playbook_files_own_runbooks_are_found_by_name(tmp_path):
     by_name = compare(str(tmp_path / "mini_loop.yaml.j2"), ["none", "fix_early"], 2, parallel=False)
     by_file = compare(MINI, ["none", FIX], 2, parallel=False)
     pd.testing.assert_frame_equal(by_name, by_file)
-    assert set(by_name[by_name["runbook"] == "fix_early"]["outcome"]) == {"broken after the runbook acted"}
+    assert set(by_name[by_name["runbook"] == "fix-early"]["outcome"]) == {"broken after the runbook acted"}
 
 
 def test_a_two_node_cluster_gives_the_same_table(cluster_check):
@@ -125,12 +125,12 @@ def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session,
     df = pd.read_csv(out / "results.csv")
     assert len(df) == 16 and {"runbook", "seed", "clients", "loop_broken_s", "impact", "outcome"} <= set(df.columns)
     assert set(pd.read_csv(out / "pairs.csv")["clients"]) == {1000, 2000}
-    assert "clients=2000: fix_early breaks the loop faster than none" in proc.stdout
+    assert "clients=2000: fix-early breaks the loop faster than none" in proc.stdout
     assert "Mann-Whitney" in proc.stdout
     md = (out / "compare.md").read_text()
     assert md.startswith("# Runbook comparison: mini-loop")  # the playbook's name, not its file's
     assert "16 runs (4 seeds per runbook and sweep point), each 20m of simulated time." in md
-    assert "| clients=2000 | none vs fix_early |" in md and "![time to break the loop](charts/break_cdf.png)" in md
+    assert "| clients=2000 | none vs fix-early |" in md and "![time to break the loop](charts/break_cdf.png)" in md
     for name in ("break_cdf", "impact"):
         assert (out / "charts" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "compare.html").read_text()
@@ -146,14 +146,31 @@ def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
                                                                          "value of the same type as the default 2000"),
                         (["-r", "none", "--sweep", "clients=1000,2000", "--set", "clients=500"],
                          "--set clients: got 500; expected a variable that is not also swept"),
-                        (["-r", FIX, "-r", FIX], "given twice"),
+                        (["-r", FIX, "-r", FIX], "expected each runbook once"),
+                        (["-r", FIX, "-r", "SAME_NAME"], "expected runbooks with different names: its name, "
+                                                         "'fix-early', is also"),
                         (["-r", "none", "--time-limit", "0s"], "--time-limit: got '0s'; expected a wall-clock time"),
                         (["-r", "none", "--time-limit", "soon"], "'soon' is not a duration"))):
         out = tmp_path / f"cmp{i}"
+        same_name = tmp_path / "another_file.yaml"  # (another file, the same name: as FIX)
+        same_name.write_text(Path(FIX).read_text())
+        args = [str(same_name) if a == "SAME_NAME" else a for a in args]
         proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, *args, "--seeds", "2",
                                "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
         assert not out.exists()
+
+
+def test_a_runbook_file_is_named_in_the_tables_by_its_name_field_as_gameday_run_names_it(tmp_path):
+    """The results (and the kept runs' directories) use a runbook's ``name:``, the name
+    ``gameday run``, its report and a fork give it, not the name of the file it is in."""
+    book = tmp_path / "v2-final.yaml"
+    book.write_text(Path(FIX).read_text().replace("name: fix-early", "name: backoff-at-4-min", 1))
+    df = compare(MINI, ["none", str(book)], 1, parallel=False, keep_runs=tmp_path / "runs")
+    assert list(df["runbook"]) == ["none", "backoff-at-4-min"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["backoff-at-4-min-s1", "none-s1"]
+    meta = json.loads((tmp_path / "runs" / "backoff-at-4-min-s1" / "meta.json").read_text())
+    assert meta["runbook"] == "backoff-at-4-min"
 
 
 def test_the_table_counts_the_requests_a_runbook_turned_away_beside_the_connections_it_broke(tmp_path):
@@ -175,7 +192,7 @@ def test_runs_played_without_a_directory_give_the_rows_and_scores_of_runs_kept(t
     kept = compare(MINI, ["none", FIX], 2, parallel=False, keep_runs=tmp_path / "runs")
     pd.testing.assert_frame_equal(compare(MINI, ["none", FIX], 2, parallel=False), kept)
     data = execute(RunSpec(playbook=MINI, runbook=FIX, seed=2), None)
-    run_dir = tmp_path / "runs" / "fix_early-s2"
+    run_dir = tmp_path / "runs" / "fix-early-s2"
     assert data.dir is None and data.score == json.loads((run_dir / "score.json").read_text())
     meta = json.loads((run_dir / "meta.json").read_text())
     assert data.meta["status"] == meta["status"] == "complete" and data.meta["ticks_done"] == meta["ticks_done"] > 0
@@ -195,7 +212,7 @@ def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
     assert proc.returncode == 130, err
     runs = pd.read_csv(out / "results.csv")
     k = runs["seed"].max()
-    for runbook in ("none", "fix_early"):  # seed by seed, whole seeds
+    for runbook in ("none", "fix-early"):  # seed by seed, whole seeds
         assert sorted(runs[runs["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
     assert 1 <= k < 500 and len(list(cache.glob("*/*.json"))) in (2 * k, 2 * k + 1)  # (a run after seed k: cached)
     said = f"interrupted: {k} of the 500 seeds, {2 * k} of the 1000 runs planned"
@@ -216,7 +233,7 @@ def test_a_time_limit_keeps_the_seeds_done_in_time_and_caches_the_other_runs(tmp
     runs = pd.read_csv(out / "results.csv")
     k = runs["seed"].max()
     assert 1 <= k < 500
-    for runbook in ("none", "fix_early"):
+    for runbook in ("none", "fix-early"):
         assert sorted(runs[runs["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
     played = len(list(cache.glob("*/*.json")))
     assert played in (2 * k, 2 * k + 1)  # one by one: at most one run of the seed the limit cut
@@ -265,14 +282,14 @@ def test_a_cache_plays_only_the_runs_not_played_before_and_changes_no_result(tmp
     assert second.attrs["reused"] == 6 and len(played) == 12 - 6
     fresh = compare(MINI, ["none", FIX, FIX_COPY], 4, parallel=False)
     pd.testing.assert_frame_equal(second, fresh)
-    # the same runbook text in a file of another name is the same run: taken from the cache, named as asked
+    # the same runbook text in a file of another name is the same run: taken from the cache,
+    # and named by its name: as the runs played were
     renamed = tmp_path / "the_fix.yaml"
     renamed.write_text(Path(FIX).read_text())
     played.clear()
     third = compare(MINI, [str(renamed)], 4, parallel=False, cache=cache)
-    assert played == [] and set(third["runbook"]) == {"the_fix"}
-    fix_rows = fresh[fresh["runbook"] == "fix_early"].reset_index(drop=True)
-    pd.testing.assert_frame_equal(third, fix_rows.assign(runbook="the_fix"))
+    assert played == [] and set(third["runbook"]) == {"fix-early"}
+    pd.testing.assert_frame_equal(third, fresh[fresh["runbook"] == "fix-early"].reset_index(drop=True))
     # another value of a variable, another duration or another tick is another run
     for kw in ({"sets": {"clients": 1500}}, {"duration": 1500.0}, {"tick": 0.5}):
         played.clear()

@@ -46,14 +46,10 @@ class Point:
     seed: int
     sweep: dict = field(default_factory=dict)
 
-    def label(self) -> str:
+    def label(self, name: str) -> str:
+        """The name of its run directory, ``name`` being its runbook's."""
         extra = "".join(f"-{k}={v}" for k, v in self.sweep.items())
-        return f"{Path(self.runbook).stem}-s{self.seed}{extra}"
-
-
-def runbook_label(ref: str) -> str:
-    """A runbook's name in the results: a built-in's name, or a file's name without .yaml."""
-    return Path(ref).stem if ref.endswith((".yaml", ".yml")) else ref
+        return f"{name}-s{self.seed}{extra}"
 
 
 def parse_sweeps(items: list[str]) -> dict[str, list]:
@@ -127,7 +123,8 @@ class ComparisonInterrupted(KeyboardInterrupt):
 
 
 def row_of(point: Point, score: Score, horizon_s: float) -> dict:
-    """One row of the results table from a run's score."""
+    """One row of the results table from a run's score (``point.runbook``: the runbook's
+    name, as its ``name:`` says, the name `gameday run` and the reports give it)."""
     def after_trigger(m: dict | None) -> float:
         return float(m["seconds_after_trigger"]) if m and m.get("reached") and "seconds_after_trigger" in m else math.nan
 
@@ -139,7 +136,7 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
     else:
         outcome = "recovered by itself" if score["actions_taken"] == 0 else "broken after the runbook acted"
     backlog = score.get("backlog_drained") or {}
-    row = {"runbook": runbook_label(point.runbook),
+    row = {"runbook": point.runbook,
            "seed": point.seed, **point.sweep,
            "trigger_s": float(score["trigger"].get("seconds_after_start", math.nan)),
            "loop_formed": bool(score["loop_formed"]), "loop_broken_s": after_trigger(broken),
@@ -187,11 +184,10 @@ def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: f
     tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
     try:
         p = Point(**point)
-        label = p.runbook if isinstance(p.runbook, str) else p.runbook["name"]
         spec = RunSpec(playbook=_materialise(playbook, tmp / "playbook"), runbook=_materialise(p.runbook, tmp / "runbook"),
                        seed=p.seed, sets={**sets, **p.sweep}, duration=duration, tick=tick)
         data = execute(spec, Path(keep) if keep else None)
-        return row_of(Point(label, p.seed, p.sweep), data.score, float(data.meta["duration_s"]))
+        return row_of(Point(data.meta["runbook"], p.seed, p.sweep), data.score, float(data.meta["duration_s"]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -208,21 +204,35 @@ def _texts_key(p: Point) -> tuple:
     return p.runbook, tuple(sorted(p.sweep.items()))
 
 
-def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> tuple[dict, dict, WorldPlan]:
+def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> tuple[dict, dict, dict, WorldPlan]:
     """Load the playbook and runbook of every distinct (runbook, sweep point) before any
     run starts: bad input stops the comparison with every problem named. Returns their
     texts, the rendered playbook's and the runbook's, by (runbook, sweep point), each
-    runbook as the runs get it (``portable_runbook``), and the first point's world plan."""
-    texts, shipped, first = {}, {}, None
+    runbook as the runs get it (``portable_runbook``) and its name (its ``name:``), and
+    the first point's world plan."""
+    texts, shipped, names, first = {}, {}, {}, None
     for p in points:
         key = _texts_key(p)
         if key not in texts:
-            pb, rb_text, _, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
-                                                   sets={**sets, **p.sweep}, duration=duration, tick=tick))
+            pb, rb_text, rb, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
+                                                    sets={**sets, **p.sweep}, duration=duration, tick=tick))
             texts[key] = (pb.text, rb_text)
             shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
+            names.setdefault(p.runbook, rb["name"])
             first = first or plan
-    return texts, shipped, first
+    return texts, shipped, names, first
+
+
+def _same_names(names: dict[str, str]) -> list[Issue]:
+    """Two runbooks of one comparison with the same ``name:`` could not be told apart in its tables."""
+    first: dict[str, str] = {}
+    issues = []
+    for ref, name in names.items():
+        if name in first:
+            issues.append(Issue("--runbook", ref, f"runbooks with different names: its name, {name!r}, is also "
+                                f"{first[name]!r}'s (change one's name: field)"))
+        first.setdefault(name, ref)
+    return issues
 
 
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
@@ -254,9 +264,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         issues.append(Issue("--cache", str(cache), "--cache or --keep-runs, not both (a run taken from the cache has no directory to keep)"))
     elif cache is not None and not _can_write_dir(Path(cache)):
         issues.append(Issue("--cache", str(cache), "a directory this user can create or write in"))
-    labels = [runbook_label(rb) for rb in runbooks]
-    issues += [Issue("--runbook", rb, f"runbooks with different names ({label!r} is given twice)")
-               for i, (rb, label) in enumerate(zip(runbooks, labels)) if label in labels[:i]]
+    issues += [Issue("--runbook", rb, "each runbook once") for i, rb in enumerate(runbooks) if rb in runbooks[:i]]
     issues += [Issue("--sweep", var, "a playbook variable whose name is not a column of the results")
                for var in (sweeps or {}) if var in COLUMNS]
     issues += [Issue(f"--set {var}", (sets or {})[var], f"a variable that is not also swept (--sweep {var} gives its "
@@ -269,8 +277,11 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     sets = dict(sets or {})
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}))
     per_seed = len(points) // len(seeds)
-    texts, shipped, plan = check_points(playbook, points, sets, duration, tick)
-    keep = [str(keep_runs / p.label()) if keep_runs else None for p in points]
+    texts, shipped, names, plan = check_points(playbook, points, sets, duration, tick)
+    same = _same_names(names)
+    if same:
+        raise InvalidInput("gameday compare", "options", same)
+    keep = [str(keep_runs / p.label(names[p.runbook])) if keep_runs else None for p in points]
     rows: list[dict | None] = [None] * len(points)
     store = keys = None
     if cache is not None:
@@ -279,7 +290,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         for i, (p, key) in enumerate(zip(points, keys)):
             row = store.get(key)
             if row is not None:  # the point's own names: the same run may be another runbook file's or sweep's
-                rows[i] = {**row, "runbook": runbook_label(p.runbook), "seed": p.seed, **p.sweep}
+                rows[i] = {**row, "runbook": names[p.runbook], "seed": p.seed, **p.sweep}
     cached = {i for i, r in enumerate(rows) if r is not None}
     todo = [i for i, r in enumerate(rows) if r is None]
     shipped_playbook = portable(playbook)

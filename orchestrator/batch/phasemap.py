@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from orchestrator.batch.comparison import compare, runbook_label
+from orchestrator.batch.comparison import compare
 
 PHASES = ("healthy", "recovered by itself", "stuck")
 #: a run's phase from its outcome: one whose loop broke and re-formed is stuck at the horizon
@@ -60,17 +60,20 @@ def hysteresis(playbook: str, load_var: str, loads: list[float], shed_action: st
                        address=address)
     stuck_at = [load for load in loads if _majority_stuck(tip_runs[tip_runs[load_var] == load])]
     top = max(loads)
+
+    def shed_to(f: float) -> str:  # a recovery runbook's name
+        return f"shed-to-{f}"
+
     with tempfile.TemporaryDirectory(prefix="gameday-hysteresis-") as tmp:
         books = []
         for f in factors:
-            path = Path(tmp) / f"shed-to-{f}.yaml"
-            path.write_text(yaml.safe_dump({"name": f"shed-to-{f}", "description": f"{shed_action} to {f} at {shed_at}",
+            path = Path(tmp) / f"{shed_to(f)}.yaml"
+            path.write_text(yaml.safe_dump({"name": shed_to(f), "description": f"{shed_action} to {f} at {shed_at}",
                                             "rules": [{"when": {"at": shed_at},
                                                        "do": {"action": shed_action, "params": {shed_param: f}}}]}))
             books.append(str(path))
         rec_runs = compare(playbook, books, seeds, {}, {**(sets or {}), load_var: top}, duration, parallel=parallel,
                            address=address)
-    recovered = [f * top for f, book in zip(factors, books)
-                 if not _majority_stuck(rec_runs[rec_runs["runbook"] == runbook_label(book)])]
+    recovered = [f * top for f in factors if not _majority_stuck(rec_runs[rec_runs["runbook"] == shed_to(f)])]
     return {"tip_load": min(stuck_at) if stuck_at else None, "recover_load": max(recovered) if recovered else None,
             "tipping": tip_runs, "recovery": rec_runs}
