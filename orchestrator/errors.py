@@ -3,6 +3,7 @@ and the CLI turns it into a message and exit code 2, never a traceback."""
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 
 
@@ -25,23 +26,51 @@ class Issue:
         return f"{self.location}: got {shown}; expected {self.expected}"
 
 
+_WORD_BREAK = re.compile(r"[-_.\s/]+")
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in _WORD_BREAK.split(name.lower()) if w]
+
+
+def _named_in(value: str, name: str) -> bool:
+    """``value``'s words are words of ``name``, in a row (shed in shed_load, not in unshed)."""
+    v, n = _words(value), _words(name)
+    return bool(v) and any(n[i:i + len(v)] == v for i in range(len(n) - len(v) + 1))
+
+
+def _guesses(value, known) -> list[str]:
+    """The names ``value`` is probably a short or misspelt form of: the names it is a word or
+    words of (a name cut short; a whole word matters more than letters in common: "shed" is
+    not "unshed", its opposite) after one a letter or so off (similarity >= 0.85), else the
+    one most like it (difflib's similarity >= 0.6)."""
+    value, known = str(value), [str(k) for k in known if str(k) != str(value)]
+    typo = difflib.get_close_matches(value, known, n=1, cutoff=0.85)  # a letter off: devices for device
+    named = [k for k in known if _named_in(value, k) and k not in typo]
+    if typo or named:
+        return typo + named
+    return difflib.get_close_matches(value, known, n=1)
+
+
 def nearest(value, known) -> str | None:
     """The known name most like ``value`` if one is near enough to be what was meant (a
-    misspelling: difflib's similarity of at least 0.6), else None."""
-    close = difflib.get_close_matches(str(value), [str(k) for k in known], n=1)
-    return close[0] if close and close[0] != str(value) else None
+    name cut short to whole words of it, or a misspelling), else None; with several such
+    names, the first in ``known``'s order."""
+    guesses = _guesses(value, known)
+    return guesses[0] if guesses else None
 
 
 def closest_first(value, known) -> str:
     """The known names for an error message, those most like ``value`` first, and a guess
-    if ``value`` looks like a misspelling of one of several ("X, Y, ...; did you mean X?");
-    "none" if there are none."""
+    if ``value`` looks like a short or misspelt form of one or more of them ("X, Y, ...;
+    did you mean X?"); "none" if there are none."""
     known = sorted(set(map(str, known)))
     if not known:
         return "none"
-    listed = ", ".join(difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0))
-    near = nearest(value, known) if len(known) > 1 else None  # (one name: the list is the guess)
-    return listed if near is None else f"{listed}; did you mean {near}?"
+    guesses = _guesses(value, known) if len(known) > 1 else []  # (one name: the list is the guess)
+    by_likeness = difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0)
+    listed = ", ".join([*guesses, *(k for k in by_likeness if k not in guesses)])
+    return listed if not guesses else f"{listed}; did you mean {' or '.join(guesses[:3])}?"
 
 
 class InvalidInput(GamedayError):

@@ -157,6 +157,8 @@ CASES = [
             "each key once in a mapping (it is first at line 7, column 5)"),
     runbook("runbook_at_before_start.yaml", "rules[0].when.at: got '06:45'; expected a time at or after clock.start "
             "(07:00; a time the next day is 24:00 or later)"),
+    runbook("runbook_relative_time_not_a_duration.yaml", "rules[0].when.at: got '+30 min'; expected + and a duration "
+            "after the first trigger, such as +15m or +90s"),
     runbook("runbook_param_wrong_type.yaml",
             "rules[1].do.params.devices: got 'four'; expected a whole number (it is argument count of add_devices)"),
     runbook("runbook_unknown_param.yaml", "rules[1].do.params.servers: got 4; expected a parameter of add_capacity (devices)"),
@@ -221,6 +223,12 @@ def test_a_misspelt_name_is_guessed_and_a_name_like_none_of_the_known_is_not():
     assert closest_first("cuont", ["count"]) == "count"  # (the one name is the guess)
     assert sorted(closest_first("xyz", ops).split(", ")) == sorted(ops)  # no guess, every name
     assert nearest("add_devices", ops) is None  # (a known name is not a misspelling of itself)
+    # a name cut short to whole words of it is guessed before one with letters in common:
+    # shed is shed_load, not unshed (its opposite, which an outsider was offered)
+    assert closest_first("shed", ["unshed", "shed_load", "restart"]).endswith("; did you mean shed_load?")
+    assert closest_first("shed", ["unshed", "shed-load", "shed.traffic"]).endswith("did you mean shed-load or shed.traffic?")
+    assert nearest("device", ["devices", "device_restart"]) == "devices"  # (a letter off comes first)
+    assert nearest("unshed", ["shed_load", "restart"]) is None
 
 
 def test_every_broken_file_in_the_corpus_has_a_case():

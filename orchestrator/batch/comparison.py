@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -47,9 +48,10 @@ class Point:
     sweep: dict = field(default_factory=dict)
 
     def label(self, name: str) -> str:
-        """The name of its run directory, ``name`` being its runbook's."""
+        """The name of its run directory, ``name`` being its runbook's (any text: what a
+        file name cannot hold becomes _)."""
         extra = "".join(f"-{k}={v}" for k, v in self.sweep.items())
-        return f"{name}-s{self.seed}{extra}"
+        return re.sub(r"[^\w.=+-]+", "_", f"{name}-s{self.seed}{extra}")
 
 
 def parse_sweeps(items: list[str]) -> dict[str, list]:

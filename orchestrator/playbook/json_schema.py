@@ -19,6 +19,10 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _NUMBER_TEXT = r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$"
 _DURATION_TEXT = {"type": "string", "anyOf": [{"allOf": [{"pattern": DURATION_PATTERN}, {"pattern": r"\d"}]},
                                                {"pattern": _NUMBER_TEXT}]}
+#: +DURATION after the first trigger: + then what a non-negative duration's text may be
+_AFTER_TRIGGER = {"type": "string", "anyOf": [{"allOf": [{"pattern": r"^\s*\+" + DURATION_PATTERN.removeprefix("^")},
+                                                         {"pattern": r"\d"}]},
+                                              {"pattern": r"^\s*\+" + _NUMBER_TEXT.removeprefix(r"^\s*[-+]?")}]}
 _PARAM_REF = {"type": "string", "pattern": r"^\$", "description": "$NAME of one of the mitigation's params, or $requester"}
 
 
@@ -137,7 +141,7 @@ def playbook_schema() -> dict:
 def _condition_schema() -> dict:
     holds = {"conditions": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/condition"}},
              "condition": {"$ref": "#/$defs/condition"},
-             "when": {"anyOf": [field_schema(Field("clock")), {"type": "string", "pattern": r"^\s*\+"}]},
+             "when": {"anyOf": [field_schema(Field("clock")), _AFTER_TRIGGER]},
              "metric": {"type": "string", "minLength": 1}, "alarm": {"type": "string", "minLength": 1},
              "action": {"type": "string", "minLength": 1}}
     cases = []
