@@ -119,6 +119,14 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.dispatch_credit = 0.0  # durable dispatch: the fraction of a request carried to the next tick
 
 
+#: A loop population's retry amplification is its tries over the sum of these metrics (the
+#: scorer's loop_broken and the report's chart): its fresh demand for perishable work; for
+#: durable work, the requests it completed (ok, and errors given up), since a backlog may be
+#: dispatched faster than work arrives: a healthy drain at full dispatch is not amplification,
+#: a drain that fails and retries is.
+AMPLIFICATION_BASE = {"perishable": ("demand",), "durable": ("ok", "errors")}
+
+
 class PopulationControls:
     """What both population models share: the operations triggers and mitigations apply,
     and the end of a tick (metrics, health to dependents, telemetry)."""
@@ -416,7 +424,8 @@ class Population(PopulationControls, Agent):
                                           "work: what was dispatched, fresh work included, at most max_rate)"),
         "conn_attempts": ("setups per tick", "connection attempts (setups) put on the wire this tick"),
         "tries": ("requests per tick", "request attempts and reconnections put on the wire this tick (a per-request client's "
-                              "setup is part of its attempt); retry amplification is tries / demand"),
+                              "setup is part of its attempt); retry amplification is tries / demand (durable work: "
+                              "tries / (ok + errors), the requests it completed)"),
         "ok": ("requests per tick", "request attempts that succeeded (results received this tick)"),
         "failed": ("requests per tick", "request attempts that failed (results received this tick)"),
         "errors": ("requests per tick", "requests that failed for good this tick (customer-visible errors)"),

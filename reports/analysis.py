@@ -52,6 +52,7 @@ class Analysis:
     appendix: dict
     actions: list[dict] = field(default_factory=list)  # for chart markers: tick, clock, action
     scoring: dict = field(default_factory=dict)  # the playbook's scoring section: what the charts follow
+    works: dict = field(default_factory=dict)  # each population's work (perishable or durable)
 
 
 def _records(events: pd.DataFrame) -> list[dict]:
@@ -254,7 +255,8 @@ def analyse(run: RunData) -> Analysis:
                     summary=summary, verdict=_verdict(r), measures=_measures(r), impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
-                    scoring=r.playbook.get("scoring") or {})
+                    scoring=r.playbook.get("scoring") or {},
+                    works={p["name"]: p.get("work", "perishable") for p in r.playbook.get("populations") or []})
 
 
 def _measures(r: _Reading) -> list[dict]:

@@ -10,6 +10,8 @@ matplotlib.use("Agg")  # no display: reports are built in batch and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from agents.population import AMPLIFICATION_BASE  # noqa: E402
+
 from .analysis import Analysis, populations, useful_share  # noqa: E402
 
 MAX_POINTS = 1500  # a 12-hour run at 1 s ticks is thinned to this many points per line
@@ -111,10 +113,12 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
 
     loop_populations = [p for p in loop.get("populations", []) if f"{p}.tries" in m]
     if loop_populations and wanted("amplification"):
-        fig, ax = _figure("Retry amplification (attempts per wanted request, 1-minute mean)", "x")
+        fig, ax = _figure("Retry amplification (attempts per wanted request, or per request completed for "
+                          "durable work; 1-minute mean)", "x")
         for p in loop_populations:
             tries = m[f"{p}.tries"].rolling(window, min_periods=1).sum()
-            want = m[f"{p}.demand"].rolling(window, min_periods=1).sum()
+            base = sum(m[f"{p}.{k}"] for k in AMPLIFICATION_BASE[analysis.works.get(p, "perishable")])
+            want = base.rolling(window, min_periods=1).sum()
             ax.plot(hours, (tries / want.where(want > 0)).iloc[::every], label=p)
         charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
 

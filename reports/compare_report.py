@@ -18,8 +18,8 @@ from .build import data_uri, environment
 from .timefmt import format_duration, format_minutes, format_minutes_difference
 
 
-def _fmt_s(seconds: float) -> str:
-    return "not broken" if seconds is not None and math.isinf(seconds) else format_minutes(seconds)
+def _fmt_s(seconds: float, never: str = "not broken") -> str:
+    return never if seconds is not None and math.isinf(seconds) else format_minutes(seconds)
 
 
 def _fmt_points(share: float) -> str:
@@ -130,13 +130,19 @@ def _never_formed(r: dict) -> str:
     return f" ({n} of {r['runs']} never formed one: broken at once)" if n else ""
 
 
+def _drained(r: dict) -> str:
+    """", backlog drained in N% (median T)" where the playbook scores a backlog."""
+    rate = r.get("drained_rate", math.nan)
+    return "" if rate != rate else f", backlog drained in {rate:.0%} (median {_fmt_s(r['median_drain_s'], 'not drained')})"
+
+
 def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
     """The comparison for the command line: each runbook's success rate and times to break
     the loop, then the pairs (``pair_lines``) and the test used."""
     lines = [f"{_prefix(r, sweep_vars)}{r['runbook']}: {r['runs']} runs, loop broken in "
              f"{r['success_rate']:.0%}{_never_formed(r)}, median {_fmt_s(r['median_break_s'])} (95% CI "
              f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
-             f"{_fmt_s(r['p90_break_s'])}, median impact {r['median_impact']:.1f}"
+             f"{_fmt_s(r['p90_break_s'])}{_drained(r)}, median impact {r['median_impact']:.1f}"
              for r in summ.to_dict("records")]
     if len(summ) and (summ["never_formed"] == summ["runs"]).all():
         lines.append("no run formed a loop: the times and tests say nothing about the runbooks (does the "
@@ -192,7 +198,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
                               f"{_fmt_s(r['median_break_ci'][1])})",
              "p90": f"{_fmt_s(r['p90_break_s'])} ({_fmt_s(r['p90_break_ci'][0])} to {_fmt_s(r['p90_break_ci'][1])})",
              "impact": f"{r['median_impact']:.1f} ({r['median_impact_ci'][0]:.1f} to {r['median_impact_ci'][1]:.1f})",
-             "point": point_label(r, sweep_vars)}
+             "point": point_label(r, sweep_vars), "drained": _drained(r).removeprefix(", backlog drained in ")}
             for r in summ.to_dict("records")]
     verdicts = [{**t, **pair_cells(t), "point": point_label(t, sweep_vars)} for t in tests.to_dict("records")]
     pngs = charts(df, sweep_vars)
@@ -207,7 +213,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     env = environment()
     ctx = {"info": info or {}, "intro": _intro(len(df), info or {}), "rows": rows, "verdicts": verdicts, "test": cs.TEST,
            "outcomes": records, "outcome_names": list(outcomes.columns), "keys": keys, "outcome_lines": outcome_lines,
-           "power_notes": power_notes(tests, sweep_vars)}
+           "power_notes": power_notes(tests, sweep_vars), "backlog": any(r["drained"] for r in rows)}
     (out / "compare.md").write_text(env.get_template("compare.md.j2").render(
         **ctx, charts={k: f"charts/{k}.png" for k in pngs}), encoding="utf-8")
     (out / "compare.html").write_text(env.get_template("compare.html.j2").render(

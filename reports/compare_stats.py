@@ -58,6 +58,12 @@ def time_to_break(df: pd.DataFrame) -> pd.Series:
     return t.fillna(math.inf)
 
 
+def time_to_drain(df: pd.DataFrame) -> pd.Series:
+    """Seconds from the trigger until the backlog drained (and stayed drained); inf: not
+    drained at the horizon."""
+    return df["backlog_drained_s"].astype(float).fillna(math.inf)
+
+
 def quantile(values: np.ndarray, q: float) -> float:
     """The median as people compute it (over an even number of values, the mean of the two
     middle ones: infinite if either is); any other quantile an observed value (no
@@ -183,7 +189,9 @@ def seeds_needed(min_p, threshold: float, limit: int = 10_000) -> int:
 def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFrame:
     """Per runbook (and sweep point): runs, success rate (loop broken within the
     horizon and not re-formed, or never formed), the runs whose loop never formed, median and p90 time to break with 95%
-    CIs, median impact with its CI, collateral (connections broken, requests turned away) and actions."""
+    CIs, median impact with its CI, collateral (connections broken, requests turned away) and actions; where
+    the playbook scores a backlog, the share of runs whose backlog drained and the median time to drain it
+    (NaN where it does not: a loop broken by pausing durable work forever leaves it undrained)."""
     keys = [*(sweep_vars or []), "runbook"]
     out = []
     for key, g in df.groupby(keys, sort=False):
@@ -201,6 +209,10 @@ def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFra
                 "median_impact": quantile(impact, 0.5), "median_impact_ci": (ilo, ihi),
                 "mean_connections_broken": float(g["connections_broken"].mean()),
                 "mean_turned_away": float(g["turned_away"].mean()), "mean_actions": float(g["actions"].mean())}
+        scored = "backlog_scored" in g and bool(g["backlog_scored"].astype(bool).all())
+        drain = time_to_drain(g).to_numpy() if scored else None
+        rec |= {"drained_rate": float(np.isfinite(drain).mean()) if scored else math.nan,
+                "median_drain_s": quantile(drain, 0.5) if scored else math.nan}
         out.append(rec)
     return pd.DataFrame(out)
 

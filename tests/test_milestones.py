@@ -142,3 +142,52 @@ def test_a_population_that_gets_nothing_through_has_not_recovered(tmp_path, paus
     if paused:
         assert r.metrics["jobs.attempts"].iloc[300:].sum() == 0 and r.metrics["jobs.backlog"].iloc[-1] > 100_000
 
+
+
+DRAIN = str(Path(__file__).parent / "playbooks" / "durable_drain.yaml.j2")
+
+
+def _clock_s(when: dict) -> float:
+    return when["seconds_after_start"]
+
+
+def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_that_fails_is():
+    """Durable work's amplification is attempts per job completed, not per fresh job:
+    after a 10-minute fault, 1,000 jobs/s arriving and up to 3,000/s dispatched, the
+    backlog drains at 2,000/s, every job at its first try. The loop is broken within 2
+    minutes of the fault lifting (the old rule, 3 attempts per fresh job, kept it unbroken
+    until the backlog had drained), and the backlog drains when the closed form says,
+    (600 s x 1,000/s - 10 s x 1,000/s) / 2,000/s = 295 s after the fault. A worker of
+    1,500 jobs/s fails a third of the drain's dispatches and its jobs retry: that loop
+    is not broken until the backlog has drained."""
+    fault_end = 5 * 60 + 600
+    healthy = orchestrator.run(DRAIN, runbook="none").score
+    broken, drained = healthy["loop_broken"], healthy["backlog_drained"]
+    assert healthy["loop_formed"] and broken["reached"] and not broken["relapses"], broken
+    assert fault_end < _clock_s(broken) <= fault_end + 120, broken
+    assert _clock_s(drained) == pytest.approx(fault_end + 295, abs=15), drained
+    overloaded = orchestrator.run(DRAIN, runbook="none", sets={"capacity": 1500}).score
+    assert _clock_s(overloaded["loop_broken"]) >= _clock_s(overloaded["backlog_drained"]) > fault_end + 295, overloaded
+
+
+def test_the_comparison_says_a_runbook_that_pauses_durable_work_for_good_drains_nothing(runbook_file):
+    """Pausing delivery for good breaks the loop as fast as pausing and then releasing the
+    jobs at a pace; only the second drains the backlog, and the comparison's summary, its
+    printed lines and its report say so (they used to show only the loop's figures)."""
+    from orchestrator.batch.comparison import compare
+    from reports import compare_stats as cs
+    from reports.compare_report import summary_lines
+
+    forever = runbook_file("pause-forever", [PAUSE])
+    paced = runbook_file("pause-and-pace", [PAUSE, {"when": {"at": "00:20"},
+                                                     "do": {"action": "release_jobs", "params": {"factor": 0.19}}}])
+    df = compare(RELAPSE, [forever, paced], 2, parallel=False, duration=7200.0)  # (paced: 150 jobs/s drained)
+    assert set(df["backlog_scored"]) == {True} and set(df["outcome"]) == {"broken after the runbook acted"}
+    summ = cs.summary(df).set_index("runbook")
+    assert summ.loc["pause-forever", "success_rate"] == summ.loc["pause-and-pace", "success_rate"] == 1.0
+    assert summ.loc["pause-forever", "drained_rate"] == 0.0 and summ.loc["pause-forever", "median_drain_s"] == float("inf")
+    assert summ.loc["pause-and-pace", "drained_rate"] == 1.0 and summ.loc["pause-and-pace", "median_drain_s"] < 7200
+    lines = summary_lines(cs.summary(df), cs.pairs(df), [])
+    assert ", backlog drained in 0% (median " in lines[0] and ", backlog drained in 100% (median " in lines[1], lines
+    mini = compare(str(Path(__file__).parent / "playbooks" / "mini_loop.yaml.j2"), ["none"], 1, parallel=False)
+    assert not mini["backlog_scored"].any() and "backlog drained" not in summary_lines(cs.summary(mini), cs.pairs(mini), [])[0]

@@ -31,7 +31,8 @@ from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
 from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, read_template, resolve_variables
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
-COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_drained_s", "backlog_drained",
+COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_scored",
+           "backlog_drained_s", "backlog_drained",
            "impact", "first_update_s", "connections_broken", "turned_away", "actions", "outcome", "horizon_s")
 #: a run's outcome: no loop formed; it broke with nobody acting; it broke after the runbook acted
 #: (whether because of it, the counterfactuals of `gameday run` say; a comparison does not play
@@ -142,7 +143,8 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
            "seed": point.seed, **point.sweep,
            "trigger_s": float(score["trigger"].get("seconds_after_start", math.nan)),
            "loop_formed": bool(score["loop_formed"]), "loop_broken_s": after_trigger(broken),
-           "loop_broken": broken.get("clock", ""), "backlog_drained_s": after_trigger(backlog),
+           "loop_broken": broken.get("clock", ""), "backlog_scored": "backlog_drained" in score,
+           "backlog_drained_s": after_trigger(backlog),
            "backlog_drained": backlog.get("clock", ""), "impact": float(score["impact"]["weighted_total"]),
            "first_update_s": after_trigger(score.get("first_customer_update")),
            "connections_broken": int(score["collateral"]["connections_broken_by_actions"]),

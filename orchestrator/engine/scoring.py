@@ -19,8 +19,10 @@ feedback has stopped too. Whether it serves again is a separate milestone
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 
+from agents.population import AMPLIFICATION_BASE
 from agents.shards import source_of
 
 from orchestrator.playbook.format import milestone_keys
@@ -157,6 +159,8 @@ class Scorer:
         self.loop_pops = sc["loop"]["populations"]
         self.setup = Rolling(w)
         self.amp = Rolling(w)
+        works = {p["name"]: p["work"] for p in data["populations"]}
+        self.amp_base = {p: AMPLIFICATION_BASE[works[p]] for p in self.loop_pops}
         self.loop_services = sc["loop"]["services"]
         self.useful = Rolling(w)
         self.admitted = Rolling(w)
@@ -209,9 +213,8 @@ class Scorer:
         setups = sum(metrics[d]["setups"] for d in self.loop_devices)
         ok = sum(metrics[d]["setups"] * metrics[d]["setup_success_ratio"] for d in self.loop_devices)
         self.setup.add(ok, setups)
-        attempts = sum(metrics[p]["tries"] for p in self.loop_pops)
-        demand = sum(metrics[p]["demand"] for p in self.loop_pops)
-        self.amp.add(attempts, demand)
+        self.amp.add(sum(metrics[p]["tries"] for p in self.loop_pops),
+                     sum(metrics[p][k] for p, base in self.amp_base.items() for k in base))
         self.useful.add(sum(min(metrics[s]["work_useful"], metrics[s]["work_done"]) for s in self.loop_services),
                         sum(metrics[s]["work_done"] for s in self.loop_services))
         self.admitted.add(sum(metrics[s]["work_admitted"] + metrics[s]["queue_backlog"] for s in self.loop_services), 1)
@@ -291,9 +294,10 @@ class Scorer:
 
     def _loop_quantities(self) -> tuple[float, float, float | None]:
         """Over the last minute: setup success on the loop's devices, attempts per fresh
-        request of its populations, useful share of its services' work (None: no services)."""
+        request of its populations (per request completed, for durable work: AMPLIFICATION_BASE), useful share of its services' work (None: no services)."""
         useful = self.useful.ratio(self._idle_share()) if self.loop_services else None
-        return self.setup.ratio(1.0), self.amp.ratio(1.0), useful
+        # (attempts against nothing fresh or completed: unbounded; no attempts at all: at rest)
+        return self.setup.ratio(1.0), self.amp.ratio(math.inf if self.amp.num > 0 else 1.0), useful
 
     def loop_health(self) -> float:
         """How far the loop is from broken, from 0 to 1: each quantity the loop_broken

@@ -493,9 +493,10 @@ PLAYBOOK = M(
                      devices=_names("device pools whose connection setups must succeed again (successful / offered "
                                     "setups at least setup_success_min)", _POOL, ["bridge"]),
                      populations=_names("populations whose retry amplification ((request + connection attempts) / "
-                                        "fresh demand) must be at most amplification_max (a durable population "
-                                        "draining its backlog sends more than its fresh demand too: its drain then "
-                                        "counts as part of the loop)", "the name of a population",
+                                        "fresh demand) must be at most amplification_max; for a durable population, "
+                                        "attempts per request completed (ok + given up), since draining a backlog "
+                                        "at full dispatch sends more than the fresh demand without any retry "
+                                        "(attempts with none completed: unbounded)", "the name of a population",
                                         ["internal-clients"]),
                      services=_names("services whose work must be useful again (work_useful / work_done over the "
                                      "last minute at least useful_work_min, each tick's useful work counted at most "
