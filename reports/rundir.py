@@ -74,6 +74,7 @@ class Score(TypedDict, total=False):
     impact: dict  # error_minutes by population, late_minutes by durable population, weighted_total
     collateral: dict  # connections_broken_by_actions, requests_turned_away, requests_turned_away_by
     actions_taken: int
+    first_action_effective: When  # once an action has taken effect
     simulated_until: str
     devices_healthy: Milestone  # if the playbook scores device health
     backlog_drained: Milestone  # if it scores a backlog

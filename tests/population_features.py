@@ -6,7 +6,8 @@ its arithmetic (``tests/test_population_features.py`` plays them and compares).
 
     PYTHONPATH=<a checkout of that revision> python tests/population_features.py tests/fixtures/population_features.json
 
-records them again (the runs are played by whatever ``orchestrator`` comes first on
+records them again (a deliberate change of results is listed instead in the fixture's
+``changed_since``, as ``results_fixture`` says; the runs are played by whatever ``orchestrator`` comes first on
 PYTHONPATH; ``python -c "import agents; print(agents.__file__)"`` says which). The runs
 are played and digested by ``results_fixture``'s ``play`` and ``digest``.
 

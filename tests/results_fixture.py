@@ -90,6 +90,14 @@ def digest(run_dir: Path) -> dict:
     return {"files": files, "columns": columns}
 
 
+def recorded(fixture: dict, name: str) -> dict:
+    """Run ``name``'s digests as ``fixture`` holds them now: as recorded, with the deliberate
+    changes of results it lists since (``changed_since``: run -> digests and why) over them."""
+    changed = fixture.get("changed_since", {}).get(name, {})
+    runs = fixture["runs"][name]
+    return {"files": {**runs["files"], **changed.get("files", {})}, "columns": {**runs["columns"], **changed.get("columns", {})}}
+
+
 def record(path: Path, names=None, player=None) -> None:
     """Play runs ``names`` (RUNS) with ``player`` (play) and write their digests to ``path``."""
     import orchestrator

@@ -191,3 +191,20 @@ def test_the_comparison_says_a_runbook_that_pauses_durable_work_for_good_drains_
     assert ", backlog drained in 0% (median " in lines[0] and ", backlog drained in 100% (median " in lines[1], lines
     mini = compare(str(Path(__file__).parent / "playbooks" / "mini_loop.yaml.j2"), ["none"], 1, parallel=False)
     assert not mini["backlog_scored"].any() and "backlog drained" not in summary_lines(cs.summary(mini), cs.pairs(mini), [])[0]
+
+
+def test_a_comparison_and_gameday_run_agree_that_an_action_after_the_break_did_not_break_the_loop(runbook_file, tmp_path):
+    """The loop of durable_drain breaks by itself once its fault lifts (00:15:41); a runbook
+    whose only action takes effect at 00:25 did not break it: the comparison's outcome says
+    'recovered by itself', as the run's attribution does (it said 'broken after the runbook
+    acted', counting any action at all). One that acts at 00:10, during the fault, did act first."""
+    from orchestrator.batch.comparison import compare
+
+    late = runbook_file("late", [{"when": {"at": "00:25"}, "do": "set_dispatch"}])
+    early = runbook_file("early", [{"when": {"at": "00:10"}, "do": "set_dispatch"}])
+    df = compare(DRAIN, [late, early], 1, parallel=False).set_index("runbook")
+    assert df.loc["late", "actions"] == 1 and df.loc["late", "outcome"] == "recovered by itself"
+    assert df.loc["early", "outcome"] == "broken after the runbook acted"
+    run = orchestrator.run(DRAIN, runbook=late, out=tmp_path / "late", attribution=True)
+    assert "broke by itself" in run.attribution["text"], run.attribution
+    assert run.score["first_action_effective"]["clock"] >= "00:25" > run.score["loop_broken"]["clock"]

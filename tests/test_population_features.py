@@ -21,6 +21,7 @@ import pytest
 
 import agents.compiled
 from population_features import APPLIED, FAST, RUNS, play
+import results_fixture
 from results_fixture import digest
 
 HERE = Path(__file__).resolve().parent
@@ -228,7 +229,7 @@ def test_population_results_are_those_recorded(tmp_path, name):
     rejected = [(e["agent"], e["op"], e.get("reason")) for e in events if e["event"] == "apply_rejected"]
     assert not rejected, f"{name}: operations rejected: {rejected}"
     CHECKS[name](pd.read_csv(run_dir / "metrics.csv"), events, run_dir)
-    differ = _differences(name, FIXTURE["runs"][name], digest(run_dir))
+    differ = _differences(name, results_fixture.recorded(FIXTURE, name), digest(run_dir))
     assert differ is None, differ
 
 
@@ -238,6 +239,7 @@ import json, sys, tempfile
 from pathlib import Path
 import agents.compiled
 from population_features import play
+import results_fixture
 from results_fixture import digest
 out = {}
 with tempfile.TemporaryDirectory() as tmp:
@@ -266,7 +268,7 @@ def played_as_python(request):
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in RUNS])
 def test_same_results_with_the_kernels_as_python(played_as_python, name):
-    differ = _differences(name, FIXTURE["runs"][name], played_as_python[name])
+    differ = _differences(name, results_fixture.recorded(FIXTURE, name), played_as_python[name])
     assert differ is None, f"kernels as Python: {differ}"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import results_fixture
 from results_fixture import FAST, RUNS, digest, play
 
 #: played one way only, to keep the full test run within its 15 minutes (9 s a way; the
@@ -26,10 +27,7 @@ FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "results.json").read_
     for w in ("handed over", "checked copies") for n in RUNS if w == "handed over" or n not in LONGEST])
 def test_results_are_those_recorded_before(tmp_path, monkeypatch, name, wire):
     monkeypatch.setenv("GAMEDAY_WIRE_CHECK", "1" if wire == "checked copies" else "0")
-    recorded = FIXTURE["runs"][name]
-    changed = FIXTURE.get("changed_since", {}).get(name, {})  # a deliberate change of results, with its reason
-    recorded = {"files": {**recorded["files"], **changed.get("files", {})},
-                "columns": {**recorded["columns"], **changed.get("columns", {})}}
+    recorded = results_fixture.recorded(FIXTURE, name)  # with the deliberate changes of results since, each with its reason
     now = digest(play(name, tmp_path / "run").dir)
     differ = sorted(c for c, h in recorded["columns"].items() if now["columns"].get(c) != h)
     assert not differ, f"{name}: metrics columns that differ from revision {FIXTURE['revision']}: {differ[:12]}"

@@ -34,7 +34,8 @@ from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, 
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_scored",
            "backlog_drained_s", "backlog_drained",
            "impact", "first_update_s", "connections_broken", "turned_away", "actions", "outcome", "horizon_s")
-#: a run's outcome: no loop formed; it broke with nobody acting; it broke after the runbook acted
+#: a run's outcome: no loop formed; it broke before any action took effect (nobody acted, or only
+#: after it broke: `gameday run`'s attribution says the same); it broke after an action took effect
 #: (whether because of it, the counterfactuals of `gameday run` say; a comparison does not play
 #: them); it broke and re-formed, and was not broken at the horizon; it never broke
 OUTCOMES = ("healthy", "recovered by itself", "broken after the runbook acted", "relapsed", "stuck")
@@ -137,7 +138,9 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
     elif not broken["reached"]:
         outcome = "relapsed" if broken.get("relapsed") else "stuck"
     else:
-        outcome = "recovered by itself" if score["actions_taken"] == 0 else "broken after the runbook acted"
+        acted = score.get("first_action_effective")  # before the tick the loop holds broken from, as attribution asks
+        by_itself = acted is None or acted["seconds_after_start"] >= broken["seconds_after_start"]
+        outcome = "recovered by itself" if by_itself else "broken after the runbook acted"
     backlog = score.get("backlog_drained") or {}
     row = {"runbook": point.runbook,
            "seed": point.seed, **point.sweep,

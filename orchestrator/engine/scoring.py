@@ -186,6 +186,7 @@ class Scorer:
         self.minute = ImpactMinute(list(self.impact_w), w, frozenset(self.by_attempts))
         self.trigger_tick: int | None = None
         self.first_update: int | None = None
+        self.first_effective: int | None = None  # the first tick an action took effect
         self.actions = 0
         self.collateral = 0
         self.turned_away = 0.0
@@ -205,6 +206,8 @@ class Scorer:
                 self.first_update = tick
             elif e["event"] == "action_requested":
                 self.actions += 1
+            elif e["event"] == "action_effective" and self.first_effective is None:
+                self.first_effective = tick
             elif e["event"] == "applied" and e.get("op") in TURNS_AWAY:
                 part = source_of(e["agent"])
                 if e.get("op") != "readmit" or part not in self.turning:
@@ -367,6 +370,8 @@ class Scorer:
                            "requests_turned_away": int(round(self.turned_away)),
                            "requests_turned_away_by": {k: int(round(v)) for k, v in sorted(self.turned_away_by.items())}},
             "actions_taken": self.actions,
+            # (only once one has: the score of a run in which none did reads as before)
+            **({"first_action_effective": self._when(self.first_effective)} if self.first_effective is not None else {}),
             "simulated_until": format_clock(self.start_s + (self.last_tick + 1) * self.dt),
         }
         if "devices_healthy" in ms:
