@@ -647,13 +647,18 @@ def _counterfactual_findings(att: dict) -> list[Finding]:
             f"the loop was still unbroken at {c['played_until']}" if c["loop_broken_without"] is None
             else f"it broke at {c['loop_broken_without']}") for c in played)
     evidence += f" (the loop broke at {att.get('loop_broken')} in this run; each counterfactual replays it exactly " \
-                f"from the action on, without that action)"
+                f"from the action's first taking effect on, without that action)"
+    delayed = att.get("delayed") or []  # (the loop broke sooner without them)
+    hurt = f"; {', '.join(delayed)} delayed the break" if delayed else ""
     if att.get("breaker"):
         title = f"{att['breaker']} broke the loop"
         others = [a for a in att.get("needed") or [] if a != att["breaker"]]
         if others:
             title += f" ({', '.join(others)} {'was' if len(others) == 1 else 'were'} needed too)"
-        return [Finding(title, evidence, "loop_breaker")]
+        return [Finding(title + hurt, evidence, "loop_breaker")]
+    if delayed:
+        return [Finding(f"{', '.join(delayed)} delayed the break of the loop", f"{_sentence(att.get('text', ''))} "
+                        f"{evidence}", "loop_breaker")]
     title = "No single action broke the loop"
     text = att.get("text", "").removeprefix(title + ": ")  # (the title says it already)
     return [Finding(title, f"{_sentence(text)} {evidence}", "loop_breaker")]

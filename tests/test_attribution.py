@@ -63,7 +63,8 @@ def test_a_repeated_action_does_not_crowd_out_the_others_and_those_left_untested
               took_effect(30, "purge"), took_effect(35, "shed"), took_effect(40, "purge"),
               took_effect(45, "late"), took_effect(50, "purge")]
     picks, untested = candidates(events, loop_tick=50, limit=3)
-    assert [(e["action"], e["tick"]) for e in picks] == [("late", 45), ("purge", 40), ("shed", 35)]
+    # the three that took effect last, each played without from its first taking effect
+    assert [(e["action"], e["tick"]) for e in picks] == [("late", 45), ("purge", 20), ("shed", 35)]
     assert untested == ["pace"]
     picks, untested = candidates(events, loop_tick=50, limit=5)
     assert [e["action"] for e in picks] == ["late", "purge", "shed", "pace"] and untested == []
@@ -83,3 +84,33 @@ def test_the_actions_needed_besides_the_breaker_are_named_in_its_sentence():
                                       "at later, 10 minutes later.")
     assert breaker([lift]) == ("lift", "lift broke the loop: without lift (in effect from t20) the loop broke only at later, "
                                        "10 minutes later.")
+
+
+DRAIN = str(Path(__file__).parent / "playbooks" / "durable_drain.yaml.j2")
+#: a 20-minute fault and a worker of 3,500 jobs/s: dispatching at the cap (3,000/s) drains the
+#: backlog without a failure; twice the cap overloads the worker, whose failures retry
+OVERLOADED_DRAIN = {"fault": 1200, "capacity": 3500}
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_an_action_without_which_the_loop_broke_sooner_delayed_the_break(runbook_file, tmp_path, repeat):
+    """Dispatching at twice the cap during the fault makes the drain fail and retry: the
+    loop breaks 8 minutes later than without it (00:25:41 with nobody acting). The
+    counterfactual says it delayed the break (it used to say it 'did not matter'), and so
+    it does when the rule repeats it every 5 minutes: the action is withheld from its first
+    taking effect on, each time, as a fork without it plays (withholding only its last
+    taking effect, which changed nothing, said it did not matter)."""
+    rule = {"when": {"at": "00:10"}, "do": {"action": "set_dispatch", "params": {"factor": 2.0}},
+            **({"repeat": True, "every": "5m"} if repeat else {})}
+    run = orchestrator.run(DRAIN, runbook=runbook_file(f"twice-the-cap-{repeat}", [rule]), sets=OVERLOADED_DRAIN,
+                           attribution=True, out=tmp_path / "run")
+    alone = orchestrator.run(DRAIN, runbook="none", sets=OVERLOADED_DRAIN, out=tmp_path / "alone").score["loop_broken"]
+    att = run.attribution
+    [cf] = att["counterfactuals"]
+    assert cf["took_effect"] == "00:10:01" and cf["loop_broken_without"] == alone["clock"]
+    assert cf["delayed"] and not cf["mattered"] and att["delayed"] == ["set_dispatch"] and att["breaker"] is None
+    assert cf["later_by_s"] < -att["slack_s"] and "set_dispatch delayed the break" in att["text"], att["text"]
+    if repeat:
+        assert sum(e["event"] == "action_effective" for e in run.events.to_dict("records")) >= 4
+    finding = [f for f in analyse(run).findings if f.kind == "loop_breaker"]
+    assert finding and finding[0].title == "set_dispatch delayed the break of the loop", finding

@@ -1,13 +1,13 @@
 """Which action broke the loop, by counterfactual (README.md, "How a run is scored").
 
 The question an after-action review asks is "what would have happened without it?".
-For each action that took effect before the loop broke (latest first, at most
-``MAX_ACTIONS`` distinct ones, each at its latest taking effect), the world is played
-again from its exact state at the end of the tick in which the action took effect,
-with that action's effects withheld (the ``apply`` messages it had just sent are
-dropped before anyone receives them), everything else as recorded: the runbook (which
-may ask for the same action again later, as it would have), a team's commands, a
-facilitator's faults. Each counterfactual is played until its loop is confirmed broken
+For each action that took effect before the loop broke (the ``MAX_ACTIONS`` distinct
+ones that took effect last), the world is played again from its exact state at the end
+of the tick in which the action first took effect, with that action's effects withheld
+from then on (the ``apply`` messages it sends are dropped before anyone receives them,
+each time it takes effect again: the run without it, as a fork of the runbook without
+it plays), everything else as recorded: the runbook (which still asks for it, and acts
+on what it sees), a team's commands, a facilitator's faults. Each counterfactual is played until its loop is confirmed broken
 (a relapse after that is not looked for), or for at most ``LOOKAHEAD_S`` past the time
 the run's own loop broke (and its hold), or to the run's horizon: an action without
 which the loop was still unbroken an hour after it broke in the run was needed, and
@@ -15,8 +15,9 @@ knowing how much longer it would have taken is not worth hours of play.
 
 The action without which the loop breaks latest (or not at all) broke it; an action
 without which the loop breaks no later than ``slack`` (the loop's hold period, at
-least 5 minutes: worlds are random and their draws diverge) did not matter. When no
-action mattered, the finding says so rather than naming one.
+least 5 minutes: worlds are random and their draws diverge) did not matter, and one
+without which it breaks more than ``slack`` sooner delayed the break (it is named so).
+When no action mattered, the finding says so rather than naming one.
 
 The world's states at those ticks come from snapshots taken during the run (in-process
 hosting), or from playing the recording again in process to them (any hosting gives
@@ -90,14 +91,15 @@ class Replay:
 
 def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> tuple[list[dict], list[str]]:
     """The actions to play without: of the actions that took effect before the tick the
-    loop holds broken from, the ``limit`` latest distinct ones (each at its latest taking
-    effect, latest first: a repeated action does not crowd out the others); and the
-    names of those left untested."""
+    loop holds broken from, the ``limit`` distinct ones that took effect last (latest
+    first: a repeated action does not crowd out the others), each at its first taking
+    effect, from which it is withheld; and the names of those left untested."""
     effective = [e for e in events if e.get("event") == "action_effective" and int(e["tick"]) < loop_tick]
-    latest: dict[str, dict] = {}
-    for e in sorted(effective, key=lambda e: -int(e["tick"])):
-        latest.setdefault(e["action"], e)
-    picks = list(latest.values())
+    first: dict[str, dict] = {}
+    for e in sorted(effective, key=lambda e: int(e["tick"])):
+        first.setdefault(e["action"], e)
+    last = {e["action"]: int(e["tick"]) for e in sorted(effective, key=lambda e: int(e["tick"]))}
+    picks = sorted(first.values(), key=lambda e: -last[e["action"]])
     return picks[:limit], [e["action"] for e in picks[limit:]]
 
 
@@ -144,6 +146,7 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
         broke_at = None
         while replay.host.tick < until:
             changes = replay.step()
+            replay.withhold(e["action"])  # (asked for again and taking effect again: still without it)
             confirmed = [c for c in changes if c["event"] == "milestone" and c["milestone"] == "loop_broken"]
             if confirmed:
                 broke_at = int(confirmed[0]["at_tick"])
@@ -153,17 +156,24 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
             "action": e["action"], "took_effect": format_clock_of(meta, t), "tick": t,
             "loop_broken_without": None if broke_at is None else format_clock_of(meta, broke_at),
             "played_until": format_clock_of(meta, replay.host.tick),
-            "later_by_s": None if math.isinf(later_s) else later_s, "mattered": later_s > slack_s})
+            "later_by_s": None if math.isinf(later_s) else later_s, "mattered": later_s > slack_s,
+            "delayed": later_s < -slack_s})
     needed = [c for c in out["counterfactuals"] if c["mattered"]]
+    delayed = [c for c in out["counterfactuals"] if c["delayed"]]
     out["needed"] = [c["action"] for c in needed]
+    out["delayed"] = [c["action"] for c in delayed]
     if needed:
         out["breaker"], out["text"] = breaker(needed)
+    elif delayed:
+        out["text"] = "No action was needed to break the loop."
     else:
         out["text"] = (f"No single action broke the loop: without any one of the {len(picks)} latest before "
                        f"{lb['clock']}, it broke within {slack_s / 60:.0f} minutes of the same time.")
-        if untested:
-            out["text"] += (f" Not tested (at most {limit} actions are): {', '.join(untested)}, which took effect "
-                            f"earlier.")
+    for c in delayed:
+        out["text"] += f" {c['action']} delayed the break: {describe(c)}."
+    if untested and not needed:
+        out["text"] += (f" Not tested (at most {limit} actions are): {', '.join(untested)}, which took effect "
+                        f"earlier.")
     return out
 
 
@@ -181,10 +191,13 @@ def breaker(needed: list[dict]) -> tuple[str, str]:
 
 
 def describe(c: dict) -> str:
-    """``without X (in effect from 11:02) the loop was still unbroken at 19:00``."""
+    """``without X (in effect from 11:02) the loop was still unbroken at 19:00`` (or broke
+    at ..., N minutes later, or sooner)."""
     head = f"without {c['action']} (in effect from {c['took_effect']})"
     if c["loop_broken_without"] is None:
         return f"{head} the loop was still unbroken at {c['played_until']}"
+    if c["later_by_s"] < 0:
+        return f"{head} the loop broke at {c['loop_broken_without']}, {-c['later_by_s'] / 60:.0f} minutes sooner"
     return f"{head} the loop broke only at {c['loop_broken_without']}, {c['later_by_s'] / 60:.0f} minutes later"
 
 
