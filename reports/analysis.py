@@ -18,7 +18,7 @@ from agents.base import PER_TICK
 
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
-from .summary import not_reached
+from .summary import not_reached, posts_updates
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
 BLIND_VISIBILITY = 0.5  # monitoring is blind while under half of the observed metrics are fresh
@@ -273,9 +273,7 @@ def _measures(r: _Reading) -> list[dict]:
         measures.append(row)
 
     measure("trigger", "trigger", r.trigger_tick)
-    posts = any(e.get("op") == "post" for section in ("mitigations", "triggers", "faults")
-                for a in r.playbook.get(section) or [] for e in a.get("effects") or [])
-    if posts or r.first_update is not None:  # (a playbook that can post no customer update has no such measure)
+    if posts_updates(r.playbook) or r.first_update is not None:  # (a playbook that can post no customer update has no such measure)
         measure("first customer update", "first_customer_update", r.first_update)
     for key, tick in sorted(r.milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)
@@ -535,7 +533,8 @@ def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relap
     actions = sum(1 for e in events if e["event"] == "action_requested" and (loop is None or e["tick"] <= loop))
     seen = f"The operators' first alarm ({alarm['alarm']}) came at {at(alarm['tick'])}" if alarm else \
         "No alarm reached the operators"
-    broken = f"the loop was broken at {at(loop)}" if loop is not None else f"the loop was not broken by {until}"
+    broken = f"the loop was broken at {at(loop)}" if loop is not None else \
+        "no feedback loop formed" if score.get("loop_formed") is False else f"the loop was not broken by {until}"
     if relapses.get("loop_broken"):
         again = relapses["loop_broken"]
         broken += f" (it had re-formed {len(again)} time{'s' if len(again) > 1 else ''}, last at {at(again[-1])})"

@@ -1,7 +1,9 @@
 """The table printed at the end of a run: each measure beside par."""
 from __future__ import annotations
 
-from .rundir import RunData
+import yaml
+
+from .rundir import PLAYBOOK, RunData
 from .timefmt import format_delta
 
 
@@ -20,6 +22,21 @@ def not_reached(m: dict) -> str:
     return "never impaired" if m.get("impaired") is False else "not reached"
 
 
+def posts_updates(playbook: dict) -> bool:
+    """Whether anything in a (rendered) playbook can post a customer update: a run of one
+    that cannot has no first-update measure to reach."""
+    return any(e.get("op") == "post" for section in ("mitigations", "triggers", "faults")
+               for a in playbook.get(section) or [] for e in a.get("effects") or [])
+
+
+def _playbook_of(run: RunData) -> dict | None:
+    """The run directory's rendered playbook, or None if there is none to read."""
+    try:
+        return yaml.safe_load((run.dir / PLAYBOOK).read_text(encoding="utf-8")) or {} if run.dir else None
+    except (OSError, yaml.YAMLError):
+        return None
+
+
 def summary_table(run: RunData) -> str:
     s = run.score or {}
     meta = run.meta
@@ -35,7 +52,10 @@ def summary_table(run: RunData) -> str:
         rows.append((label, yours, m.get("par_clock", ""), format_delta(m.get("vs_par_s"))))
 
     add("trigger", s.get("trigger"))
-    add("first customer update", s.get("first_customer_update"))
+    update = s.get("first_customer_update") or {}
+    playbook = _playbook_of(run)
+    if update.get("reached") or update.get("par_clock") or playbook is None or posts_updates(playbook):
+        add("first customer update", update)
     for pop, m in (s.get("recovered") or {}).items():
         add(f"{pop} recovered", m)
     if s.get("loop_formed") is False:

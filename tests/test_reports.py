@@ -1,6 +1,7 @@
 """After-action reports: their figures are the run's own, computed again here from the
 run directory; findings come from the data."""
 import json
+import re
 
 import pytest
 
@@ -366,3 +367,21 @@ def test_a_world_failing_before_its_trigger_is_said_to_be_so_not_blamed_on_the_t
     assert "against 95%): this world was failing before its incident began" in summaries[1500][0]
     assert summaries[4000][0].startswith("The trigger at 00:03:00 set off the loop")
     assert not any("already out of bounds" in line for line in summaries[4000])
+
+
+def test_a_world_without_a_loop_or_a_status_page_is_not_said_to_miss_them(tmp_path):
+    """A healthy world (at_rest: no loop forms, nothing can post a customer update): the
+    printed table has no 'first customer update: not reached' row and the report's summary
+    says no loop formed, not that it 'was not broken' (an outsider read both)."""
+    import orchestrator
+    from reports.summary import summary_table
+
+    run = orchestrator.run(str(__import__("pathlib").Path(__file__).parent / "playbooks" / "at_rest.yaml.j2"),
+                           runbook="none", out=tmp_path / "run")
+    assert run.score["loop_formed"] is False and not run.score["first_customer_update"]["reached"]
+    table = summary_table(run)
+    assert "first customer update" not in table and "loop never formed" in table, table
+    summary = " ".join(analyse(run).summary)
+    assert "no feedback loop formed" in summary and "not broken" not in summary, summary
+    historical = orchestrator.run("us-east-1-2021", runbook="none", duration="40m", out=tmp_path / "2021")
+    assert re.search(r"first customer update +not reached", summary_table(historical))  # (it can post one; none did)
