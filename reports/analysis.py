@@ -273,7 +273,8 @@ def _measures(r: _Reading) -> list[dict]:
         measures.append(row)
 
     measure("trigger", "trigger", r.trigger_tick)
-    if posts_updates(r.playbook) or r.first_update is not None:  # (a playbook that can post no customer update has no such measure)
+    # (a playbook that can post no customer update has no such measure)
+    if posts_updates(r.playbook) or r.first_update is not None:
         measure("first customer update", "first_customer_update", r.first_update)
     for key, tick in sorted(r.milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)

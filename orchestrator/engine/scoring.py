@@ -297,7 +297,8 @@ class Scorer:
 
     def _loop_quantities(self) -> tuple[float, float, float | None]:
         """Over the last minute: setup success on the loop's devices, attempts per fresh
-        request of its populations (per request completed, for durable work: AMPLIFICATION_BASE), useful share of its services' work (None: no services)."""
+        request of its populations (per request completed, for durable work:
+        AMPLIFICATION_BASE), useful share of its services' work (None: no services)."""
         useful = self.useful.ratio(self._idle_share()) if self.loop_services else None
         # (attempts against nothing fresh or completed: unbounded; no attempts at all: at rest)
         return self.setup.ratio(1.0), self.amp.ratio(math.inf if self.amp.num > 0 else 1.0), useful

@@ -7,11 +7,12 @@ of the tick in which the action first took effect, with that action's effects wi
 from then on (the ``apply`` messages it sends are dropped before anyone receives them,
 each time it takes effect again: the run without it, as a fork of the runbook without
 it plays), everything else as recorded: the runbook (which still asks for it, and acts
-on what it sees), a team's commands, a facilitator's faults. Each counterfactual is played until its loop is confirmed broken
-(a relapse after that is not looked for), or for at most ``LOOKAHEAD_S`` past the time
-the run's own loop broke (and its hold), or to the run's horizon: an action without
-which the loop was still unbroken an hour after it broke in the run was needed, and
-knowing how much longer it would have taken is not worth hours of play.
+on what it sees), a team's commands, a facilitator's faults. Each counterfactual is
+played until its loop is confirmed broken (a relapse after that is not looked for), or
+for at most ``LOOKAHEAD_S`` past the time the run's own loop broke (and its hold), or to
+the run's horizon: an action without which the loop was still unbroken an hour after
+it broke in the run was needed, and knowing how much longer it would have taken is not
+worth hours of play.
 
 The action without which the loop breaks latest (or not at all) broke it; an action
 without which the loop breaks no later than ``slack`` (the loop's hold period, at
