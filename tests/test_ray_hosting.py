@@ -273,9 +273,9 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    # 07:25 to 08:40: the incident, its alarms and the historical runbook's first actions
+    # 07:25 to 08:15: the incident, its alarms and the historical runbook's first actions
     args = ["run", built_in_from(tmp_path, "us-east-1-2021", "07:25"), "--runbook", "historical", "--seed", "2",
-            "--duration", "75m", "--no-progress", "--json"]
+            "--duration", "50m", "--no-progress", "--json"]
     clean = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--out", str(tmp_path / "clean"),
                             "--hosting", "inprocess"], cwd=root, capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stderr[-2000:]
@@ -316,7 +316,7 @@ def test_sigkilled_actors_are_replaced_and_the_run_is_unchanged(tmp_path):
     restarts = [json.loads(line) for line in lines if '"agent": "orchestrator"' in line]
     kept = [line for line in lines if '"agent": "orchestrator"' not in line]
     assert kept == (tmp_path / "clean" / "events.jsonl").read_text().splitlines()
-    assert len(kept) > 20  # trigger, alarms, actions: the comparison has substance
+    assert len(kept) > 15  # trigger, alarms, actions, a status post: the comparison has substance
     print("\n" + "\n".join(f"restart at tick {r['tick']}: {r['host']} ({r['reason']}), replayed "
                             f"{r['replayed_ticks']} ticks from {r['snapshot_tick']} in {r['seconds']} s" for r in restarts))
     assert [r["event"] for r in restarts] == ["host_restarted", "host_restarted"]
