@@ -44,7 +44,9 @@ def _guesses(value, known) -> list[str]:
     words of (a name cut short; a whole word matters more than letters in common: "shed" is
     not "unshed", its opposite) after one a letter or so off (similarity >= 0.85), else the
     one most like it (difflib's similarity >= 0.6)."""
-    value, known = str(value), [str(k) for k in known if str(k) != str(value)]
+    value, known = str(value), [str(k) for k in known]
+    if value in known:  # (a known name is not a misspelling of another)
+        return []
     typo = difflib.get_close_matches(value, known, n=1, cutoff=0.85)  # a letter off: devices for device
     named = [k for k in known if _named_in(value, k) and k not in typo]
     if typo or named:

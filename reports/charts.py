@@ -82,6 +82,22 @@ def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None) -> 
                        analysis.scoring, only)
 
 
+def amplification(m: pd.DataFrame, population: str, work: str, window: int, bound: float) -> tuple[pd.Series, bool]:
+    """(per tick, ``population``'s retry amplification over the last ``window`` ticks, as the
+    score reads it (AMPLIFICATION_BASE); whether it was unbounded somewhere): a window with
+    attempts and nothing fresh or completed, unbounded in the score, is drawn above
+    everything else, 1.2 x the larger of the highest value and ``bound``, not left blank
+    while the loop is at its worst."""
+    tries = m[f"{population}.tries"].rolling(window, min_periods=1).sum()
+    want = sum(m[f"{population}.{k}"] for k in AMPLIFICATION_BASE[work]).rolling(window, min_periods=1).sum()
+    ratio = tries / want.where(want > 0)
+    unbounded = (want <= 0) & (tries > 0)
+    if not unbounded.any():
+        return ratio, False
+    top = 1.2 * max(float(ratio.max()) if ratio.notna().any() else 1.0, bound)
+    return ratio.mask(unbounded, top), True
+
+
 def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str, scoring: dict,
                 only: tuple[str, ...] | None = None) -> dict[str, bytes]:
     """loop (the loop's devices or services), amplification (if the loop has populations),
@@ -116,10 +132,9 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         fig, ax = _figure("Retry amplification (attempts per wanted request, or per request completed for "
                           "durable work; 1-minute mean)", "x")
         for p in loop_populations:
-            tries = m[f"{p}.tries"].rolling(window, min_periods=1).sum()
-            base = sum(m[f"{p}.{k}"] for k in AMPLIFICATION_BASE[analysis.works.get(p, "perishable")])
-            want = base.rolling(window, min_periods=1).sum()
-            ax.plot(hours, (tries / want.where(want > 0)).iloc[::every], label=p)
+            ratio, unbounded = amplification(m, p, analysis.works.get(p, "perishable"), window,
+                                             float(loop.get("amplification_max", 1.5)))
+            ax.plot(hours, ratio.iloc[::every], label=f"{p} (at the top: unbounded)" if unbounded else p)
         charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
 
     if wanted("errors"):

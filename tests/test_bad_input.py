@@ -229,6 +229,7 @@ def test_a_misspelt_name_is_guessed_and_a_name_like_none_of_the_known_is_not():
     assert closest_first("shed", ["unshed", "shed-load", "shed.traffic"]).endswith("did you mean shed-load or shed.traffic?")
     assert nearest("device", ["devices", "device_restart"]) == "devices"  # (a letter off comes first)
     assert nearest("unshed", ["shed_load", "restart"]) is None
+    assert nearest("restart", ["restart", "restart_pool"]) is None  # (a known name is no other's short form)
 
 
 def test_every_broken_file_in_the_corpus_has_a_case():

@@ -151,6 +151,21 @@ def _clock_s(when: dict) -> float:
     return when["seconds_after_start"]
 
 
+def test_a_backlog_never_over_its_threshold_counts_as_drained_at_once_in_a_comparison(herd):
+    """It had nothing to drain: 0 s, as a loop that never formed counts as broken at once
+    (it read 'backlog drained in 0%', the worst figure, for a runbook that kept it small)."""
+    import pandas as pd
+
+    from reports import compare_stats as cs
+
+    calm = {**herd.score, "backlog_drained": {"reached": False, "impaired": False, "relapses": []}}
+    row = row_of(Point("calm", 1), calm, 2700.0)
+    assert row["backlog_scored"] and row["backlog_drained_s"] == 0.0
+    assert cs.summary(pd.DataFrame([row])).loc[0, "drained_rate"] == 1.0
+    stuck = row_of(Point("stuck", 1), {**calm, "backlog_drained": {"reached": False, "impaired": True}}, 2700.0)
+    assert stuck["backlog_drained_s"] != stuck["backlog_drained_s"]  # NaN: not drained
+
+
 def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_that_fails_is():
     """Durable work's amplification is attempts per job completed, not per fresh job:
     after a 10-minute fault, 1,000 jobs/s arriving and up to 3,000/s dispatched, the
@@ -160,8 +175,17 @@ def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_th
     (600 s x 1,000/s - 10 s x 1,000/s) / 2,000/s = 295 s after the fault. A worker of
     1,500 jobs/s fails a third of the drain's dispatches and its jobs retry: that loop
     is not broken until the backlog has drained."""
+    from reports.charts import amplification
+
     fault_end = 5 * 60 + 600
-    healthy = orchestrator.run(DRAIN, runbook="none").score
+    run = orchestrator.run(DRAIN, runbook="none")
+    healthy = run.score
+    # the report's chart: the fault's minutes (attempts, nothing completed) drawn at its top, not as
+    # a gap; the healthy drain (after the fault's last minute) at 1 attempt per job completed
+    ratio, unbounded = amplification(run.metrics, "jobs", "durable", 60, 1.5)
+    assert unbounded and ratio.isna().sum() == 0 and ratio.iloc[fault_end - 60] == ratio.max() >= 1.8
+    drain = ratio.iloc[fault_end + 90:fault_end + 280]
+    assert drain.between(0.95, 1.1).all(), drain.describe()
     broken, drained = healthy["loop_broken"], healthy["backlog_drained"]
     assert healthy["loop_formed"] and broken["reached"] and not broken["relapses"], broken
     assert fault_end < _clock_s(broken) <= fault_end + 120, broken

@@ -169,6 +169,26 @@ def test_the_schema_checks_an_operations_arguments(validators):
     assert not list(pb.iter_errors(doc))
 
 
+def test_the_schema_and_validate_agree_on_a_runbook_time_after_the_first_trigger(validators, tmp_path):
+    """A rule's ``at: +DURATION``: the schema accepts what validate accepts and refuses what
+    it refuses (it accepted '+30 min', which validate refuses)."""
+    from orchestrator.errors import InvalidInput
+
+    _, rb = validators
+    pb = load_playbook("us-east-1-2021")
+    action = pb.data["mitigations"][0]["name"]
+    for at in ("+30m", "+ 15m", "+90", "+ 30", "+1h30m", "+1.5e2", "+30 min", "+-5", "+", "+m", "+ten minutes"):
+        doc = {"name": "rel", "rules": [{"when": {"at": at}, "do": action}]}
+        book = tmp_path / "rel.yaml"
+        book.write_text(yaml.safe_dump(doc))
+        try:
+            load_runbook(str(book), pb)
+            valid = True
+        except InvalidInput:
+            valid = False
+        assert (not list(rb.iter_errors(doc))) == valid, (at, valid)
+
+
 def test_the_schema_command_prints_json():
     for extra, title in (([], "gameday playbook (rendered)"), (["--runbook"], "gameday runbook")):
         result = CliRunner().invoke(main, ["playbooks", "schema", *extra])

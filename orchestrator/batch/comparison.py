@@ -53,7 +53,11 @@ class Point:
         """The name of its run directory, ``name`` being its runbook's (any text: what a
         file name cannot hold becomes _)."""
         extra = "".join(f"-{k}={v}" for k, v in self.sweep.items())
-        return re.sub(r"[^\w.=+-]+", "_", f"{name}-s{self.seed}{extra}")
+        return _file_safe(f"{name}-s{self.seed}{extra}")
+
+
+def _file_safe(text: str) -> str:
+    return re.sub(r"[^\w.=+-]+", "_", text)
 
 
 def parse_sweeps(items: list[str]) -> dict[str, list]:
@@ -147,7 +151,9 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
            "trigger_s": float(score["trigger"].get("seconds_after_start", math.nan)),
            "loop_formed": bool(score["loop_formed"]), "loop_broken_s": after_trigger(broken),
            "loop_broken": broken.get("clock", ""), "backlog_scored": "backlog_drained" in score,
-           "backlog_drained_s": after_trigger(backlog),
+           # (a backlog never over its threshold after the trigger had nothing to drain: drained at once,
+           # as a loop that never formed counts as broken at once)
+           "backlog_drained_s": 0.0 if backlog.get("impaired") is False else after_trigger(backlog),
            "backlog_drained": backlog.get("clock", ""), "impact": float(score["impact"]["weighted_total"]),
            "first_update_s": after_trigger(score.get("first_customer_update")),
            "connections_broken": int(score["collateral"]["connections_broken_by_actions"]),
@@ -231,14 +237,17 @@ def check_points(playbook: str, points: list[Point], sets: dict, duration, tick)
 
 
 def _same_names(names: dict[str, str]) -> list[Issue]:
-    """Two runbooks of one comparison with the same ``name:`` could not be told apart in its tables."""
-    first: dict[str, str] = {}
+    """Two runbooks of one comparison with the same ``name:`` could not be told apart in its
+    tables (nor in its kept runs' directories, where what a file name cannot hold is _)."""
+    first: dict[str, tuple[str, str]] = {}
     issues = []
     for ref, name in names.items():
-        if name in first:
-            issues.append(Issue("--runbook", ref, f"runbooks with different names: its name, {name!r}, is also "
-                                f"{first[name]!r}'s (change one's name: field)"))
-        first.setdefault(name, ref)
+        if _file_safe(name) in first:
+            other, other_name = first[_file_safe(name)]
+            same = f"its name, {name!r}, is also the name of {other}" if name == other_name else \
+                f"its name, {name!r}, and the name of {other}, {other_name!r}, are one as a directory name"
+            issues.append(Issue("--runbook", ref, f"runbooks with different names: {same} (change one's name: field)"))
+        first.setdefault(_file_safe(name), (ref, name))
     return issues
 
 

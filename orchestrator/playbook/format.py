@@ -505,8 +505,9 @@ PLAYBOOK = M(
                      setup_success_min=ratio(default=0.95, unit="share of setups (0-1)",
                                              doc="least share of the loop devices' setups that succeed"),
                      amplification_max=Field("number", min=1, default=1.5, unit="attempts per fresh request",
-                                             doc="most attempts (requests and connections) per fresh request; at "
-                                                 "least 1, since a world at rest makes one attempt per fresh request"),
+                                             doc="most attempts (requests and connections) per fresh request (per "
+                                                 "request completed, for durable work); at least 1, since a world at "
+                                                 "rest makes one attempt per fresh request"),
                      useful_work_min=ratio(default=0.9, unit="share of work (0-1)",
                                            doc="least share of the loop services' work done for a caller still waiting"),
                      hold=non_negative("duration", default=600.0, doc="how long the measures must hold")),

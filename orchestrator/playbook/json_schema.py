@@ -22,7 +22,7 @@ _DURATION_TEXT = {"type": "string", "anyOf": [{"allOf": [{"pattern": DURATION_PA
 #: +DURATION after the first trigger: + then what a non-negative duration's text may be
 _AFTER_TRIGGER = {"type": "string", "anyOf": [{"allOf": [{"pattern": r"^\s*\+" + DURATION_PATTERN.removeprefix("^")},
                                                          {"pattern": r"\d"}]},
-                                              {"pattern": r"^\s*\+" + _NUMBER_TEXT.removeprefix(r"^\s*[-+]?")}]}
+                                              {"pattern": r"^\s*\+\s*" + _NUMBER_TEXT.removeprefix(r"^\s*[-+]?")}]}
 _PARAM_REF = {"type": "string", "pattern": r"^\$", "description": "$NAME of one of the mitigation's params, or $requester"}
 
 

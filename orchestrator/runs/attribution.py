@@ -5,9 +5,8 @@ For each action that took effect before the loop broke (the ``MAX_ACTIONS`` dist
 ones that took effect last), the world is played again from its exact state at the end
 of the tick in which the action first took effect, with that action's effects withheld
 from then on (the ``apply`` messages it sends are dropped before anyone receives them,
-each time it takes effect again: the run without it, as a fork of the runbook without
-it plays), everything else as recorded: the runbook (which still asks for it, and acts
-on what it sees), a team's commands, a facilitator's faults. Each counterfactual is
+each time it takes effect again), everything else as recorded: the runbook (which still
+asks for it, counts it as asked in its ``done`` conditions, and acts on what it sees), a team's commands, a facilitator's faults. Each counterfactual is
 played until its loop is confirmed broken (a relapse after that is not looked for), or
 for at most ``LOOKAHEAD_S`` past the time the run's own loop broke (and its hold), or to
 the run's horizon: an action without which the loop was still unbroken an hour after
@@ -165,11 +164,10 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
     out["delayed"] = [c["action"] for c in delayed]
     if needed:
         out["breaker"], out["text"] = breaker(needed)
-    elif delayed:
-        out["text"] = "No action was needed to break the loop."
-    else:
+    else:  # (some actions may still have been needed together: only one at a time is withheld)
         out["text"] = (f"No single action broke the loop: without any one of the {len(picks)} latest before "
-                       f"{lb['clock']}, it broke within {slack_s / 60:.0f} minutes of the same time.")
+                       f"{lb['clock']}, it broke " + (f"no more than {slack_s / 60:.0f} minutes later." if delayed else
+                                                      f"within {slack_s / 60:.0f} minutes of the same time."))
     for c in delayed:
         out["text"] += f" {c['action']} delayed the break: {describe(c)}."
     if untested and not needed:
