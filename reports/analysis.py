@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from agents.base import PER_TICK
+from agents.shards import source_of
 
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
@@ -52,7 +53,7 @@ class Analysis:
     appendix: dict
     actions: list[dict] = field(default_factory=list)  # for chart markers: tick, clock, action
     scoring: dict = field(default_factory=dict)  # the playbook's scoring section: what the charts follow
-    works: dict = field(default_factory=dict)  # each population's work (perishable or durable)
+    works: dict = field(default_factory=dict)  # population -> [(from tick, work)]: the playbook's, then set_work's
 
 
 def _records(events: pd.DataFrame) -> list[dict]:
@@ -256,7 +257,17 @@ def analyse(run: RunData) -> Analysis:
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
                     scoring=r.playbook.get("scoring") or {},
-                    works={p["name"]: p.get("work", "perishable") for p in r.playbook.get("populations") or []})
+                    works=_works(r))
+
+
+def _works(r: _Reading) -> dict[str, list[tuple[int, str]]]:
+    """Each population's work over the run: [(from tick, perishable or durable)], the
+    playbook's from tick 0, then each set_work applied (as the scorer follows it)."""
+    out = {p["name"]: [(0, p.get("work", "perishable"))] for p in r.playbook.get("populations") or []}
+    for e in r.events:
+        if e["event"] == "applied" and e.get("op") == "set_work" and source_of(e["agent"]) in out:
+            out[source_of(e["agent"])].append((int(e["tick"]), e["args"]["work"]))
+    return out
 
 
 def _measures(r: _Reading) -> list[dict]:

@@ -82,14 +82,20 @@ def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None) -> 
                        analysis.scoring, only)
 
 
-def amplification(m: pd.DataFrame, population: str, work: str, window: int, bound: float) -> tuple[pd.Series, bool]:
+def amplification(m: pd.DataFrame, population: str, works: list[tuple[int, str]], window: int,
+                  bound: float) -> tuple[pd.Series, bool]:
     """(per tick, ``population``'s retry amplification over the last ``window`` ticks, as the
-    score reads it (AMPLIFICATION_BASE); whether it was unbounded somewhere): a window with
-    attempts and nothing fresh or completed, unbounded in the score, is drawn above
-    everything else, 1.2 x the larger of the highest value and ``bound``, not left blank
-    while the loop is at its worst."""
+    score reads it (each tick's AMPLIFICATION_BASE for its work then: ``works``, [(from
+    tick, work)]); whether it was unbounded somewhere): a window with attempts and nothing
+    fresh or completed, unbounded in the score, is drawn above everything else, 1.2 x the
+    larger of the highest value and ``bound``, not left blank while the loop is at its worst."""
     tries = m[f"{population}.tries"].rolling(window, min_periods=1).sum()
-    want = sum(m[f"{population}.{k}"] for k in AMPLIFICATION_BASE[work]).rolling(window, min_periods=1).sum()
+    work_then = pd.Series(works[0][1], index=m.index)
+    for tick, work in works[1:]:
+        work_then[m.index >= tick] = work
+    base = sum(sum(m[f"{population}.{k}"] for k in keys).where(work_then == work, 0.0)
+               for work, keys in AMPLIFICATION_BASE.items())
+    want = base.rolling(window, min_periods=1).sum()
     ratio = tries / want.where(want > 0)
     unbounded = (want <= 0) & (tries > 0)
     if not unbounded.any():
@@ -132,7 +138,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         fig, ax = _figure("Retry amplification (attempts per wanted request, or per request completed for "
                           "durable work; 1-minute mean)", "x")
         for p in loop_populations:
-            ratio, unbounded = amplification(m, p, analysis.works.get(p, "perishable"), window,
+            ratio, unbounded = amplification(m, p, analysis.works.get(p, [(0, "perishable")]), window,
                                              float(loop.get("amplification_max", 1.5)))
             ax.plot(hours, ratio.iloc[::every], label=f"{p} (at the top: unbounded)" if unbounded else p)
         charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)

@@ -182,7 +182,7 @@ def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_th
     healthy = run.score
     # the report's chart: the fault's minutes (attempts, nothing completed) drawn at its top, not as
     # a gap; the healthy drain (after the fault's last minute) at 1 attempt per job completed
-    ratio, unbounded = amplification(run.metrics, "jobs", "durable", 60, 1.5)
+    ratio, unbounded = amplification(run.metrics, "jobs", [(0, "durable")], 60, 1.5)
     assert unbounded and ratio.isna().sum() == 0 and ratio.iloc[fault_end - 60] == ratio.max() >= 1.8
     drain = ratio.iloc[fault_end + 90:fault_end + 280]
     assert drain.between(0.95, 1.1).all(), drain.describe()
@@ -232,3 +232,21 @@ def test_a_comparison_and_gameday_run_agree_that_an_action_after_the_break_did_n
     run = orchestrator.run(DRAIN, runbook=late, out=tmp_path / "late", attribution=True)
     assert "broke by itself" in run.attribution["text"], run.attribution
     assert run.score["first_action_effective"]["clock"] >= "00:25" > run.score["loop_broken"]["clock"]
+
+
+def test_work_made_durable_mid_run_is_scored_and_charted_as_durable_from_then_on(runbook_file, tmp_path):
+    """Perishable jobs made durable during the fault (set_work) drain at full dispatch after
+    it: the scorer and the report's chart read their amplification per job completed from
+    the tick set_work applied, so the loop breaks when the always-durable world's does
+    (00:15:41), not when the backlog has drained (00:20:45, reading 3 attempts per fresh job)."""
+    from reports.charts import amplification
+
+    book = runbook_file("make-durable", [{"when": {"at": "00:10"}, "do": "make_durable"}])
+    run = orchestrator.run(DRAIN, runbook=book, sets={"work": "perishable"}, out=tmp_path / "run")
+    always = orchestrator.run(DRAIN, runbook="none", out=tmp_path / "always").score["loop_broken"]
+    assert abs(_clock_s(run.score["loop_broken"]) - _clock_s(always)) <= 60, (run.score["loop_broken"], always)
+    works = analyse(run).works["jobs"]
+    assert works[0] == (0, "perishable") and works[1][1] == "durable" and 600 <= works[1][0] <= 603, works
+    ratio, _ = amplification(run.metrics, "jobs", works, 60, 1.5)
+    fault_end = 5 * 60 + 600
+    assert ratio.iloc[fault_end + 90:fault_end + 280].between(0.95, 1.1).all()

@@ -208,6 +208,8 @@ class Scorer:
                 self.actions += 1
             elif e["event"] == "action_effective" and self.first_effective is None:
                 self.first_effective = tick
+            elif e["event"] == "applied" and e.get("op") == "set_work" and source_of(e["agent"]) in self.amp_base:
+                self.amp_base[source_of(e["agent"])] = AMPLIFICATION_BASE[e["args"]["work"]]  # (from this tick on)
             elif e["event"] == "applied" and e.get("op") in TURNS_AWAY:
                 part = source_of(e["agent"])
                 if e.get("op") != "readmit" or part not in self.turning:
