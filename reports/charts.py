@@ -135,8 +135,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
 
     loop_populations = [p for p in loop.get("populations", []) if f"{p}.tries" in m]
     if loop_populations and wanted("amplification"):
-        fig, ax = _figure("Retry amplification (attempts per wanted request, or per request completed for "
-                          "durable work; 1-minute mean)", "x")
+        fig, ax = _figure("Retry amplification (tries per wanted request; durable: per one done)", "x")
         for p in loop_populations:
             ratio, unbounded = amplification(m, p, analysis.works.get(p, [(0, "perishable")]), window,
                                              float(loop.get("amplification_max", 1.5)))

@@ -133,7 +133,18 @@ def _never_formed(r: dict) -> str:
 def _drained(r: dict) -> str:
     """", backlog drained in N% (median T)" where the playbook scores a backlog."""
     rate = r.get("drained_rate", math.nan)
-    return "" if rate != rate else f", backlog drained in {rate:.0%} (median {_fmt_s(r['median_drain_s'], 'not drained')})"
+    if rate != rate:
+        return ""
+    never = r.get("backlog_never_formed", 0)
+    calm = f"{never} of {r['runs']} never over its threshold: drained at once; " if never else ""
+    return f", backlog drained in {rate:.0%} ({calm}median {_fmt_s(r['median_drain_s'], 'not drained')})"
+
+
+def _turned_away(r: dict) -> str:
+    """", N requests turned away a run": impact does not count them (they are collateral), so
+    a runbook that sheds most of the traffic could otherwise read as good as one that fixes it."""
+    n = r.get("mean_turned_away", 0.0)
+    return f", {n:,.0f} requests turned away a run (not in the impact)" if n >= 0.5 else ""
 
 
 def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
@@ -142,7 +153,7 @@ def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]
     lines = [f"{_prefix(r, sweep_vars)}{r['runbook']}: {r['runs']} runs, loop broken in "
              f"{r['success_rate']:.0%}{_never_formed(r)}, median {_fmt_s(r['median_break_s'])} (95% CI "
              f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
-             f"{_fmt_s(r['p90_break_s'])}{_drained(r)}, median impact {r['median_impact']:.1f}"
+             f"{_fmt_s(r['p90_break_s'])}{_drained(r)}, median impact {r['median_impact']:.1f}{_turned_away(r)}"
              for r in summ.to_dict("records")]
     if len(summ) and (summ["never_formed"] == summ["runs"]).all():
         lines.append("no run formed a loop: the times and tests say nothing about the runbooks (does the "

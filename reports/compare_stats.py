@@ -191,7 +191,8 @@ def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFra
     horizon and not re-formed, or never formed), the runs whose loop never formed, median and p90 time to break with 95%
     CIs, median impact with its CI, collateral (connections broken, requests turned away) and actions; where
     the playbook scores a backlog, the share of runs whose backlog drained and the median time to drain it
-    (NaN where it does not: a loop broken by pausing durable work forever leaves it undrained)."""
+    (NaN where it does not: a loop broken by pausing durable work forever leaves it undrained), and how
+    many runs' backlog never went over its threshold (drained at once)."""
     keys = [*(sweep_vars or []), "runbook"]
     out = []
     for key, g in df.groupby(keys, sort=False):
@@ -211,8 +212,10 @@ def summary(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFra
                 "mean_turned_away": float(g["turned_away"].mean()), "mean_actions": float(g["actions"].mean())}
         scored = "backlog_scored" in g and bool(g["backlog_scored"].astype(bool).all())
         drain = time_to_drain(g).to_numpy() if scored else None
+        formed = g["backlog_formed"].astype(bool) if scored and "backlog_formed" in g else None
         rec |= {"drained_rate": float(np.isfinite(drain).mean()) if scored else math.nan,
-                "median_drain_s": quantile(drain, 0.5) if scored else math.nan}
+                "median_drain_s": quantile(drain, 0.5) if scored else math.nan,
+                "backlog_never_formed": int((~formed).sum()) if formed is not None else 0}
         out.append(rec)
     return pd.DataFrame(out)
 

@@ -120,6 +120,7 @@ CASES = [
     playbook("observed_metric_misspelt.yaml.j2", "monitoring.observe[1]: got 'clients.eror_ratio'; expected "
              "agent.metric naming a part of this world and one of its metrics (clients.error_ratio, ",
              "did you mean clients.error_ratio?)"),
+    playbook("scoring_device_misspelt.yaml.j2", "scoring.loop.devices[0]: got 'brige'; expected a device pool (bridge)"),
     playbook("amplification_below_one.yaml.j2", "scoring.loop.amplification_max: got 0.5; expected a number >= 1"),
     playbook("mitigation_argument_yaml_boolean.yaml.j2", "mitigations[0].effects[1].args.jitter: got False; expected a "
              "string (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it) (argument jitter of "

@@ -172,6 +172,9 @@ def test_the_fork_summary_says_when_a_milestone_was_reached_but_did_not_hold():
     (loop, _) = differences({"loop_broken": held, **impact}, {"loop_broken": relapsed, **impact})
     assert loop["text"] == ("loop broken never in the end (it got there at 09:20:38 but did not hold), where the "
                             "original got there at 10:40:38")
+    calm = {"reached": False, "impaired": False, "relapses": []}  # never over its threshold: nothing to reach
+    (drained, _) = differences({"backlog_drained": calm, **impact}, {"backlog_drained": calm, **impact})
+    assert drained["text"] == "backlog drained: never impaired in either (nothing to reach)"
 
 
 def test_a_forks_rules_count_their_for_from_before_the_fork(runbook_file, tmp_path):

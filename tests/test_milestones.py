@@ -159,11 +159,15 @@ def test_a_backlog_never_over_its_threshold_counts_as_drained_at_once_in_a_compa
     from reports import compare_stats as cs
 
     calm = {**herd.score, "backlog_drained": {"reached": False, "impaired": False, "relapses": []}}
+    from reports.compare_report import _drained
+
     row = row_of(Point("calm", 1), calm, 2700.0)
-    assert row["backlog_scored"] and row["backlog_drained_s"] == 0.0
-    assert cs.summary(pd.DataFrame([row])).loc[0, "drained_rate"] == 1.0
+    assert row["backlog_scored"] and not row["backlog_formed"] and row["backlog_drained_s"] == 0.0
+    summ = cs.summary(pd.DataFrame([row]))
+    assert summ.loc[0, "drained_rate"] == 1.0 and summ.loc[0, "backlog_never_formed"] == 1
+    assert "1 of 1 never over its threshold: drained at once" in _drained(summ.to_dict("records")[0])
     stuck = row_of(Point("stuck", 1), {**calm, "backlog_drained": {"reached": False, "impaired": True}}, 2700.0)
-    assert stuck["backlog_drained_s"] != stuck["backlog_drained_s"]  # NaN: not drained
+    assert stuck["backlog_formed"] and stuck["backlog_drained_s"] != stuck["backlog_drained_s"]  # NaN: not drained
 
 
 def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_that_fails_is():

@@ -35,6 +35,7 @@ CORPUS = Path(__file__).parent / "corpus"
 #: elsewhere in the world, a chain of services) or that never becomes YAML: only
 #: ``gameday playbooks validate`` catches these
 NOT_FOR_A_SCHEMA = {
+    "scoring_device_misspelt.yaml.j2": "the device pool must be defined elsewhere in the file",
     "unknown_mitigation_target.yaml.j2": "the target must be a part defined elsewhere in the file",
     "unknown_path_device.yaml.j2": "the device must be defined elsewhere in the file",
     "several_service_errors.yaml.j2": "lease periods, queues and chains across services",

@@ -32,7 +32,7 @@ from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, 
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_scored",
-           "backlog_drained_s", "backlog_drained",
+           "backlog_formed", "backlog_drained_s", "backlog_drained",
            "impact", "first_update_s", "connections_broken", "turned_away", "actions", "outcome", "horizon_s")
 #: a run's outcome: no loop formed; it broke before any action took effect (nobody acted, or only
 #: after it broke: `gameday run`'s attribution says the same); it broke after an action took effect
@@ -151,6 +151,7 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
            "trigger_s": float(score["trigger"].get("seconds_after_start", math.nan)),
            "loop_formed": bool(score["loop_formed"]), "loop_broken_s": after_trigger(broken),
            "loop_broken": broken.get("clock", ""), "backlog_scored": "backlog_drained" in score,
+           "backlog_formed": "backlog_drained" in score and backlog.get("impaired") is not False,
            # (a backlog never over its threshold after the trigger had nothing to drain: drained at once,
            # as a loop that never formed counts as broken at once)
            "backlog_drained_s": 0.0 if backlog.get("impaired") is False else after_trigger(backlog),

@@ -591,7 +591,7 @@ def _check_scoring(data: dict, n: _Names) -> None:
         a, b = key.split(".")
         for j, name in enumerate(sc[a][b]):
             if name not in pool:
-                n.issues.append(Issue(f"scoring.{key}[{j}]", name, what))
+                n.issues.append(Issue(f"scoring.{key}[{j}]", name, f"{what} ({closest_first(name, pool)})"))
 
 
 def _check_par(data: dict, n: _Names) -> None:
@@ -605,7 +605,7 @@ def _check_par(data: dict, n: _Names) -> None:
             n.issues += _before_start(at, data["clock"]["start"], f"par.{key}")
     for name in data["scoring"]["impact"]:
         if name not in n.populations:
-            n.issues.append(Issue(f"scoring.impact.{name}", name, "a population"))
+            n.issues.append(Issue(f"scoring.impact.{name}", name, f"a population ({closest_first(name, n.populations)})"))
 
 
 def _check_work_switches(data: dict, n: _Names) -> None:

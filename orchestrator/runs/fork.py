@@ -109,6 +109,8 @@ def differences(original: dict, forked: dict) -> list[dict]:
             rec["text"] = f"{label} at {b['clock']}, where the original {_did_not_hold(a) or 'never got there'}"
         elif a.get("reached"):
             rec["text"] = f"{label} never{_in_the_end(b)}, where the original got there at {a['clock']}"
+        elif a.get("impaired") is False and b.get("impaired") is False:  # (nothing to reach in either)
+            rec["text"] = f"{label}: never impaired in either (nothing to reach)"
         else:
             held = [f"the {which} {_did_not_hold(m)}" for which, m in (("fork", b), ("original", a)) if _did_not_hold(m)]
             rec["text"] = f"{label} in neither" + (f" ({'; '.join(held)})" if held else "")
