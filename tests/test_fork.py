@@ -196,3 +196,17 @@ def test_a_forks_rules_count_their_for_from_before_the_fork(runbook_file, tmp_pa
     assert alone and fired == [max(360, alone[0])] and fired[0] < 360 + 120, (fired, alone)
     assert [e for e in events(run.dir) if e["tick"] < 360] == [e for e in events(tmp_path / "fork") if e["tick"] < 360]
     assert same_as_recording(tmp_path / "fork", replay(tmp_path / "fork", tmp_path / "again").dir) == []
+
+
+def test_a_forks_runbook_is_checked_against_the_playbook_the_run_recorded_and_says_so(original, runbook_file, tmp_path):
+    """A runbook naming a mitigation the run's playbook did not have (added to the file since,
+    say) is refused, and the message names the recorded playbook the fork plays (an outsider
+    read 'expected a mitigation of ledger' after editing the file, and could not tell why)."""
+    from orchestrator.errors import InvalidInput
+
+    run, _ = original
+    book = runbook_file("added-since", [{"when": {"at": "00:06"}, "do": "keep_connections"}])
+    with pytest.raises(InvalidInput) as err:
+        fork(run.dir, "00:05", book, tmp_path / "fork")
+    assert "keep_connections" in str(err.value) and f"against the playbook the run recorded, {run.dir}" in str(err.value)
+    assert not (tmp_path / "fork").exists()

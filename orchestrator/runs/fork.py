@@ -49,7 +49,11 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     pb = load_playbook(str(run_dir / rundir.PLAYBOOK))
     source = meta.get("playbook_source")
     # A runbook named is one of those beside the run's own playbook file, not beside its copy in the run.
-    rb_text, rb = load_runbook(runbook, dataclasses.replace(pb, source=source) if source else pb)
+    try:
+        rb_text, rb = load_runbook(runbook, dataclasses.replace(pb, source=source) if source else pb)
+    except InvalidInput as e:  # (the playbook file may have changed since: say which one the runbook met)
+        raise type(e)(e.source, f"{e.stage}, against the playbook the run recorded, {Path(run_dir) / rundir.PLAYBOOK}, "
+                                "which a fork plays", e.issues) from None
     # Up to the fork, the recording: its inputs and its own takeovers (a fork of a fork);
     # at the fork, the new runbook's.
     plays = {t: a for t, a in takeovers.items() if t < t_fork}
