@@ -203,7 +203,8 @@ def test_ctrl_c_stops_a_ray_hosted_run_and_leaves_no_process(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err
     run = load_run(out)
-    assert run.meta["status"] == "interrupted" and len(run.metrics) == run.meta["ticks_done"] > 300
+    # (the metrics had a header and 300 rows when SIGINT was sent: 300 ticks at least)
+    assert run.meta["status"] == "interrupted" and len(run.metrics) == run.meta["ticks_done"] >= 300
 
     def leftovers():
         return [pid for pid in family if Path(f"/proc/{pid}").exists()
