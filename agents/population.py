@@ -23,7 +23,7 @@ from . import cohort_kernels as kernels
 from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .draws import _EXACT_LIMIT
 from .retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
-from .shards import HealthReports
+from .shards import HealthReports, source_of
 from .wheel import DelayStore, DelayTable, TimingWheel, delay, delay_table
 
 WORKS = ("perishable", "durable")  # perishable work fails for good after max_attempts; durable work is kept
@@ -125,6 +125,14 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
 #: dispatched faster than work arrives: a healthy drain at full dispatch is not amplification,
 #: a drain that fails and retries is.
 AMPLIFICATION_BASE = {"perishable": ("demand",), "durable": ("ok", "errors")}
+
+
+def work_switch(event: dict) -> tuple[str, str] | None:
+    """(population, its work from then on) of a journalled ``applied`` set_work (a shard's
+    names its population), else None: what the scorer and the report follow the base by."""
+    if event.get("event") == "applied" and event.get("op") == "set_work":
+        return source_of(event["agent"]), event["args"]["work"]
+    return None
 
 
 class PopulationControls:

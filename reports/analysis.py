@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from agents.base import PER_TICK
-from agents.shards import source_of
+from agents.population import work_switch
 
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
@@ -265,8 +265,8 @@ def _works(r: _Reading) -> dict[str, list[tuple[int, str]]]:
     playbook's from tick 0, then each set_work applied (as the scorer follows it)."""
     out = {p["name"]: [(0, p.get("work", "perishable"))] for p in r.playbook.get("populations") or []}
     for e in r.events:
-        if e["event"] == "applied" and e.get("op") == "set_work" and source_of(e["agent"]) in out:
-            out[source_of(e["agent"])].append((int(e["tick"]), e["args"]["work"]))
+        if (switch := work_switch(e)) and switch[0] in out:
+            out[switch[0]].append((int(e["tick"]), switch[1]))
     return out
 
 

@@ -130,14 +130,20 @@ def _never_formed(r: dict) -> str:
     return f" ({n} of {r['runs']} never formed one: broken at once)" if n else ""
 
 
-def _drained(r: dict) -> str:
-    """", backlog drained in N% (median T)" where the playbook scores a backlog."""
+def _drained_cell(r: dict) -> str:
+    """"N% (median T)" of runs whose backlog drained, where the playbook scores a backlog; else ""."""
     rate = r.get("drained_rate", math.nan)
     if rate != rate:
         return ""
     never = r.get("backlog_never_formed", 0)
     calm = f"{never} of {r['runs']} never over its threshold: drained at once; " if never else ""
-    return f", backlog drained in {rate:.0%} ({calm}median {_fmt_s(r['median_drain_s'], 'not drained')})"
+    return f"{rate:.0%} ({calm}median {_fmt_s(r['median_drain_s'], 'not drained')})"
+
+
+def _drained(r: dict) -> str:
+    """", backlog drained in N% (median T)" where the playbook scores a backlog."""
+    cell = _drained_cell(r)
+    return f", backlog drained in {cell}" if cell else ""
 
 
 def _turned_away(r: dict) -> str:
@@ -209,7 +215,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
                               f"{_fmt_s(r['median_break_ci'][1])})",
              "p90": f"{_fmt_s(r['p90_break_s'])} ({_fmt_s(r['p90_break_ci'][0])} to {_fmt_s(r['p90_break_ci'][1])})",
              "impact": f"{r['median_impact']:.1f} ({r['median_impact_ci'][0]:.1f} to {r['median_impact_ci'][1]:.1f})",
-             "point": point_label(r, sweep_vars), "drained": _drained(r).removeprefix(", backlog drained in ")}
+             "point": point_label(r, sweep_vars), "drained": _drained_cell(r)}
             for r in summ.to_dict("records")]
     verdicts = [{**t, **pair_cells(t), "point": point_label(t, sweep_vars)} for t in tests.to_dict("records")]
     pngs = charts(df, sweep_vars)

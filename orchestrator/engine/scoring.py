@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from agents.population import AMPLIFICATION_BASE
+from agents.population import AMPLIFICATION_BASE, work_switch
 from agents.shards import source_of
 
 from orchestrator.playbook.format import milestone_keys
@@ -208,8 +208,8 @@ class Scorer:
                 self.actions += 1
             elif e["event"] == "action_effective" and self.first_effective is None:
                 self.first_effective = tick
-            elif e["event"] == "applied" and e.get("op") == "set_work" and source_of(e["agent"]) in self.amp_base:
-                self.amp_base[source_of(e["agent"])] = AMPLIFICATION_BASE[e["args"]["work"]]  # (from this tick on)
+            elif (switch := work_switch(e)) and switch[0] in self.amp_base:
+                self.amp_base[switch[0]] = AMPLIFICATION_BASE[switch[1]]  # (from this tick on)
             elif e["event"] == "applied" and e.get("op") in TURNS_AWAY:
                 part = source_of(e["agent"])
                 if e.get("op") != "readmit" or part not in self.turning:
