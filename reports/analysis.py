@@ -17,6 +17,7 @@ import yaml
 from agents.base import PER_TICK
 from agents.population import work_switch
 
+from .impact import TurnedAway, failed_and_finished
 from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
 from .summary import not_reached, posts_updates
@@ -107,18 +108,25 @@ def populations(metrics: pd.DataFrame) -> list[str]:
     return [c[: -len(".error_ratio")] for c in metrics.columns if c.endswith(".error_ratio") and "#" not in c]
 
 
-def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=()) -> list[dict]:
+def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[dict] = ()) -> list[dict]:
     """Per population: its failed-request minutes (each minute from the start counts the
-    share of the requests finished in it that failed for good, as the scorer counts them),
-    the minutes in which that share was above 5%, and the worst share over any minute.
-    For the populations ``by_attempts`` (the score's ``counted_by_attempts``: retried
-    without limit, so never failed for good), the share of their attempts that failed."""
+    share of the requests finished in it that failed for good, as the scorer counts them:
+    ``scoring.failed_and_finished``, with what actions held back, read from the run's
+    ``events``), the minutes in which that share was above 5%, and the worst share over
+    any minute. For the populations ``by_attempts`` (the score's ``counted_by_attempts``:
+    retried without limit, so never failed for good), the share of their attempts that failed."""
     rows = []
     window = max(1, round(WINDOW_S / dt))
     minute = pd.Series(range(len(metrics)), index=metrics.index) // window
+    shed_from = TurnedAway.shed_from(list(events))
+    zero = pd.Series(0.0, index=metrics.index)
     for pop in populations(metrics):
-        errors, ok = metrics[f"{pop}.{'failed' if pop in by_attempts else 'errors'}"], metrics[f"{pop}.ok"]
-        per_minute = pd.DataFrame({"errors": errors, "final": errors + ok, "ticks": 1}).groupby(minute).sum()
+        shed = pd.Series(False, index=metrics.index)
+        for tick, on in shed_from.get(pop, []):
+            shed[shed.index >= tick] = on
+        errors, final = failed_and_finished(lambda f: metrics.get(f"{pop}.{f}", zero), pop in by_attempts, shed)
+        ok = final - errors
+        per_minute = pd.DataFrame({"errors": errors, "final": final, "ticks": 1}).groupby(minute).sum()
         share = (per_minute["errors"] / per_minute["final"].where(per_minute["final"] > 0)).fillna(0.0)
         rolling_errors = errors.rolling(window).sum()  # whole minutes only
         rolling_final = rolling_errors + ok.rolling(window).sum()
@@ -310,7 +318,7 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     m = r.m
     weights = (r.playbook.get("scoring") or {}).get("impact") or {}
     scored = r.score.get("impact") or {}
-    impact = impact_table(m, r.dt, scored.get("counted_by_attempts") or ()) if r.ticks_done else []
+    impact = impact_table(m, r.dt, scored.get("counted_by_attempts") or (), r.events) if r.ticks_done else []
     late = scored.get("late_minutes") or {}
     for x in impact:
         x["late_minutes"] = late.get(x["population"])  # durable work waiting beyond steady state (the scorer's count)

@@ -147,10 +147,10 @@ def _drained(r: dict) -> str:
 
 
 def _turned_away(r: dict) -> str:
-    """", N requests turned away a run": impact does not count them (they are collateral), so
-    a runbook that sheds most of the traffic could otherwise read as good as one that fixes it."""
+    """", N requests turned away a run": the collateral beside the impact, which counts what
+    the runbook's actions turned away as failed (``reports.impact``)."""
     n = r.get("mean_turned_away", 0.0)
-    return f", {n:,.0f} requests turned away a run (not in the impact)" if n >= 0.5 else ""
+    return f", {n:,.0f} requests turned away a run" if n >= 0.5 else ""
 
 
 def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:

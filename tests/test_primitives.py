@@ -173,6 +173,38 @@ def test_traffic_a_throttle_or_a_rate_cut_turns_away_is_counted_as_collateral(tm
     assert r.score["collateral"]["requests_turned_away_by"] == {"halve": 500 * 300, "throttle": int(throttled)}
 
 
+@pytest.mark.parametrize("cut_by", ["action", "trigger"])
+def test_requests_an_action_holds_back_are_impact_and_a_trigger_lowering_demand_is_not(tmp_path, cut_by):
+    """An outsider's runbook that shed 90% of its checkout for good tied with the fix on
+    impact. What an action holds back (wanted, never served) now counts as failed in its
+    minute; a trigger lowering a population's rate models demand falling, and costs
+    nothing. Requests a throttle refuses fail at the population and count once."""
+    from reports.analysis import analyse
+
+    halve = [{"target": "clients", "op": "scale_rate", "args": {"factor": 0.5}}]
+    restore = [{"target": "clients", "op": "scale_rate", "args": {"factor": 1}}]
+    world = dict(BASE, scoring={"impact": {"clients": 1}}, mitigations=[
+        {"name": "throttle", "deploy": False, "effects": [{"target": "api", "op": "throttle", "args": {"rate": 400}}]},
+        {"name": "lift", "deploy": False, "effects": [{"target": "api", "op": "throttle", "args": {}}]}])
+    rules = [{"when": {"at": "00:02"}, "do": "throttle"}, {"when": {"at": "00:07"}, "do": "lift"}]
+    if cut_by == "action":
+        world["mitigations"] += [{"name": "halve", "deploy": False, "effects": halve},
+                                 {"name": "restore", "deploy": False, "effects": restore}]
+        rules += [{"when": {"at": "00:10"}, "do": "halve"}, {"when": {"at": "00:15"}, "do": "restore"}]
+    else:
+        world["triggers"] = [{"name": "halve", "at": "00:10:02", "effects": halve},
+                             {"name": "restore", "at": "00:15:02", "effects": restore}]
+    r = play(tmp_path, world, rules)
+    minutes = r.score["impact"]["error_minutes"]["clients"]
+    refused = 0.6 * 5  # 1000/s offered, 400/s admitted for 5 minutes, each tried once
+    assert minutes == pytest.approx(refused + (0.5 * 5 if cut_by == "action" else 0.0), abs=0.1)
+    assert r.score["impact"]["weighted_total"] == pytest.approx(minutes, abs=1e-3)
+    assert r.score["collateral"]["requests_turned_away_by"]["halve"] == 500 * 300  # collateral either way
+    # the report reads the same rule from the run's files
+    row = analyse(r).impact[0]
+    assert row["failed_request_minutes"] == pytest.approx(minutes, abs=1e-3)
+
+
 def test_dropped_work_leaves_the_backlog_as_errors(tmp_path):
     """Durable work piles up while the service refuses everything; the clients give up
     half, then all of what waits: the backlog falls by that much, and each is an error."""

@@ -23,14 +23,11 @@ import math
 from collections import deque
 
 from agents.population import AMPLIFICATION_BASE, work_switch
-from agents.shards import source_of
 
 from orchestrator.playbook.format import milestone_keys
 from reports import rundir
+from reports.impact import TurnedAway, failed_and_finished
 from reports.timefmt import format_clock
-
-#: operations that turn traffic away while they hold, and the metric that counts it
-TURNS_AWAY = {"throttle": "throttled", "scale_rate": "held_back", "readmit": "held_back"}
 
 WINDOW_S = 60.0  # ratios are computed over a sliding minute, since per-tick counts are noisy
 
@@ -118,24 +115,20 @@ def retried_without_limit(population: dict) -> bool:
 
 class ImpactMinute:
     """One minute's counts per population, for its impact: requests failed for good and
-    finished (ok + errors), ticks, and ticks in which its durable work was late; for the
-    populations ``by_attempts`` (``retried_without_limit``), attempts failed and resolved
-    (ok + failed) instead of requests. A share per minute, not per tick: a tick with no
+    finished (``failed_and_finished``), ticks, and ticks in which its durable work was late. A share per minute, not per tick: a tick with no
     results says nothing about the requests still out, and counting it as 0 failed would
     undercount an outage whose results come in bursts."""
 
     def __init__(self, populations: list[str], ticks: int, by_attempts: frozenset = frozenset()):
-        self.populations, self.length = populations, ticks
-        self.failed = {p: "failed" if p in by_attempts else "errors" for p in populations}
+        self.populations, self.length, self.by_attempts = populations, ticks, by_attempts
         self.clear()
 
-    def add(self, metrics: dict[str, dict[str, float]], late: dict[str, bool]) -> None:
+    def add(self, metrics: dict[str, dict[str, float]], late: dict[str, bool], shed: dict[str, bool]) -> None:
         self.ticks += 1
         for p, c in self.counts.items():
-            m = metrics[p]
-            failed = m[self.failed[p]]
+            failed, finished = failed_and_finished(metrics[p].__getitem__, p in self.by_attempts, shed.get(p, False))
             c[0] += failed
-            c[1] += m["ok"] + failed
+            c[1] += finished
             c[2] += late[p]
 
     @property
@@ -190,7 +183,7 @@ class Scorer:
         self.actions = 0
         self.collateral = 0
         self.turned_away = 0.0
-        self.turning: dict[str, str] = {}  # part -> what (action, trigger, fault) last set what turns its traffic away
+        self.turning = TurnedAway()
         self.turned_away_by: dict[str, float] = {}
         self.peak_backlog = {p: 0 for p in sc["backlog"]["populations"]}
         self.par = data.get("par") or {}
@@ -200,6 +193,7 @@ class Scorer:
         """Feed one tick; returns the milestone events confirmed at this tick."""
         self.last_tick = tick
         for e in events:
+            self.turning.see(e)
             if e["event"] == "trigger" and self.trigger_tick is None:
                 self.trigger_tick = tick
             elif e["event"] == "status_posted" and self.first_update is None and self.trigger_tick is not None:
@@ -210,11 +204,6 @@ class Scorer:
                 self.first_effective = tick
             elif (switch := work_switch(e)) and switch[0] in self.amp_base:
                 self.amp_base[switch[0]] = AMPLIFICATION_BASE[switch[1]]  # (from this tick on)
-            elif e["event"] == "applied" and e.get("op") in TURNS_AWAY:
-                part = source_of(e["agent"])
-                if e.get("op") != "readmit" or part not in self.turning:
-                    # what a readmission still holds back is the cost of the cut it lifts
-                    self.turning[part] = e.get("by") or e["agent"]
         setups = sum(metrics[d]["setups"] for d in self.loop_devices)
         ok = sum(metrics[d]["setups"] * metrics[d]["setup_success_ratio"] for d in self.loop_devices)
         self.setup.add(ok, setups)
@@ -233,7 +222,8 @@ class Scorer:
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
         thr = self.sc["backlog"]["threshold"]
-        self.minute.add(metrics, {p: p in self.late_minutes and self._late(p, metrics, thr) for p in self.impact})
+        self.minute.add(metrics, {p: p in self.late_minutes and self._late(p, metrics, thr) for p in self.impact},
+                        self.turning.shed)
         if self.minute.full:
             self.error_minutes, self.late_minutes, self.impact = self._with_minute()
             self.minute.clear()
@@ -245,7 +235,7 @@ class Scorer:
             away = m.get("throttled", 0) + m.get("held_back", 0)
             if away:
                 self.turned_away += away
-                who = self.turning.get(part, part)
+                who = self.turning.by.get(part, part)
                 self.turned_away_by[who] = self.turned_away_by.get(who, 0.0) + away
         self.collateral += int(broken)
         for p in self.peak_backlog:

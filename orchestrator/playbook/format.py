@@ -546,7 +546,9 @@ PLAYBOOK = M(
                                "impaired minutes: each minute counts the share of the requests finished in it that "
                                "failed for good (error-minutes; for perishable work retried without limit, "
                                "retry.max_attempts 0, whose requests never fail for good, the share of its attempts "
-                               "that failed), and for durable work each tick in which its backlog "
+                               "that failed; requests an action holds back, by a scale_rate below 1 or a readmission, "
+                               "count as failed, wanted and never served, while a trigger or fault lowering the rate "
+                               "models demand falling and costs nothing), and for durable work each tick in which its backlog "
                                "is above steady state (backlog.threshold seconds of its arrivals) counts whole; a "
                                "population left out does not count")),
     par=Field("dict", default=dict, values=Field("clock", doc="when the historical response reached that measure"),

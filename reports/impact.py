@@ -1,0 +1,58 @@
+"""How a run's impact counts requests, one rule for the scorer (as the run goes) and the
+report (from the run's files): which requests failed for good, and which turned away
+traffic is the response's doing."""
+from __future__ import annotations
+
+from agents.shards import source_of
+
+#: operations that turn traffic away while they hold, and the metric that counts it
+TURNS_AWAY = {"throttle": "throttled", "scale_rate": "held_back", "readmit": "held_back"}
+
+
+def failed_and_finished(field, by_attempts: bool, shed):
+    """A population's requests failed for good and its requests finished (ok + failed), for
+    its impact, over a tick (``field(name)`` its metric) or over a metrics table (a column):
+    for ``by_attempts`` (``retried_without_limit``) its attempts failed and resolved instead.
+    Requests an action held back (``shed``: true while what last set the population's rate
+    below 1 was an action) count as failed: wanted and never served, as the customer sees
+    them; a trigger or fault that lowers the rate models demand falling, not harm."""
+    failed = field("failed" if by_attempts else "errors") + field("held_back") * shed
+    return failed, failed + field("ok")
+
+
+class TurnedAway:
+    """What turns each part's traffic away (a service's throttle, a population's rate below 1,
+    a readmission), fed the journal tick by tick: the name of what last set it (an action, a
+    trigger or a fault; what a readmission still holds back counts against the cut it lifts)
+    and whether that was an action (``shed``)."""
+
+    def __init__(self):
+        self.by: dict[str, str] = {}
+        self.shed: dict[str, bool] = {}
+        self._an_action: dict[str, bool] = {}  # source name -> whether its last journalled source was an action
+
+    def see(self, e: dict) -> None:
+        kind = e["event"]
+        if kind == "action_effective":
+            self._an_action[e["action"]] = True
+        elif kind == "trigger":
+            self._an_action[e["trigger"]] = False
+        elif kind == "fault_injected":
+            self._an_action[e["fault"]] = False
+        elif kind == "applied" and e.get("op") in TURNS_AWAY:
+            part = source_of(e["agent"])
+            if e.get("op") != "readmit" or part not in self.by:
+                self.by[part] = e.get("by") or e["agent"]
+                self.shed[part] = self._an_action.get(self.by[part], False)
+
+    @classmethod
+    def shed_from(cls, events: list[dict]) -> dict[str, list[tuple[int, bool]]]:
+        """Per part, (tick, shed) from each tick on which whether an action holds its traffic
+        back changed, read from a run's journal."""
+        turned, out = cls(), {}
+        for e in events:
+            turned.see(e)
+            if e["event"] == "applied" and e.get("op") in TURNS_AWAY:
+                part = source_of(e["agent"])
+                out.setdefault(part, []).append((e["tick"], turned.shed[part]))
+        return out
