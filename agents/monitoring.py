@@ -13,6 +13,9 @@ import numpy as np
 from .base import Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation
 from .shards import merge_metrics
 
+#: what an above or below alarm does while its metric is stale: stop firing, or stay as it was
+WHEN_STALE = ("clear", "hold")
+
 
 class Monitoring(Agent):
     kind = "monitoring"
@@ -146,9 +149,12 @@ class Monitoring(Agent):
         for a in self.alarms:
             name, metric = a["name"], a["metric"]
             seen = self.view.get(metric)
+            stale = seen is None or tick - seen[1] > self.stale_ticks
             if a.get("no_data"):
-                cond = seen is None or tick - seen[1] > self.stale_ticks
-            elif seen is None or tick - seen[1] > self.stale_ticks:
+                cond = stale
+            elif stale and a.get("when_stale") == WHEN_STALE[1]:
+                continue  # as it was, firing or not, its count of `for` going on
+            elif stale:
                 cond = False  # an alarm on a value cannot fire without the value
             elif "above" in a:
                 cond = seen[0] > float(a["above"])
@@ -163,4 +169,7 @@ class Monitoring(Agent):
                 self.alarm_since.pop(name, None)
                 if name in self.firing:
                     self.firing.discard(name)
-                    self.event(tick, "alarm_cleared", alarm=name, metric=metric)
+                    # (stale: it cleared for want of data, not on its value; only then, so that other
+                    # journals read as before)
+                    self.event(tick, "alarm_cleared", alarm=name, metric=metric,
+                               **({"stale": True} if stale and not a.get("no_data") else {}))

@@ -81,7 +81,9 @@ def _clock(seconds_after_midnight: float) -> str:
 #: (trigger, customer updates and actions taking effect are compared with par in ``analyse``)
 TIMELINE_ROWS = {
     "alarm_raised": lambda e: (f"alarm: {e['alarm']}", f"on {e.get('metric', '')}"),
-    "alarm_cleared": lambda e: (f"alarm cleared: {e['alarm']}", ""),
+    "alarm_cleared": lambda e: (f"alarm cleared: {e['alarm']}",
+                                "its data stale, not its value: monitoring has no fresh value of "
+                                f"{e.get('metric', '')} (its when_stale: clear)" if e.get("stale") else ""),
     "action_requested": lambda e: (f"asked: {e['action']}", e.get("reason", "")),
     "action_started": lambda e: (f"started: {e['action']}",
                                  f"lead time {format_minutes(float(e.get('lead_time_s', 0)), 0)}, "

@@ -121,6 +121,8 @@ CASES = [
              "agent.metric naming a part of this world and one of its metrics (clients.error_ratio, ",
              "did you mean clients.error_ratio?)"),
     playbook("scoring_device_misspelt.yaml.j2", "scoring.loop.devices[0]: got 'brige'; expected a device pool (bridge)"),
+    playbook("stale_after_within_a_report_period.yaml.j2", "monitoring.stale_after: got 60.0; expected a duration "
+             "longer than monitoring.telemetry_every plus monitoring.timeout (65 s)"),
     playbook("amplification_below_one.yaml.j2", "scoring.loop.amplification_max: got 0.5; expected a number >= 1"),
     playbook("mitigation_argument_yaml_boolean.yaml.j2", "mitigations[0].effects[1].args.jitter: got False; expected a "
              "string (YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote it) (argument jitter of "

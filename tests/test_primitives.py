@@ -336,6 +336,37 @@ def test_a_fault_on_a_device_fails_its_share_and_adds_its_latency(tmp_path):
     assert list(r.events[r.events["event"] == "fault_lifted"]["clock"]) == ["00:04:01", "00:08:01", "00:12:01"]
 
 
+@pytest.mark.parametrize("when_stale", ["clear", "hold"])
+def test_an_alarm_whose_data_goes_stale_clears_and_says_so_or_holds(tmp_path, when_stale):
+    """An outsider's alarm cleared 8 times while its population failed throughout: the
+    telemetry crossed a congested device and the value went stale. A clear for want of
+    data says so in the journal and the timeline; ``when_stale: hold`` keeps the alarm as
+    it was (CloudWatch's treat_missing_data: ignore)."""
+    from reports.analysis import analyse
+
+    world = dict(BASE)
+    world["devices"] = [{"name": "net", "count": 10, "cpu_per_device": 100000}]
+    world["monitoring"] = {"path": ["net"], "observe": ["clients.demand"], "stale_after": "70s",
+                           "alarms": [{"name": "busy", "metric": "clients.demand", "above": 100, "for": "30s",
+                                       "when_stale": when_stale}]}
+    world["triggers"] = [{"name": "blind", "at": "00:05", "effects": [
+        {"target": "net", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "5m"}}]}]
+    r = play(tmp_path, world)
+    alarms = r.events[r.events["event"].isin(["alarm_raised", "alarm_cleared"])]
+    assert not r.metrics["clients.demand"].lt(100).any()  # above the alarm's bound all along, in ground truth
+    if when_stale == "hold":
+        assert list(alarms["event"]) == ["alarm_raised"]
+        assert r.metrics.loc[r.metrics["clock"] >= "00:01", "monitoring.alarms_firing"].eq(1).all()
+    else:
+        assert list(alarms["event"]) == ["alarm_raised", "alarm_cleared", "alarm_raised"]
+        cleared = alarms.iloc[1]
+        # the last report through was measured at 00:04 (one a minute): 70 s later it is stale
+        assert cleared["stale"] is True and "00:05:10" <= cleared["clock"] <= "00:05:12"
+        assert alarms.iloc[2]["clock"] >= "00:10"  # once the data comes back (and 30 s of it)
+        rows = [row for row in analyse(r).timeline if row["what"] == "alarm cleared: busy"]
+        assert len(rows) == 1 and "its data stale, not its value" in rows[0]["detail"], rows
+
+
 def _failing_half(retry: dict) -> dict:
     """Per-request clients against an API that refuses half the requests, whatever the load."""
     world = dict(BASE, mitigations=[])

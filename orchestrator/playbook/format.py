@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field as dfield
 
 from agents.base import FAULT_KINDS
+from agents.monitoring import WHEN_STALE
 from agents.population import MODES, WORKS
 from agents.retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON
 
@@ -372,6 +373,11 @@ ALARM = M("an alarm on an observed metric, evaluated on the operators' view; exa
           no_data=Field("bool", default=False,
                         doc="fires while the metric has no value fresher than monitoring.stale_after (above and below "
                             "never fire on a stale value)"),
+          when_stale=Field("str", choices=WHEN_STALE, default="clear",
+                           doc="what an above or below alarm does while its metric has no value fresher than "
+                               "monitoring.stale_after: clear (stop firing, journalled as cleared with its data stale; "
+                               "CloudWatch's missing or notBreaching) or hold (keep firing, or not, as it was, and keep "
+                               "counting its for; CloudWatch's ignore)"),
           **{"for": non_negative("duration", default=60.0,
                                  doc="the condition must hold this long in the operators' view before the alarm fires")})
 
@@ -411,7 +417,9 @@ PLAYBOOK = M(
                                 "a metric, such as bridge.utilisation", ["bridge.utilisation", "dns-lookups.error_ratio"]),
                  stale_after=positive("duration", default=180.0,
                                       doc="a metric with no report for this long is not fresh (visibility, no_data "
-                                          "alarms; above and below alarms do not fire on it)"),
+                                          "alarms; above and below alarms do not fire on it, see when_stale); longer "
+                                          "than telemetry_every plus timeout, or every value would go stale before "
+                                          "its next report arrived"),
                  log_delay=positive("duration", default=600.0,
                                     doc="a log query (operation query_logs) is answered with ground truth this long "
                                         "after it was asked, whatever the path"),

@@ -466,11 +466,21 @@ def _check_monitoring(data: dict, n: _Names) -> None:
                 f"parts: {closest_first(part, {k.split('.', 1)[0] for k in known_metrics})}"
             n.issues.append(Issue(f"monitoring.observe[{j}]", m, f"agent.metric naming a part of this world and one of "
                                                                  f"its metrics ({near})"))
+    mon = data["monitoring"]
+    if mon["stale_after"] <= mon["telemetry_every"] + mon["timeout"]:
+        # (each value would go stale for a moment before the next report arrives: alarms flap)
+        n.issues.append(Issue("monitoring.stale_after", mon["stale_after"],
+                              f"a duration longer than monitoring.telemetry_every plus monitoring.timeout "
+                              f"({mon['telemetry_every'] + mon['timeout']:g} s): each value would go stale before "
+                              f"its next report could arrive"))
     for j, a in enumerate(data["monitoring"]["alarms"]):
         if a["metric"] not in data["monitoring"]["observe"]:
             n.issues.append(Issue(f"monitoring.alarms[{j}].metric", a["metric"], "a metric listed in monitoring.observe"))
         if sum(k in a and a[k] not in (None, False) for k in ("above", "below", "no_data")) != 1:
             n.issues.append(Issue(f"monitoring.alarms[{j}]", a["name"], "exactly one of above, below, no_data"))
+        elif a.get("no_data") and a.get("when_stale", "clear") != "clear":
+            n.issues.append(Issue(f"monitoring.alarms[{j}].when_stale", a["when_stale"],
+                                  "clear or nothing: a no_data alarm fires on stale data, when_stale is for above and below"))
 
 
 def _check_clock(data: dict, n: _Names) -> None:
