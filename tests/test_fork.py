@@ -113,6 +113,11 @@ def test_the_fork_command_says_what_changed_and_refuses_a_time_outside_the_run(o
                          "--out", str(tmp_path / "f")], cwd=root, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "fix-late -> fix-early" in ok.stdout and "loop broken" in ok.stdout and "sooner" in ok.stdout
+    # its report, as gameday run writes one, whose heuristic does not send the reader to --attribution
+    html = tmp_path / "f" / "report" / "report.html"
+    assert f"report: {html}" in ok.stdout and html.exists()
+    md = (tmp_path / "f" / "report" / "report.md").read_text()
+    assert "a fork's counterfactuals are not played" in md and "--attribution" not in md
     bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "fork", str(run.dir), "--at", "23:00", "-r", FIX,
                           "--out", str(tmp_path / "g")], cwd=root, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--at" in bad.stderr and "Traceback" not in bad.stderr

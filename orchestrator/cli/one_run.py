@@ -122,7 +122,10 @@ def replay(run_dir, out):
 @click.option("--at", "at", required=True, help="The decision point: a clock time of the run (e.g. 09:30).")
 @click.option("--runbook", "-r", required=True, help="The runbook that takes over at that time (a built-in name or a file).")
 @out_option("RUN_DIR-fork-<time>", "Directory for the fork")
-def fork_command(run_dir, at, runbook, out):
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Write the fork's after-action report (report/report.md with its charts, report/report.html) "
+                   "into its directory at the end, as gameday run does.")
+def fork_command(run_dir, at, runbook, out, report):
     """Continue RUN_DIR (scripted or live) from its exact state at --at with another
     runbook, to the scenario's end, and say what changed ("loop broken 95 minutes
     sooner"). Up to --at the fork is the original, tick for tick."""
@@ -134,3 +137,6 @@ def fork_command(run_dir, at, runbook, out):
     for d in result["differences"]:
         click.echo(f"  {d['text']}")
     click.echo(f"fork: {out}")
+    if report:
+        written = write_report(out)
+        click.echo(f"report: {next(p for p in written if p.suffix == '.html')}")
