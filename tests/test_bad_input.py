@@ -64,7 +64,7 @@ CASES = [
     playbook("yaml_syntax_error.yaml.j2", "(parse)", "line 30, column 9", "expected ',' or ']', but got ':'",
              "while parsing a flow sequence at line 29, column 11"),
     playbook("undefined_variable.yaml.j2", "(render)", "line 22:", "'device_cpu_per_second' is undefined",
-             "only defined variables (bridge_devices, device_cpu, latent_bug)"),
+             "only defined variables (device_cpu, bridge_devices, latent_bug; did you mean device_cpu?)"),
     playbook("unknown_field.yaml.j2", "devices[0].cuont: got 3; expected one of the known fields (count, costs, conntrack"),
     playbook("wrong_type.yaml.j2", "devices[0].cpu_per_device: got 'fast'; expected a number"),
     playbook("negative_capacity.yaml.j2", "devices[0].conntrack.capacity_per_device: got -250000; expected a number > 0"),
@@ -121,6 +121,12 @@ CASES = [
              "agent.metric naming a part of this world and one of its metrics (clients.error_ratio, ",
              "did you mean clients.error_ratio?)"),
     playbook("scoring_device_misspelt.yaml.j2", "scoring.loop.devices[0]: got 'brige'; expected a device pool (bridge)"),
+    playbook("alarm_metric_not_observed.yaml.j2", "monitoring.alarms[0].metric: got 'bridge.utilisaton'; expected a "
+             "metric listed in monitoring.observe (bridge.utilisation, clients.error_ratio; did you mean "
+             "bridge.utilisation?)"),
+    playbook("mitigation_param_reference_misspelt.yaml.j2", "mitigations[0].effects[0].args.count: got '$device'; "
+             "expected $requester or $name of one of the mitigation's params ($devices, $requester; did you mean "
+             "$devices?)"),
     playbook("stale_after_within_a_report_period.yaml.j2", "monitoring.stale_after: got 60.0; expected a duration "
              "longer than monitoring.telemetry_every plus monitoring.timeout (65 s)"),
     playbook("amplification_below_one.yaml.j2", "scoring.loop.amplification_max: got 0.5; expected a number >= 1"),
@@ -182,7 +188,9 @@ CASES = [
               "--set latent_bug: got 3; expected a value of the same type as the default True"),
     variables("set_without_equals", ["--set", "bridge_devices"], "--set: got 'bridge_devices'; expected name=value"),
     variables("set_negative_capacity", ["--set", "device_cpu=-5"],
-              "devices[0].cpu_per_device: got -5; expected a number > 0"),
+              "devices[0].cpu_per_device: got -5; expected a number > 0 (variable device_cpu was set to -5 for this run)"),
+    variables("set_fraction_for_a_count", ["--set", "bridge_devices=2.5"],  # (a number, as the default: a field objects)
+              "devices[0].count: got 2.5; expected an integer (variable bridge_devices was set to 2.5 for this run)"),
     variables("vars_wrong_type", ["--vars", str(CORPUS / "vars_wrong_type.yaml")],
               f"bridge_devices (--vars {CORPUS / 'vars_wrong_type.yaml'}): got 'many'; expected a value of the same type"),
     variables("vars_unknown_variable", ["--vars", str(CORPUS / "vars_unknown_variable.yaml")],

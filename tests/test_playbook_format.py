@@ -37,6 +37,8 @@ CORPUS = Path(__file__).parent / "corpus"
 NOT_FOR_A_SCHEMA = {
     "scoring_device_misspelt.yaml.j2": "the device pool must be defined elsewhere in the file",
     "stale_after_within_a_report_period.yaml.j2": "stale_after against telemetry_every and timeout",
+    "mitigation_param_reference_misspelt.yaml.j2": "the param must be declared by the same mitigation",
+    "alarm_metric_not_observed.yaml.j2": "the metric must be listed in monitoring.observe",
     "unknown_mitigation_target.yaml.j2": "the target must be a part defined elsewhere in the file",
     "unknown_path_device.yaml.j2": "the device must be defined elsewhere in the file",
     "several_service_errors.yaml.j2": "lease periods, queues and chains across services",

@@ -8,6 +8,7 @@ with ``StrictUndefined``, so an undefined variable is an error, never an empty s
 from __future__ import annotations
 
 import importlib.resources
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -271,7 +272,8 @@ def render(tpl: Template, values: dict) -> str:
     except jinja2.exceptions.SecurityError as e:
         raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "no access to unsafe attributes")])
     except jinja2.exceptions.UndefinedError as e:
-        known = ", ".join(sorted(values)) or "none"
+        name = re.match(r"'(\w+)' is undefined", str(e))  # (an attribute missing reads otherwise)
+        known = closest_first(name.group(1), values) if name else ", ".join(sorted(values)) or "none"
         raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), f"only defined variables ({known})")])
     except jinja2.exceptions.TemplateSyntaxError as e:
         raise InvalidPlaybook(tpl.source, "render", [Issue(f"line {e.lineno + tpl.body_line - 1}", e.message, "valid Jinja2 syntax")])
@@ -475,7 +477,8 @@ def _check_monitoring(data: dict, n: _Names) -> None:
                               f"its next report could arrive"))
     for j, a in enumerate(data["monitoring"]["alarms"]):
         if a["metric"] not in data["monitoring"]["observe"]:
-            n.issues.append(Issue(f"monitoring.alarms[{j}].metric", a["metric"], "a metric listed in monitoring.observe"))
+            n.issues.append(Issue(f"monitoring.alarms[{j}].metric", a["metric"], f"a metric listed in monitoring.observe "
+                                                                                 f"({closest_first(a['metric'], mon['observe'])})"))
         if sum(k in a and a[k] not in (None, False) for k in ("above", "below", "no_data")) != 1:
             n.issues.append(Issue(f"monitoring.alarms[{j}]", a["name"], "exactly one of above, below, no_data"))
         elif a.get("no_data") and a.get("when_stale", "clear") != "clear":
@@ -670,7 +673,9 @@ def _check_effect(e: dict, loc: str, n: _Names, params: dict | None = None) -> N
             if v == "$requester":
                 continue
             if v[1:] not in params:
-                issues.append(Issue(f"{loc}.args.{k}", v, "$requester or $name of one of the mitigation's params"))
+                refs = [f"${p}" for p in params] + ["$requester"]
+                issues.append(Issue(f"{loc}.args.{k}", v, f"$requester or $name of one of the mitigation's params "
+                                                          f"({closest_first(v, refs)})"))
                 continue
             name, at = v[1:], f"{loc}.args.{k} ({v}'s default)"
             v = params[name]
@@ -752,8 +757,22 @@ def load_playbook(ref: str, overrides: dict | None = None) -> Playbook:
     values = resolve_variables(tpl, dict(overrides or {}), str(path))
     text = render(tpl, values)
     doc = parse_yaml(text, str(path), first_line=tpl.body_line)
-    data = validate_playbook(doc, str(path))
+    try:
+        data = validate_playbook(doc, str(path))
+    except InvalidPlaybook as e:
+        raise _naming_overrides(e, overrides or {}) from None
     return Playbook(name=data["name"], source=str(path), text=text, data=data, variables=values)
+
+
+def _naming_overrides(e: InvalidPlaybook, overrides: dict) -> InvalidPlaybook:
+    """``e`` with each issue whose value is one a variable was set to for this run saying so:
+    the type check of an override is only against its default's (an integer default takes
+    2.5, since it may be a factor), so a field that wants an integer is the first to object."""
+    def said(i: Issue) -> Issue:
+        names = [k for k, v in overrides.items() if type(v) is type(i.value) and v == i.value]
+        return Issue(i.location, i.value, i.expected + f" (variable {names[0]} was set to {i.value!r} for this run)") \
+            if names else i
+    return InvalidPlaybook(e.source, e.stage, [said(i) for i in e.issues])
 
 
 def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
