@@ -326,6 +326,21 @@ def test_several_errors_are_reported_together_in_one_message(cli_runs):
         assert line.strip().startswith(expected), (expected, line)
 
 
+def test_a_runbooks_errors_come_rule_by_rule_as_the_file_reads(tmp_path):
+    """A rule's field errors (a name that is not a text) used to come before every
+    reference error (a misspelt metric of the rule before it)."""
+    from orchestrator.errors import InvalidRunbook
+    from orchestrator.playbook.loader import load_playbook, load_runbook
+
+    book = tmp_path / "rules.yaml"
+    book.write_text("name: rules\nrules:\n"
+                    "  - {when: {metric: clients.eror_ratio, above: 0.5}, do: add_capacity}\n"
+                    "  - {name: [a, list], when: {metric: clients.error_ratio, above: 0.5}, do: add_capacty}\n")
+    with pytest.raises(InvalidRunbook) as e:
+        load_runbook(str(book), load_playbook(str(VALID)))
+    assert [i.location for i in e.value.issues] == ["rules[0].when.metric", "rules[1].name", "rules[1].do.action"]
+
+
 def test_the_valid_files_run_through_the_real_command_line(tmp_path):
     out = tmp_path / "run"
     result = _gameday(["run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "2m", "--out", str(out),

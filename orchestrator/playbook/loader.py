@@ -790,8 +790,9 @@ def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
     rb = check(doc, RUNBOOK, "", issues)
     if isinstance(rb, dict) and isinstance(rb.get("rules"), list):
         _check_rules(rb["rules"], playbook, issues)  # with the field errors, so one pass reports everything
-    if issues:
-        raise InvalidRunbook(str(path), "validate", issues)
+    if issues:  # rule by rule, as the file reads (the field errors came first)
+        rule = lambda i: int(m.group(1)) if (m := re.match(r"rules\[(\d+)\]", i.location)) else -1  # noqa: E731
+        raise InvalidRunbook(str(path), "validate", sorted(issues, key=rule))
     return text, rb
 
 
