@@ -18,7 +18,7 @@ from agents.base import PER_TICK
 from agents.population import work_switch
 
 from .impact import TurnedAway, failed_and_finished
-from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, RunData
+from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, STARTS_INCIDENT, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
 from .summary import not_reached, posts_updates
 
@@ -190,7 +190,7 @@ class _Reading:
                    events, run.score or {}, meta.get("status") != COMPLETE, len(m),
                    {k: parse_clock(v) for k, v in (playbook.get("par") or {}).items()},
                    {x.get("name") for x in playbook.get("mitigations") or []}, *milestone_history(events),
-                   next((e for e in events if e["event"] == "trigger"), None),
+                   next((e for e in events if e["event"] in STARTS_INCIDENT), None),
                    next((e["tick"] for e in events if e["event"] == "status_posted"), None),
                    loop, loop_signal(loop, m, dt) if len(m) else None,
                    [e for e in events if e["event"] == "action_effective"], _changes(events))
@@ -337,7 +337,9 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
             drained = r.milestones_reached.get("backlog_drained")
             # the milestone is every backlog and queue it names at once: say so when it names more than this one
             others = [f"the backlog of {p}" for p in pops if p != pop] + [f"the queue of {s}" for s in queues]
-            if (r.score.get("backlog_drained") or {}).get("impaired") is False:  # under its threshold all along
+            if r.trigger_tick is None:
+                text = "not scored: no trigger fired and no fault was injected"
+            elif (r.score.get("backlog_drained") or {}).get("impaired") is False:  # under its threshold all along
                 text = (f"never over the backlog milestone's threshold ({scope['threshold']:g} s of arrivals) after the "
                         f"trigger (nothing to drain)")
             elif not others:
@@ -543,13 +545,15 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
 def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relapses, score, weighted, backlog, at, dt,
              partial, until):
     out = []
+    # (a live game day's incident may start with a fault the facilitator injected)
+    what = f"The fault {trigger['fault']} injected" if trigger and trigger["event"] == "fault_injected" else "The trigger"
     if trigger is None:
-        out.append(f"No trigger fired by {until}.")
+        out.append(f"No trigger fired and no fault was injected by {until}: nothing was scored.")
     elif bad_tick is not None:
-        out.append(f"The trigger at {at(trigger_tick)} set off the loop: {measure} fell out of bounds at "
+        out.append(f"{what} at {at(trigger_tick)} set off the loop: {measure} fell out of bounds at "
                    f"{at(bad_tick)}, {format_wait((bad_tick - trigger_tick) * dt)} after it.")
     else:
-        out.append(f"The trigger at {at(trigger_tick)} did not push {measure} out of bounds.")
+        out.append(f"{what} at {at(trigger_tick)} did not push {measure} out of bounds.")
     alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
     loop = milestones.get("loop_broken")
     # the actions asked before the loop broke (or all of them, if it did not)

@@ -29,6 +29,9 @@ RUN_FILES = (META, PLAYBOOK, RUNBOOK, COLUMNS, METRICS, EVENTS, SCORE, ATTRIBUTI
 
 METRIC_INDEX = ("tick", "time_s", "clock")
 EVENT_KEYS = ("tick", "clock", "agent", "event")
+#: the events that start an incident: the score counts from the first (a trigger firing, or a fault a
+#: facilitator injected: a live game day's world may have no scheduled trigger at all)
+STARTS_INCIDENT = ("trigger", "fault_injected")
 #: meta.json's status: running, then complete, interrupted (Ctrl-C), failed, or ended (a live
 #: session that ended before its scenario did)
 RUNNING, COMPLETE, INTERRUPTED, FAILED, ENDED = "running", "complete", "interrupted", "failed", "ended"

@@ -367,6 +367,34 @@ def test_an_alarm_whose_data_goes_stale_clears_and_says_so_or_holds(tmp_path, wh
         assert len(rows) == 1 and "its data stale, not its value" in rows[0]["detail"], rows
 
 
+def test_a_world_without_triggers_is_scored_from_the_first_fault_a_facilitator_injects(tmp_path):
+    """A live game day's world may schedule no trigger: its incident is the fault the
+    facilitator injects. The score used to start only at a trigger, so such a world was
+    never scored; it counts from the first fault injected, and the report says so."""
+    from orchestrator.runs.runner import RunSpec, WorldRun
+    from reports.analysis import analyse
+    from reports.rundir import load_run
+
+    world = dict(BASE, faults=[{"name": "outage", "description": "the api fails everything", "effects": [
+        {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "5m"}}]}],
+        scoring={"recovered": {"populations": ["clients"], "hold": "1m"}, "impact": {"clients": 1}})
+    (tmp_path / "world.yaml.j2").write_text(yaml.safe_dump(world))
+    run = WorldRun(RunSpec(playbook=str(tmp_path / "world.yaml.j2"), seed=4, console=True), tmp_path / "team")
+    while not run.done:
+        if run.tick == 120:
+            run.inject("apply", "triggers", {"op": "inject", "args": {"fault": "outage", "params": {}},
+                                             "by": "facilitator"}, by="facilitator")
+        run.step()
+    run.close("complete")
+    r = load_run(tmp_path / "team")
+    assert r.score["trigger"]["clock"] == "00:02"  # the tick it was injected for
+    recovered = r.score["recovered"]["clients"]
+    # the fault lifts at 00:07; success over a sliding minute is 95% some 57 s later
+    assert recovered["reached"] and "00:07:50" <= recovered["clock"] <= "00:08:05"
+    assert r.score["impact"]["error_minutes"]["clients"] == pytest.approx(5.0, abs=0.1)
+    assert analyse(r).summary[0].startswith("The fault outage injected at 00:02:00")
+
+
 def _failing_half(retry: dict) -> dict:
     """Per-request clients against an API that refuses half the requests, whatever the load."""
     world = dict(BASE, mitigations=[])

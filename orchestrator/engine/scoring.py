@@ -194,7 +194,7 @@ class Scorer:
         self.last_tick = tick
         for e in events:
             self.turning.see(e)
-            if e["event"] == "trigger" and self.trigger_tick is None:
+            if e["event"] in rundir.STARTS_INCIDENT and self.trigger_tick is None:
                 self.trigger_tick = tick
             elif e["event"] == "status_posted" and self.first_update is None and self.trigger_tick is not None:
                 self.first_update = tick

@@ -452,8 +452,8 @@ PLAYBOOK = M(
                                     ["bridge"]),
                         standby_path=_names("device pools posts cross once on the standby; empty: they always get "
                                             "through", _POOL, ["standby-bridge"]))),
-    triggers=L(M("a trigger: scheduled automation that applies its effects (the first one to fire starts the "
-                 "scoring)",
+    triggers=L(M("a trigger: scheduled automation that applies its effects (the first one to fire, or the first "
+                 "fault a facilitator injects, starts the scoring)",
                  name=Field("str", required=True, example="scaling-activity",
                             doc="the trigger's name (the operation disable on target triggers names it)"),
                  description=Field("str", default="", example="automated scaling makes internal clients reconnect",
@@ -483,7 +483,8 @@ PLAYBOOK = M(
                     effects=L(EFFECT, doc="the operations applied when it takes effect; empty: it changes nothing",
                               default=list)),
                   doc="the catalogue of actions operators can request", default=list),
-    faults=L(M("a fault a facilitator can inject during a live game day", name=Field("str", required=True,
+    faults=L(M("a fault a facilitator can inject during a live game day (the first injected, or the first trigger to "
+               "fire, starts the scoring)", name=Field("str", required=True,
                                                                                       example="blind_monitoring",
                                                                                       doc="the fault's name"),
                description=Field("str", default="", example="the telemetry pipeline fails",
