@@ -285,3 +285,18 @@ def test_an_effect_with_nothing_to_act_on_is_a_warning_before_the_run(tmp_path):
     assert warning[len("warning: "):] in json.loads((tmp_path / "run" / "meta.json").read_text())["never_reached"]
     result = invoke("playbooks", "validate", str(VALID))
     assert "warning" not in result.stderr
+
+
+def test_a_backlog_queue_that_can_never_wait_past_the_threshold_is_a_warning_before_the_run(tmp_path):
+    """An outsider's backlog milestone named a service queue whose limit (20 s of work) was
+    under the milestone's threshold (30 s): its wait could never count, and nothing said so."""
+    text = VALID.read_text().replace("mitigations:\n", "services:\n  - {name: db, queue: {limit: 20s}}\nmitigations:\n", 1)
+    text = text.replace("scoring:\n", "scoring:\n  backlog: {services: [db], threshold: 30}\n", 1)
+    playbook = tmp_path / "queue.yaml.j2"
+    playbook.write_text(text)
+    result = invoke("playbooks", "validate", str(playbook))
+    assert result.exit_code == 0 and ("warning: scoring.backlog.services[0] db: its queue holds 20 s of work "
+                                      "(queue.limit), so its wait never goes over backlog.threshold (30 s): it never "
+                                      "holds the backlog milestone back") in result.stderr.splitlines(), result.output
+    playbook.write_text(text.replace("limit: 20s", "limit: 40s"))
+    assert "warning" not in invoke("playbooks", "validate", str(playbook)).stderr

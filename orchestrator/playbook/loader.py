@@ -560,7 +560,25 @@ def never_reached(data: dict, runbook: dict | None, end_s: float) -> list[str]:
 
     for i, rule in enumerate((runbook or {}).get("rules") or []):
         walk(rule.get("when"), f"rules[{i}].when")
-    return out + idle_effects(data)
+    return out + idle_effects(data) + queues_never_late(data)
+
+
+def queues_never_late(data: dict) -> list[str]:
+    """The queues scoring.backlog names that can never wait longer than its threshold: a
+    queue holds ``limit`` seconds of work at the capacity of the moment, so its wait stays
+    within the limit and a tick; such a queue never holds the milestone back. Not an error
+    (a variant may shrink the limit), but said before the run."""
+    backlog = (data.get("scoring") or {}).get("backlog") or {}
+    if "threshold" not in backlog:
+        return []
+    queues = {s["name"]: s["queue"] for s in data.get("services") or [] if s.get("queue")}
+    tick, out = float(data["clock"]["tick"]), []
+    for j, name in enumerate(backlog.get("services") or []):
+        if name in queues and queues[name]["limit"] + tick <= backlog["threshold"]:
+            out.append(f"scoring.backlog.services[{j}] {name}: its queue holds {queues[name]['limit']:g} s of work "
+                       f"(queue.limit), so its wait never goes over backlog.threshold ({backlog['threshold']:g} s): "
+                       f"it never holds the backlog milestone back")
+    return out
 
 
 def idle_effects(data: dict) -> list[str]:
