@@ -113,7 +113,7 @@ def populations(metrics: pd.DataFrame) -> list[str]:
 def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[dict] = ()) -> list[dict]:
     """Per population: its failed-request minutes (each minute from the start counts the
     share of the requests finished in it that failed for good, as the scorer counts them:
-    ``scoring.failed_and_finished``, with what actions held back, read from the run's
+    ``impact.failed_and_finished``, with what actions held back, read from the run's
     ``events``), the minutes in which that share was above 5%, and the worst share over
     any minute. For the populations ``by_attempts`` (the score's ``counted_by_attempts``:
     retried without limit, so never failed for good), the share of their attempts that failed."""

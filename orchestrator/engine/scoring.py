@@ -115,9 +115,10 @@ def retried_without_limit(population: dict) -> bool:
 
 class ImpactMinute:
     """One minute's counts per population, for its impact: requests failed for good and
-    finished (``failed_and_finished``), ticks, and ticks in which its durable work was late. A share per minute, not per tick: a tick with no
-    results says nothing about the requests still out, and counting it as 0 failed would
-    undercount an outage whose results come in bursts."""
+    finished (``failed_and_finished``), ticks, and ticks in which its durable work was
+    late. A share per minute, not per tick: a tick with no results says nothing about the
+    requests still out, and counting it as 0 failed would undercount an outage whose
+    results come in bursts."""
 
     def __init__(self, populations: list[str], ticks: int, by_attempts: frozenset = frozenset()):
         self.populations, self.length, self.by_attempts = populations, ticks, by_attempts
