@@ -70,6 +70,36 @@ def test_a_fork_replays_as_it_was_played_and_a_fork_of_it_is_it_up_to_t(original
     assert same_as_recording(tmp_path / "fork2", replay(tmp_path / "fork2", tmp_path / "replayed2").dir) == []
 
 
+def test_a_fork_whose_runbook_gives_params_out_of_alphabetical_order_replays_identically(tmp_path):
+    """meta.json kept the runbook that took over with its keys sorted, so a replay asked for
+    readmit with {every, step} where the fork had asked {step, every}: the same world, and
+    a journal that differed (an outsider's replay of a fork said DIFFERENT)."""
+    import yaml
+
+    from orchestrator.runs.runner import replay, same_as_recording
+
+    world = {"name": "readmission", "title": "a pause and a readmission",
+             "clock": {"start": "00:00", "tick": "1s", "duration": "10m"},
+             "services": [{"name": "api", "capacity": 2000}],
+             "populations": [{"name": "clients", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "5s"}, "retry": {"max_attempts": 1}}],
+             "mitigations": [
+                 {"name": "pause", "deploy": False,
+                  "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 0.0}}]},
+                 {"name": "readmit", "deploy": False, "params": {"step": 0.25, "every": "2m"},
+                  "effects": [{"target": "clients", "op": "readmit", "args": {"step": "$step", "every": "$every"}}]}]}
+    (tmp_path / "world.yaml.j2").write_text(yaml.safe_dump(world, sort_keys=False))
+    (tmp_path / "pause.yaml").write_text('name: pause\nrules:\n  - {when: {at: "00:01"}, do: pause}\n')
+    (tmp_path / "back.yaml").write_text('name: back\nrules:\n'
+                                        '  - {when: {at: "00:03"}, do: {action: readmit, params: {step: 0.5, every: 60}}}\n')
+    run = orchestrator.run(str(tmp_path / "world.yaml.j2"), runbook=str(tmp_path / "pause.yaml"), seed=1,
+                           out=tmp_path / "run")
+    fork(run.dir, "00:02", str(tmp_path / "back.yaml"), tmp_path / "fork")
+    asked = [e for e in events(tmp_path / "fork") if e["event"] == "action_started" and e["action"] == "readmit"]
+    assert list(asked[0]["params"]) == ["step", "every"]
+    assert same_as_recording(tmp_path / "fork", replay(tmp_path / "fork", tmp_path / "replayed").dir) == []
+
+
 def test_a_fork_finds_a_playbook_files_own_runbook_by_name(tmp_path, monkeypatch):
     """Named, a runbook is one of those beside the run's playbook file (the run directory
     holds a copy of the playbook, with no runbooks beside it)."""

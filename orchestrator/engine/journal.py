@@ -22,9 +22,9 @@ from reports.timefmt import format_clock
 from orchestrator.engine.world import WorldPlan
 
 
-def write_json_atomic(path: Path, obj) -> None:
+def write_json_atomic(path: Path, obj, sort_keys: bool = True) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -134,7 +134,9 @@ class RunWriter:
             "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
             "clock": "simulated clock time (HH:MM[:SS])",
             **{f"{a}.{m}": plan.metric_info(f"{a}.{m}") for a, m in self.columns}})
-        write_json_atomic(self.dir / rundir.META, self.meta)
+        # (in its own order: a fork's takeover runbooks are played again from it, and the order
+        # of an action's params is the order its events give them)
+        write_json_atomic(self.dir / rundir.META, self.meta, sort_keys=False)
         self.events = open(self.dir / rundir.EVENTS, "w", encoding="utf-8")
         self.metrics = open(self.dir / rundir.METRICS, "w", encoding="utf-8")
         self.metrics.write(",".join([*rundir.METRIC_INDEX] + [f"{a}.{m}" for a, m in self.columns]) + "\n")
@@ -166,4 +168,4 @@ class RunWriter:
         if score is not None:
             write_json_atomic(self.dir / rundir.SCORE, score)
         self.meta["status"] = status
-        write_json_atomic(self.dir / rundir.META, self.meta)
+        write_json_atomic(self.dir / rundir.META, self.meta, sort_keys=False)
