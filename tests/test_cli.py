@@ -300,3 +300,17 @@ def test_a_backlog_queue_that_can_never_wait_past_the_threshold_is_a_warning_bef
                                       "holds the backlog milestone back") in result.stderr.splitlines(), result.output
     playbook.write_text(text.replace("limit: 20s", "limit: 40s"))
     assert "warning" not in invoke("playbooks", "validate", str(playbook)).stderr
+
+
+def test_a_recovered_service_that_passes_its_work_on_is_a_warning_before_the_run(tmp_path):
+    """An outsider's login API (then: session-cache) read 'never impaired' through a
+    107-minute outage of every login: its success ratio is its own part's."""
+    text = VALID.read_text().replace(
+        "mitigations:\n", "services:\n  - {name: api, then: db}\n  - {name: db}\nmitigations:\n", 1)
+    playbook = tmp_path / "door.yaml.j2"
+    playbook.write_text(text.replace("scoring:\n", "scoring:\n  recovered: {services: [db, api]}\n", 1))
+    result = invoke("playbooks", "validate", str(playbook))
+    assert result.exit_code == 0 and [line for line in result.stderr.splitlines() if "warning" in line] == [
+        "warning: scoring.recovered.services[1] api: it passes its work on to db (then), and its success ratio counts "
+        "its own part only, so it can read recovered while its callers' requests fail; scoring.recovered.populations "
+        "measures what its callers get"], result.output

@@ -560,7 +560,19 @@ def never_reached(data: dict, runbook: dict | None, end_s: float) -> list[str]:
 
     for i, rule in enumerate((runbook or {}).get("rules") or []):
         walk(rule.get("when"), f"rules[{i}].when")
-    return out + idle_effects(data) + queues_never_late(data)
+    return out + idle_effects(data) + queues_never_late(data) + front_doors_recovered(data)
+
+
+def front_doors_recovered(data: dict) -> list[str]:
+    """The services scoring.recovered names that pass their work on (``then``): a service's
+    success ratio counts its own part only, so such a one reads recovered, or never
+    impaired, while what it calls fails every request (an outsider's login API did, through
+    a 107-minute outage). Not an error, but said before the run."""
+    then = {s["name"]: s["then"] for s in data.get("services") or [] if s.get("then")}
+    names = ((data.get("scoring") or {}).get("recovered") or {}).get("services") or []
+    return [f"scoring.recovered.services[{j}] {name}: it passes its work on to {then[name]} (then), and its success "
+            f"ratio counts its own part only, so it can read recovered while its callers' requests fail; "
+            f"scoring.recovered.populations measures what its callers get" for j, name in enumerate(names) if name in then]
 
 
 def queues_never_late(data: dict) -> list[str]:
