@@ -416,8 +416,9 @@ def _findings(r: _Reading) -> list[Finding]:
     findings += _collateral(r.effective, m, dt, r.signal, at)
     for who, n in ((r.score.get("collateral") or {}).get("requests_turned_away_by") or {}).items():
         if n:
-            findings.append(Finding(f"{who} turned away {n:,} requests", "refused by its throttle or held back by "
-                                    "its lowered rate, for as long as it held", "collateral"))
+            findings.append(Finding(f"{who} turned away {n:,} attempts or requests",
+                                    "attempts refused by its throttle (its callers' retries included) or requests held "
+                                    "back by its lowered rate, for as long as it held", "collateral"))
     findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.changes, at, r.until)
     loop_at = r.milestones_reached.get("loop_broken")
     if r.run.attribution is not None:

@@ -147,10 +147,12 @@ def _drained(r: dict) -> str:
 
 
 def _turned_away(r: dict) -> str:
-    """", N requests turned away a run": the collateral beside the impact, which counts what
-    the runbook's actions turned away as failed (``reports.impact``)."""
+    """", N turned away a run (...)": the collateral beside the impact, which counts what the
+    runbook's actions held back as failed (``reports.impact``). Two units in one count (a
+    throttle refuses attempts, its callers' retries included; a lowered rate holds back
+    requests), as score.json counts them: the words say so."""
     n = r.get("mean_turned_away", 0.0)
-    return f", {n:,.0f} requests turned away a run" if n >= 0.5 else ""
+    return f", {n:,.0f} turned away a run (attempts refused, requests held back)" if n >= 0.5 else ""
 
 
 def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:

@@ -79,7 +79,7 @@ def summary_table(run: RunData) -> str:
     lines.append(f"collateral (connections broken by actions): {collateral.get('connections_broken_by_actions', 0)}")
     if collateral.get("requests_turned_away"):
         by = ", ".join(f"{k} {v:,}" for k, v in (collateral.get("requests_turned_away_by") or {}).items() if v)
-        lines.append(f"collateral (requests throttled or held back): {collateral['requests_turned_away']:,}"
+        lines.append(f"collateral (turned away: attempts a throttle refused, retries included, and requests held back): {collateral['requests_turned_away']:,}"
                      + (f" ({by})" if by else ""))
     lines.append(f"actions taken: {s.get('actions_taken', 0)}")
     return "\n".join(lines)
