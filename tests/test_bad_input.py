@@ -121,6 +121,10 @@ CASES = [
              "agent.metric naming a part of this world and one of its metrics (clients.error_ratio, ",
              "did you mean clients.error_ratio?)"),
     playbook("scoring_device_misspelt.yaml.j2", "scoring.loop.devices[0]: got 'brige'; expected a device pool (bridge)"),
+    playbook("population_mode_misspelt.yaml.j2", "populations[0].mode: got 'per-request'; expected one of pooled, "
+             "per_request; did you mean per_request?"),
+    playbook("negative_duration.yaml.j2", "monitoring.alarms[0].for: got '-2m'; expected a duration of at least 0, "
+             "such as 30s"),
     playbook("alarm_metric_not_observed.yaml.j2", "monitoring.alarms[0].metric: got 'bridge.utilisaton'; expected a "
              "metric listed in monitoring.observe (bridge.utilisation, clients.error_ratio; did you mean "
              "bridge.utilisation?)"),
@@ -185,7 +189,7 @@ CASES = [
     variables("set_wrong_type", ["--set", "bridge_devices=many"],
               "--set bridge_devices: got 'many'; expected a value of the same type as the default 2"),
     variables("set_wrong_type_bool", ["--set", "latent_bug=3"],
-              "--set latent_bug: got 3; expected a value of the same type as the default True"),
+              "--set latent_bug: got 3; expected true or false (the default is true)"),
     variables("set_without_equals", ["--set", "bridge_devices"], "--set: got 'bridge_devices'; expected name=value"),
     variables("set_negative_capacity", ["--set", "device_cpu=-5"],
               "devices[0].cpu_per_device: got -5; expected a number > 0 (variable device_cpu was set to -5 for this run)"),

@@ -152,6 +152,10 @@ def test_the_fork_command_says_what_changed_and_refuses_a_time_outside_the_run(o
                           "--out", str(tmp_path / "g")], cwd=root, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--at" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "g").exists()
+    for missing, words in ((tmp_path / "nowhere", "no such directory"), (tmp_path, "it has no meta.json")):
+        bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "fork", str(missing), "--at", "00:06", "-r", FIX,
+                              "--out", str(tmp_path / "h")], cwd=root, capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and f"{missing} is not a run directory: {words}" in bad.stderr, bad.stderr
 
 
 def test_a_live_teams_run_forks_too(tmp_path):

@@ -23,7 +23,7 @@ from orchestrator.errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound
 from orchestrator.playbook.operations import operations
 from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
-from orchestrator.playbook.schema import _MISSING, Field, check, non_negative
+from orchestrator.playbook.schema import _MISSING, Field, check, is_duration, non_negative
 from reports.timefmt import format_clock, parse_duration
 
 MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
@@ -225,7 +225,7 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
             continue
         default = values.get(name)
         if default is not None and not _same_type(default, value):
-            issues.append(Issue(loc, value, f"a value of the same type as the default {default!r}"))
+            issues.append(Issue(loc, value, _type_wanted(default)))
             continue
         values[name] = value
     if issues:
@@ -247,23 +247,22 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
                                                         autoescape=False)
 
 
+def _type_wanted(default) -> str:
+    """What a value given for something whose default is ``default`` should be."""
+    if isinstance(default, bool):
+        return f"true or false (the default is {str(default).lower()})"
+    return f"a value of the same type as the default {default!r}"
+
+
 def _same_type(default, value) -> bool:
     num = (int, float)
     if isinstance(default, bool) or isinstance(value, bool):
         return isinstance(default, bool) and isinstance(value, bool)
     if isinstance(default, num):
         return isinstance(value, num)
-    if isinstance(default, str) and isinstance(value, num) and _is_duration(default):
+    if isinstance(default, str) and isinstance(value, num) and is_duration(default):
         return True  # a number of seconds is a duration too (the format says so)
     return isinstance(value, type(default))
-
-
-def _is_duration(text: str) -> bool:
-    try:
-        parse_duration(text)
-    except ValueError:
-        return False
-    return True
 
 
 def render(tpl: Template, values: dict) -> str:
@@ -765,7 +764,7 @@ def param_problems(mitigation: dict, given: dict, kinds: dict) -> list[tuple[str
                 break
         else:
             if k not in uses and not _same_type(declared[k], v):
-                out.append((k, v, f"a value of the same type as the default {declared[k]!r}"))
+                out.append((k, v, _type_wanted(declared[k])))
     return out
 
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from orchestrator.errors import Issue, closest_first
+from orchestrator.errors import Issue, closest_first, nearest
 from reports.timefmt import parse_clock, parse_duration
 
 _MISSING = object()
@@ -50,6 +50,15 @@ def _loc(base: str, key) -> str:
     return f"{base}.{key}" if base else str(key)
 
 
+def is_duration(text) -> bool:
+    """Whether ``text`` reads as a duration."""
+    try:
+        parse_duration(text)
+    except ValueError:
+        return False
+    return True
+
+
 def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
     t = spec.type
     if t == "any":
@@ -59,7 +68,9 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
             try:
                 num = parse_duration(value)
             except ValueError:
-                issues.append(Issue(loc, value, "a duration such as 30s, 15m, 2h or a number of seconds"))
+                negative = isinstance(value, str) and value.strip().startswith("-") and is_duration(value.strip()[1:])
+                issues.append(Issue(loc, value, ("a duration of at least 0, such as" if negative else "a duration such as")
+                                    + " 30s, 15m, 2h or a number of seconds"))
                 return None
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (t == "int" and not float(value).is_integer()):
@@ -126,7 +137,9 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         if spec.values:
             value = {k: check(v, spec.values, _loc(loc, k), issues) for k, v in value.items()}
     if spec.choices is not None and value not in spec.choices:
-        issues.append(Issue(loc, value, "one of " + ", ".join(map(str, spec.choices)) + yaml_hint(value)))
+        guess = nearest(value, spec.choices) if isinstance(value, str) else None
+        issues.append(Issue(loc, value, "one of " + ", ".join(map(str, spec.choices)) + yaml_hint(value)
+                            + (f"; did you mean {guess}?" if guess else "")))
         return None
     if spec.check is not None and value is not None:
         wanted = spec.check(value)

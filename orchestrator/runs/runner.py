@@ -289,6 +289,9 @@ def recording(run_dir: Path, duration_s: float | None = None) \
     ``runbook-before-fork.yaml``. ``duration_s``: play this long instead of the ticks the
     run did."""
     run_dir = Path(run_dir)
+    if not (run_dir / rundir.META).is_file():
+        raise RunDirectoryError(f"{run_dir} is not a run directory: " + (
+            f"it has no {rundir.META}" if run_dir.is_dir() else "no such directory"))
     try:
         meta = json.loads((run_dir / rundir.META).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
