@@ -373,7 +373,7 @@ ALARM = M("an alarm on an observed metric, evaluated on the operators' view; exa
           no_data=Field("bool", default=False,
                         doc="fires while the metric has no value fresher than monitoring.stale_after (above and below "
                             "never fire on a stale value)"),
-          when_stale=Field("str", choices=WHEN_STALE, default="clear",
+          when_stale=Field("str", choices=WHEN_STALE, default=WHEN_STALE[0],
                            doc="what an above or below alarm does while its metric has no value fresher than "
                                "monitoring.stale_after: clear (stop firing, journalled as cleared with its data stale; "
                                "CloudWatch's missing or notBreaching) or hold (keep firing, or not, as it was, and keep "

@@ -18,6 +18,7 @@ import jinja2.sandbox
 import yaml
 
 from agents import AGENT_CLASSES
+from agents.monitoring import WHEN_STALE
 from agents.shards import SHARD_SEP
 from orchestrator.errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound, closest_first
 from orchestrator.playbook.operations import operations
@@ -480,7 +481,7 @@ def _check_monitoring(data: dict, n: _Names) -> None:
                                                                                  f"({closest_first(a['metric'], mon['observe'])})"))
         if sum(k in a and a[k] not in (None, False) for k in ("above", "below", "no_data")) != 1:
             n.issues.append(Issue(f"monitoring.alarms[{j}]", a["name"], "exactly one of above, below, no_data"))
-        elif a.get("no_data") and a.get("when_stale", "clear") != "clear":
+        elif a.get("no_data") and a.get("when_stale", WHEN_STALE[0]) != WHEN_STALE[0]:
             n.issues.append(Issue(f"monitoring.alarms[{j}].when_stale", a["when_stale"],
                                   "clear or nothing: a no_data alarm fires on stale data, when_stale is for above and below"))
 
