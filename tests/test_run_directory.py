@@ -118,3 +118,58 @@ def test_a_bug_during_a_run_ends_it_with_a_message_and_a_readable_directory(tmp_
     assert "ZeroDivisionError" in (out / "error.txt").read_text()
     run = load_run(out)
     assert run.meta["status"] == "failed" and run.meta["ticks_done"] == 30
+
+
+def test_a_run_stopped_at_any_line_of_its_start_leaves_no_directory_or_one_that_reads(tmp_path):
+    """A stop (Ctrl-C, or a comparison's time limit cancelling its runs) can land on any line
+    between checking the run directory and the first tick: what it leaves is either nothing
+    or a directory that reads, marked interrupted. (A comparison on Ray once kept a run
+    directory without meta.json.) The stop is raised, line after line, by a trace function."""
+    import linecache
+    import sys
+
+    from orchestrator.engine.journal import RunWriter
+    from orchestrator.runs import runner
+    from orchestrator.runs.runner import RunSpec, WorldRun, execute
+
+    mini = str(ROOT / "tests" / "playbooks" / "mini_loop.yaml.j2")
+    starting = {RunWriter.__init__.__code__, RunWriter._write_first_files.__code__, WorldRun.__init__.__code__,
+                runner.execute.__code__}
+    spec = RunSpec(playbook=mini, runbook="none", duration=3.0)
+
+    def stop_at(line: int):
+        seen = 0
+        ticking = False
+
+        def trace(frame, event, arg):
+            nonlocal seen, ticking
+            if frame.f_code not in starting or ticking:
+                return None
+            text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            ticking = text.startswith("run.step()")  # (the start is over)
+            # (a `try:` line is a no-op, where Python delivers no signal)
+            if event == "line" and not ticking and not text.startswith("try:"):
+                seen += 1
+                if seen == line:
+                    raise KeyboardInterrupt
+            return trace
+        return trace
+
+    stopped = 0
+    for line in range(1, 400):
+        out = tmp_path / f"stop{line}"
+        sys.settrace(stop_at(line))
+        try:
+            execute(spec, out)
+        except KeyboardInterrupt:
+            stopped += 1
+        else:
+            break  # the run got past every line: no more to stop at
+        finally:
+            sys.settrace(None)
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], line  # nothing half-started beside it
+        if out.exists():
+            run = load_run(out)
+            assert run.meta["status"] == "interrupted", line
+    assert stopped > 30  # (the start has that many lines)
+    assert load_run(out).meta["status"] == "complete"

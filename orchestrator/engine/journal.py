@@ -1,7 +1,8 @@
 """The run directory (README.md, "The run directory"; docs/architecture.md, step 4 of a tick).
 
 Written so that a run killed at any moment leaves a readable directory: the rendered
-inputs and ``meta.json`` are written (atomically) before the first tick; ``events.jsonl``
+inputs and ``meta.json`` are written before the first tick, beside it, and the directory
+renamed into place (it never exists without them); ``events.jsonl``
 and ``metrics.csv`` are appended and flushed every tick; ``score.json`` and the final
 ``meta.json`` status come last. A reader loses at most the tick being written.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 from importlib import metadata
 from operator import itemgetter
 from pathlib import Path
@@ -119,26 +121,45 @@ class RunWriter:
     def __init__(self, out: Path, plan: WorldPlan, meta: dict, playbook_text: str, runbook_text: str):
         self.dir = Path(out)
         check_out_dir(self.dir)
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RunDirectoryError(f"cannot create run directory {self.dir}: {e.strerror}") from None
         self.plan = plan
         self.info = plan.info
         self.meta = run_meta(plan, meta)
-        (self.dir / rundir.PLAYBOOK).write_text(playbook_text, encoding="utf-8")
-        (self.dir / rundir.RUNBOOK).write_text(runbook_text, encoding="utf-8")
         self.columns = plan.columns()
         self.rows = RowFormat(self.columns)
-        write_json_atomic(self.dir / rundir.COLUMNS, {
+        # The first files are written beside it and renamed into place, so that the run
+        # directory never exists without its meta.json: a run stopped while starting (a
+        # comparison's time limit cancels its runs wherever they are) leaves nothing.
+        starting = self.dir.with_name(f".{self.dir.name}.starting-{os.getpid()}")
+        try:
+            shutil.rmtree(starting, ignore_errors=True)  # (one this process left when killed)
+            starting.mkdir(parents=True)
+            self._write_first_files(starting, plan, playbook_text, runbook_text)
+            os.replace(starting, self.dir)  # (an empty directory there is replaced)
+        except BaseException as e:
+            if hasattr(self, "metrics") and not starting.exists():  # (stopped once in place: it says so)
+                self.close(rundir.INTERRUPTED, None)
+                raise
+            for f in ("events", "metrics"):
+                if hasattr(self, f):
+                    getattr(self, f).close()
+            shutil.rmtree(starting, ignore_errors=True)
+            if isinstance(e, OSError):
+                raise RunDirectoryError(f"cannot create run directory {self.dir}: {e.strerror}") from None
+            raise
+
+    def _write_first_files(self, where: Path, plan: WorldPlan, playbook_text: str, runbook_text: str) -> None:
+        (where / rundir.PLAYBOOK).write_text(playbook_text, encoding="utf-8")
+        (where / rundir.RUNBOOK).write_text(runbook_text, encoding="utf-8")
+        write_json_atomic(where / rundir.COLUMNS, {
             "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
             "clock": "simulated clock time (HH:MM[:SS])",
             **{f"{a}.{m}": plan.metric_info(f"{a}.{m}") for a, m in self.columns}})
         # (in its own order: a fork's takeover runbooks are played again from it, and the order
         # of an action's params is the order its events give them)
-        write_json_atomic(self.dir / rundir.META, self.meta, sort_keys=False)
-        self.events = open(self.dir / rundir.EVENTS, "w", encoding="utf-8")
-        self.metrics = open(self.dir / rundir.METRICS, "w", encoding="utf-8")
+        write_json_atomic(where / rundir.META, self.meta, sort_keys=False)
+        # (the files stay open across the rename: it moves the directory, not them)
+        self.events = open(where / rundir.EVENTS, "w", encoding="utf-8")
+        self.metrics = open(where / rundir.METRICS, "w", encoding="utf-8")
         self.metrics.write(",".join([*rundir.METRIC_INDEX] + [f"{a}.{m}" for a, m in self.columns]) + "\n")
         self.metrics.flush()
 

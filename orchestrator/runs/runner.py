@@ -108,20 +108,21 @@ class WorldRun:
                                                self.plan.info.start_s + self.plan.ticks * self.plan.info.dt)} | (meta or {})
         if out is not None:
             check_out_dir(out)  # before starting any actor
+        self.dir = None if out is None else Path(out)
+        self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
+        self.injections = 0
+        self.journal: list[dict] = []  # events of the next tick that come from outside the world
+        self.action_states: dict[int, dict] = {}
+        self.closed = False
         self.host: Host = hosting.make(self.plan)
+        self.keep_action_states = keep_action_states and self.host.local
+        self.wall0 = time.perf_counter()
+        # (the writer last: from the moment there is a run directory, the caller closes it)
         try:
             self.writer = RunWriter(out, self.plan, info, pb.text, rb_text) if out is not None else ScoreOnly(self.plan, info)
         except BaseException:
             self.host.close()
             raise
-        self.dir = None if out is None else Path(out)
-        self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
-        self.injections = 0
-        self.journal: list[dict] = []  # events of the next tick that come from outside the world
-        self.keep_action_states = keep_action_states and self.host.local
-        self.action_states: dict[int, dict] = {}
-        self.wall0 = time.perf_counter()
-        self.closed = False
 
     @property
     def tick(self) -> int:
@@ -199,16 +200,17 @@ def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None,
     ``attribution.json`` (orchestrator/runs/attribution.py)."""
     if attribution and out is None:
         raise ValueError("execute: the counterfactuals are played from a run directory (out is None)")
-    run = WorldRun(spec, out, hosting, speed, meta=meta, keep_action_states=attribution)
-    if not injections and not takeovers:  # nothing comes from outside: the hosts may step ahead of the journal
-        run.host.run_ahead()
-    watch_takeovers(run, takeovers or {})
-    if speed is not None:
-        clock = PacedClock(run.plan.info.dt, speed)
-    clock = clock or SimulatedClock()
     status = rundir.INTERRUPTED
-    bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
-    try:
+    bar = None
+    run = WorldRun(spec, out, hosting, speed, meta=meta, keep_action_states=attribution)
+    try:  # (from here on, whatever stops the run closes its directory: a Ctrl-C, a comparison's time limit)
+        if not injections and not takeovers:  # nothing comes from outside: the hosts may step ahead of the journal
+            run.host.run_ahead()
+        watch_takeovers(run, takeovers or {})
+        if speed is not None:
+            clock = PacedClock(run.plan.info.dt, speed)
+        clock = clock or SimulatedClock()
+        bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
         while not run.done:
             take_over(run, (takeovers or {}).get(run.tick))
             feed(run, (injections or {}).get(run.tick, []))
@@ -233,9 +235,9 @@ def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None,
         raise InternalError(f"{failed}; the run directory {out} holds the ticks done before, and "
                             f"{Path(out) / 'error.txt'} the details to report") from None
     finally:
+        run.close(status)
         if bar is not None:
             bar.close()
-        run.close(status)
     if attribution and status == rundir.COMPLETE:
         from orchestrator.runs import attribution as counterfactual  # it plays worlds itself: imported when used
 
