@@ -62,11 +62,11 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
                                     "runbook": rb["name"], "runbook_before_fork": meta.get("runbook"),
                                     "variables": meta.get("variables", {}),
                                     TAKEOVERS: [plays[t] for t in sorted(plays)]})
-    watch_takeovers(run, plays)
-    (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text(Path(spec.runbook).read_text(encoding="utf-8"))
-    (Path(out) / rundir.RUNBOOK).write_text(rb_text, encoding="utf-8")
     status = rundir.INTERRUPTED
-    try:
+    try:  # (from here on, a Ctrl-C leaves the fork's directory marked interrupted)
+        watch_takeovers(run, plays)
+        (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text(Path(spec.runbook).read_text(encoding="utf-8"))
+        (Path(out) / rundir.RUNBOOK).write_text(rb_text, encoding="utf-8")
         while not run.done:
             take_over(run, plays.get(run.tick))
             if run.tick < t_fork:
