@@ -68,6 +68,42 @@ def test_a_time_limit_on_ray_stops_the_runs_under_way_and_keeps_whole_seeds(ray_
     assert all(status[f"{rb}-s{seed}"] == "complete" for rb in ("none", "fix-early") for seed in range(1, k + 1))
 
 
+def test_stopping_runs_never_cancels_again_a_run_that_has_ended():
+    """The comparison's stop (_stop) on a stand-in for Ray's wait, get and cancel: a run that
+    ended on its first cancel, with a row or with an error, is not force-cancelled after it
+    (real Ray 2.60 then aborts the driver: "Tried to complete task that was not pending");
+    one still going after the wait is; a row that came is kept."""
+    from orchestrator.batch.comparison import _stop
+
+    class Cancelled(Exception):
+        pass
+
+    class StandIn:
+        def __init__(self):
+            self.cancels: list[tuple[str, bool]] = []
+            self.ended = {"row": {"seed": 1}, "error": Cancelled()}  # ref -> result, once cancelled
+
+        def wait(self, refs, num_returns, timeout):
+            ready = [r for r in refs if r in self.ended and any(c == r for c, _ in self.cancels)]
+            return ready, [r for r in refs if r not in ready]
+
+        def get(self, ref, timeout):
+            result = self.ended[ref]
+            if isinstance(result, Exception):
+                raise result
+            return result
+
+        def cancel(self, ref, force):
+            self.cancels.append((ref, force))
+
+    ray = StandIn()
+    rows = {}
+    pending = {"row": 0, "error": 1, "stuck": 2}
+    _stop(ray, pending, lambda i, row: rows.update({i: row}), force=False)
+    assert sorted(ray.cancels) == [("error", False), ("row", False), ("stuck", False), ("stuck", True)]
+    assert rows == {0: {"seed": 1}}
+
+
 def test_results_in_parallel_equal_results_run_one_by_one(on_ray):
     serial = compare(MINI, ["none", FIX, FIX_COPY], 6, parallel=False)
     pd.testing.assert_frame_equal(on_ray, serial)

@@ -423,9 +423,12 @@ def _stop(ray, pending: dict, played, force: bool) -> None:
         with contextlib.suppress(Exception):
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
             for ref in ready:
+                # Ended, with a row or not: never cancelled again (a task that ended on its
+                # first cancel and is force-cancelled aborts this process: Ray 2.60's "Check
+                # failed: Tried to complete task that was not pending", a CI worker's death).
+                i = pending.pop(ref)
                 with contextlib.suppress(Exception):  # (cancelled, or failed: not a row)
-                    row = ray.get(ref, timeout=0)
-                    played(pending.pop(ref), row)
+                    played(i, ray.get(ref, timeout=0))
 
     collect(0)
     for ref in pending:
