@@ -110,13 +110,16 @@ def populations(metrics: pd.DataFrame) -> list[str]:
     return [c[: -len(".error_ratio")] for c in metrics.columns if c.endswith(".error_ratio") and "#" not in c]
 
 
-def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[dict] = ()) -> list[dict]:
+def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[dict] = (),
+                 by_attempts_from: dict | None = None) -> list[dict]:
     """Per population: its failed-request minutes (each minute from the start counts the
     share of the requests finished in it that failed for good, as the scorer counts them:
     ``impact.failed_and_finished``, with what actions held back, read from the run's
     ``events``), the minutes in which that share was above 5%, and the worst share over
     any minute. For the populations ``by_attempts`` (the score's ``counted_by_attempts``:
-    retried without limit, so never failed for good), the share of their attempts that failed."""
+    retried without limit, so never failed for good), the share of their attempts that
+    failed: throughout, or where ``by_attempts_from`` (the score's ``counted_by_attempts_from``)
+    says, for one whose retry limit or work changed during the run."""
     rows = []
     window = max(1, round(WINDOW_S / dt))
     minute = pd.Series(range(len(metrics)), index=metrics.index) // window
@@ -126,7 +129,12 @@ def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[
         shed = pd.Series(False, index=metrics.index)
         for tick, on in shed_from.get(pop, []):
             shed[shed.index >= tick] = on
-        errors, final = failed_and_finished(lambda f: metrics.get(f"{pop}.{f}", zero), pop in by_attempts, shed)
+        counted = pd.Series(pop in by_attempts, index=metrics.index)
+        for change in (by_attempts_from or {}).get(pop, []):
+            counted[counted.index >= change["tick"]] = change["by_attempts"]
+        field = lambda f: metrics.get(f"{pop}.{f}", zero)  # noqa: E731
+        attempts, requests = failed_and_finished(field, True, shed), failed_and_finished(field, False, shed)
+        errors, final = (a.where(counted, r) for a, r in zip(attempts, requests))
         ok = final - errors
         per_minute = pd.DataFrame({"errors": errors, "final": final, "ticks": 1}).groupby(minute).sum()
         share = (per_minute["errors"] / per_minute["final"].where(per_minute["final"] > 0)).fillna(0.0)
@@ -136,8 +144,21 @@ def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[
         rows.append({"population": pop,
                      "failed_request_minutes": float((share * per_minute["ticks"]).sum() * dt / 60.0),
                      "impaired_minutes": float(per_minute["ticks"][share > IMPAIRED_ERROR_RATIO].sum() * dt / 60.0),
-                     "worst_error_ratio": 0.0 if pd.isna(worst) else float(worst), "by_attempts": pop in by_attempts})
+                     "worst_error_ratio": 0.0 if pd.isna(worst) else float(worst), "by_attempts": pop in by_attempts,
+                     "by_attempts_while": _while(counted, metrics) if pop in (by_attempts_from or {}) else None})
     return rows
+
+
+def _while(mask: pd.Series, metrics: pd.DataFrame) -> str:
+    """When ``mask`` holds, in the run's clock: "from 00:07:00", "until 00:07:00", "00:05:00
+    to 00:07:00", joined by commas."""
+    clock = metrics["clock"].astype(str).tolist() if "clock" in metrics else [str(i) for i in range(len(mask))]
+    said = []
+    for first, last in stretches(mask):
+        ends = last == len(mask) - 1
+        said.append("throughout" if first == 0 and ends else f"from {clock[first]}" if ends
+                    else f"until {clock[last + 1]}" if first == 0 else f"{clock[first]} to {clock[last + 1]}")
+    return ", ".join(said)
 
 
 def stretches(mask: pd.Series) -> list[tuple[int, int]]:
@@ -320,7 +341,8 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     m = r.m
     weights = (r.playbook.get("scoring") or {}).get("impact") or {}
     scored = r.score.get("impact") or {}
-    impact = impact_table(m, r.dt, scored.get("counted_by_attempts") or (), r.events) if r.ticks_done else []
+    impact = impact_table(m, r.dt, scored.get("counted_by_attempts") or (), r.events,
+                          scored.get("counted_by_attempts_from")) if r.ticks_done else []
     late = scored.get("late_minutes") or {}
     for x in impact:
         x["late_minutes"] = late.get(x["population"])  # durable work waiting beyond steady state (the scorer's count)

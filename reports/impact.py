@@ -9,10 +9,44 @@ from agents.shards import source_of
 TURNS_AWAY = {"throttle": "throttled", "scale_rate": "held_back", "readmit": "held_back"}
 
 
+def retried_without_limit(work: str, max_attempts: int) -> bool:
+    """Perishable work whose requests are retried until they succeed (``retry.max_attempts``
+    0): they never fail for good, however long they fail, so their impact counts the share
+    of their attempts that failed (else a world that never answered them would score no
+    impact at all)."""
+    return work == "perishable" and max_attempts == 0
+
+
+class CountedByAttempts:
+    """Which populations' impact counts their attempts (``retried_without_limit``) as the run
+    goes, fed the journal tick by tick: a ``set_work`` or a ``set_retry_policy`` that changes
+    ``max_attempts`` changes it from its tick on (else a runbook lifting the retry limit in
+    an outage would stop the outage from costing anything: no request fails for good)."""
+
+    def __init__(self, populations: dict[str, tuple[str, int]]):
+        """``populations``: name -> (work, retry.max_attempts) at the start."""
+        self.work = {p: w for p, (w, _) in populations.items()}
+        self.limit = {p: n for p, (_, n) in populations.items()}
+
+    def see(self, e: dict) -> None:
+        if e["event"] != "applied" or e.get("op") not in ("set_work", "set_retry_policy"):
+            return
+        pop, args = source_of(e["agent"]), e.get("args") or {}
+        if pop not in self.work:
+            return
+        if e["op"] == "set_work":
+            self.work[pop] = args["work"]
+        elif args.get("max_attempts") is not None:
+            self.limit[pop] = int(args["max_attempts"])
+
+    def now(self, population: str) -> bool:
+        return retried_without_limit(self.work[population], self.limit[population])
+
+
 def failed_and_finished(field, by_attempts: bool, shed):
     """A population's requests failed for good and its requests finished (ok + failed), for
     its impact, over a tick (``field(name)`` its metric) or over a metrics table (a column):
-    for ``by_attempts`` (``retried_without_limit``) its attempts failed and resolved instead.
+    for ``by_attempts`` (``retried_without_limit`` then) its attempts failed and resolved instead.
     Requests an action held back (``shed``: true while what last set the population's rate
     below 1 was an action) count as failed: wanted and never served, as the customer sees
     them; a trigger or fault that lowers the rate models demand falling, not harm."""

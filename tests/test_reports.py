@@ -350,6 +350,47 @@ def test_an_outage_costs_its_minutes_whether_requests_are_retried_without_limit_
         assert said is (max_attempts == 0), table
 
 
+@pytest.mark.parametrize("before,after", [(3, 0), (0, 3)])
+def test_an_outage_costs_its_minutes_when_the_retry_limit_changes_during_it(tmp_path, before, after):
+    """As above, with the clients' retry limit changed at 00:07, two minutes into the 10-minute
+    outage. Lifting it (3 -> 0) used to stop the outage costing anything from then on (no
+    request fails for good any more): a runbook could game its impact so. Both ways the
+    outage costs about its 10 minutes, counted by requests while the limit held and by
+    attempts while there was none, in the score and the report alike."""
+    from helpers import play
+
+    from reports.analysis import analyse
+    from reports.build import environment
+
+    world = {"name": "outage", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
+             "services": [{"name": "api", "capacity": 1_000_000}],
+             "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "5s"},
+                              "retry": {"max_attempts": before, "base": "1s", "cap": "5s"}}],
+             "triggers": [{"name": "refuse", "at": "00:05", "effects": [
+                              {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "10m"}}]},
+                          {"name": "change-the-limit", "at": "00:07", "effects": [
+                              {"target": "clients", "op": "set_retry_policy", "args": {"max_attempts": after}}]}],
+             "scoring": {"impact": {"clients": 1}}}
+    r = play(tmp_path, world)
+    impact = r.score["impact"]
+    assert impact["counted_by_attempts"] == ["clients"]
+    first, changed = impact["counted_by_attempts_from"]["clients"]
+    assert first == {"tick": 0, "clock": "00:00", "by_attempts": before == 0}
+    assert changed["by_attempts"] is (after == 0) and 420 <= changed["tick"] <= 421, changed
+    assert 9.5 < impact["weighted_total"] < 11.5, impact
+    row = analyse(r).impact[0]
+    assert row["failed_request_minutes"] == pytest.approx(impact["error_minutes"]["clients"], abs=0.01)
+    assert 9 <= row["impaired_minutes"] <= 12
+    at = r.metrics["clock"].iloc[changed["tick"]]
+    assert row["by_attempts_while"] == (f"from {at}" if after == 0 else f"until {at}")
+    for template in ("sections.md.j2", "sections.html.j2"):
+        a = analyse(r)
+        table = str(environment().get_template(template).module.impact_table(a.impact, a.weighted_impact, a.backlog))
+        assert f"clients retried without limit (retry.max_attempts 0) {row['by_attempts_while']} only" in table, table
+        assert "clients retries without limit" not in table
+
+
 def test_a_world_failing_before_its_trigger_is_said_to_be_so_not_blamed_on_the_trigger():
     """mini_loop with a bridge too small for its steady demand fails from the start: the
     report's summary says so first (an outsider's world, broken by a capacity typo, was

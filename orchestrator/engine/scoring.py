@@ -26,7 +26,7 @@ from agents.population import AMPLIFICATION_BASE, work_switch
 
 from orchestrator.playbook.format import milestone_keys
 from reports import rundir
-from reports.impact import TurnedAway, failed_and_finished
+from reports.impact import CountedByAttempts, TurnedAway, failed_and_finished
 from reports.timefmt import format_clock
 
 WINDOW_S = 60.0  # ratios are computed over a sliding minute, since per-tick counts are noisy
@@ -105,14 +105,6 @@ class Milestone:
         return self.first_at is not None and self.at is None
 
 
-def retried_without_limit(population: dict) -> bool:
-    """Perishable work whose requests are retried until they succeed (``retry.max_attempts``
-    0, as the playbook gives it): they never fail for good, however long they fail, so
-    their impact counts the share of their attempts that failed (else a world that never
-    answered them would score no impact at all)."""
-    return population["work"] == "perishable" and population["retry"]["max_attempts"] == 0
-
-
 class ImpactMinute:
     """One minute's counts per population, for its impact: requests failed for good and
     finished (``failed_and_finished``), ticks, and ticks in which its durable work was
@@ -120,14 +112,15 @@ class ImpactMinute:
     requests still out, and counting it as 0 failed would undercount an outage whose
     results come in bursts."""
 
-    def __init__(self, populations: list[str], ticks: int, by_attempts: frozenset = frozenset()):
-        self.populations, self.length, self.by_attempts = populations, ticks, by_attempts
+    def __init__(self, populations: list[str], ticks: int):
+        self.populations, self.length = populations, ticks
         self.clear()
 
-    def add(self, metrics: dict[str, dict[str, float]], late: dict[str, bool], shed: dict[str, bool]) -> None:
+    def add(self, metrics: dict[str, dict[str, float]], late: dict[str, bool], shed: dict[str, bool],
+            by_attempts) -> None:
         self.ticks += 1
         for p, c in self.counts.items():
-            failed, finished = failed_and_finished(metrics[p].__getitem__, p in self.by_attempts, shed.get(p, False))
+            failed, finished = failed_and_finished(metrics[p].__getitem__, p in by_attempts, shed.get(p, False))
             c[0] += failed
             c[1] += finished
             c[2] += late[p]
@@ -175,9 +168,12 @@ class Scorer:
         self.error_minutes = {p: 0.0 for p in self.impact_w}
         durable = {p["name"] for p in data["populations"] if p["work"] == "durable"}
         self.late_minutes = {p: 0.0 for p in self.impact_w if p in durable}
-        self.by_attempts = sorted(p["name"] for p in data["populations"]
-                                  if p["name"] in self.impact_w and retried_without_limit(p))
-        self.minute = ImpactMinute(list(self.impact_w), w, frozenset(self.by_attempts))
+        self.counting = CountedByAttempts({p["name"]: (p["work"], p["retry"]["max_attempts"])
+                                           for p in data["populations"] if p["name"] in self.impact_w})
+        self.by_attempts = {p for p in self.counting.work if self.counting.now(p)}
+        self.by_attempts_ever = set(self.by_attempts)
+        self.by_attempts_from: dict[str, list[list]] = {}  # population -> [[tick, by attempts]], once that changed
+        self.minute = ImpactMinute(list(self.impact_w), w)
         self.trigger_tick: int | None = None
         self.first_update: int | None = None
         self.first_effective: int | None = None  # the first tick an action took effect
@@ -195,6 +191,7 @@ class Scorer:
         self.last_tick = tick
         for e in events:
             self.turning.see(e)
+            self.counting.see(e)
             if e["event"] in rundir.STARTS_INCIDENT and self.trigger_tick is None:
                 self.trigger_tick = tick
             elif e["event"] == "status_posted" and self.first_update is None and self.trigger_tick is not None:
@@ -223,8 +220,10 @@ class Scorer:
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
         thr = self.sc["backlog"]["threshold"]
+        if events:
+            self._follow_by_attempts(tick)
         self.minute.add(metrics, {p: p in self.late_minutes and self._late(p, metrics, thr) for p in self.impact},
-                        self.turning.shed)
+                        self.turning.shed, self.by_attempts)
         if self.minute.full:
             self.error_minutes, self.late_minutes, self.impact = self._with_minute()
             self.minute.clear()
@@ -267,6 +266,15 @@ class Scorer:
                 out.append({"tick": tick, "agent": "scorer", "event": event, "milestone": name,
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
+
+    def _follow_by_attempts(self, tick: int) -> None:
+        """Which populations count their attempts from this tick on; a change is kept, with
+        the state before it, for the score (the report counts as the scorer did)."""
+        now = {p for p in self.counting.work if self.counting.now(p)}
+        for p in now ^ self.by_attempts:
+            self.by_attempts_from.setdefault(p, [[0, p in self.by_attempts]]).append([tick, p in now])
+        self.by_attempts = now
+        self.by_attempts_ever |= now
 
     def _with_minute(self) -> tuple[dict, dict, dict]:
         """The error minutes, late minutes and impact of each population with the minute
@@ -359,7 +367,11 @@ class Scorer:
                        "late_minutes": {p: round(v, 3) for p, v in late.items()},
                        "weighted_total": round(sum(v * self.impact_w[p] for p, v in impact.items()), 3),
                        # (only where there are some: the score of every other run reads as before)
-                       **({"counted_by_attempts": self.by_attempts} if self.by_attempts else {})},
+                       **({"counted_by_attempts": sorted(self.by_attempts_ever)} if self.by_attempts_ever else {}),
+                       **({"counted_by_attempts_from": {
+                           p: [{"tick": t, "clock": format_clock(self.start_s + t * self.dt), "by_attempts": on}
+                               for t, on in changes] for p, changes in sorted(self.by_attempts_from.items())}}
+                          if self.by_attempts_from else {})},
             "collateral": {"connections_broken_by_actions": self.collateral,
                            "requests_turned_away": int(round(self.turned_away)),
                            "requests_turned_away_by": {k: int(round(v)) for k, v in sorted(self.turned_away_by.items())}},
