@@ -25,6 +25,22 @@ os.environ.setdefault("GAMEDAY_RUN_HOSTING", "inprocess")
 register_reference_population()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def runs_without_a_directory_named_go_under_pytests_temporary_directory(tmp_path_factory):
+    """orchestrator.run without ``out`` makes a temporary run directory the caller keeps (its
+    documented behaviour); the tests' ones go where pytest clears old test runs' files,
+    rather than piling up in /tmp (a few MB each, dozens a test run)."""
+    import functools
+    import types
+
+    import orchestrator.api as api
+
+    where = tmp_path_factory.mktemp("runs")
+    api.tempfile = types.SimpleNamespace(mkdtemp=functools.partial(tempfile.mkdtemp, dir=where))
+    yield
+    api.tempfile = tempfile
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray for the whole session."""
