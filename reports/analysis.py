@@ -33,7 +33,7 @@ WINDOW_S = 60.0  # rates are reported per minute
 class Finding:
     title: str
     evidence: str
-    kind: str  # monitoring_blind | rule_never_fired | collateral | loop_breaker | relapse
+    kind: str  # monitoring_blind | rule_never_fired | collateral | loop_breaker | relapse | held_briefly
 
 
 @dataclass
@@ -442,6 +442,7 @@ def _findings(r: _Reading) -> list[Finding]:
                                     "attempts refused by its throttle (its callers' retries included) or requests held "
                                     "back by its lowered rate, for as long as it held", "collateral"))
     findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.changes, at, r.until)
+    findings += _held_briefly(r.score, r.changes, dt, at, r.until)
     loop_at = r.milestones_reached.get("loop_broken")
     if r.run.attribution is not None:
         findings += _counterfactual_findings(r.run.attribution)
@@ -536,6 +537,32 @@ def _relapses(relapses, first, final, changes, at, until) -> list[Finding]:
             f"{_relapse_what(key)[0].upper()}{_relapse_what(key)[1:]} at {at(ticks[-1])}" + after,
             f"{label} was first reached at {at(first[key])} and relapsed {times} "
             f"({', '.join(at(t) for t in ticks)}); {end}", "relapse"))
+    return out
+
+
+def _held_briefly(score: dict, changes: list[dict], dt: float, at, until: str) -> list[Finding]:
+    """A finding per milestone whose condition held for at least half its hold and failed
+    before the hold was over (the score's ``held_briefly``): a recovery that did not hold,
+    which no relapse names (it was never confirmed); what changed while it held, if anything,
+    and whether the milestone was reached in the end."""
+    out = []
+    for key, m in _scored_milestones(score).items():
+        held = m.get("held_briefly") or []
+        if not held:
+            continue
+        said = []
+        for h in held:
+            start, failed = round(h["seconds_after_start"] / dt), round((h["seconds_after_start"] + h["for_s"]) / dt)
+            during = [e for e in changes if start < e["tick"] <= failed]
+            said.append(f"from {at(start)} for {format_wait(h['for_s'])}, until {at(failed)}"
+                        + (f" (after {during[-1]['what']} at {at(during[-1]['tick'])})" if during else ""))
+        end = f"it was reached at {m['clock']}" if m.get("reached") else f"it was not reached by {until}"
+        last, label = held[-1], _milestone_label(key)
+        out.append(Finding(
+            f"{label if key.startswith('recovered:') else label.capitalize()} held for {format_wait(last['for_s'])} "
+            f"from {at(round(last['seconds_after_start'] / dt))}, short of its {format_wait(last['hold_s'])} hold",
+            f"its condition held {'; '.join(said)}, failing each time before its hold was over "
+            f"({_relapse_what(key)}); {end}", "held_briefly"))
     return out
 
 

@@ -391,6 +391,36 @@ def test_an_outage_costs_its_minutes_when_the_retry_limit_changes_during_it(tmp_
         assert "clients retries without limit" not in table
 
 
+def test_a_recovery_that_did_not_hold_is_in_the_score_and_named_by_the_report(tmp_path):
+    """The service refuses everything 00:05-00:09 and again 00:12-00:16. The clients'
+    recovery holds about 3 minutes in between, over half its 4-minute hold but short of it:
+    never confirmed, so no relapse says it, and a team would not know its fix had worked
+    for a while. The score keeps the stretch (held_briefly), and a finding names it."""
+    from helpers import play
+
+    from reports.analysis import analyse
+
+    def refuse(at, name):
+        return {"name": name, "at": at, "effects": [
+            {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "4m"}}]}
+
+    world = {"name": "flap", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "30m"},
+             "services": [{"name": "api", "capacity": 1_000_000}],
+             "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "5s"}, "retry": {"max_attempts": 1}}],
+             "triggers": [refuse("00:05", "first"), refuse("00:12", "again")],
+             "scoring": {"impact": {"clients": 1}, "recovered": {"populations": ["clients"], "hold": "4m"}}}
+    r = play(tmp_path, world)
+    rec = r.score["recovered"]["clients"]
+    assert rec["reached"] and not rec["relapses"]
+    (held,) = rec["held_briefly"]
+    assert held["hold_s"] == 240 and 120 <= held["for_s"] < 240, held
+    assert "00:09" <= held["clock"] < "00:11" and held["clock"] < rec["clock"]
+    (finding,) = [f for f in analyse(r).findings if f.kind == "held_briefly"]
+    assert finding.title.startswith("clients recovered held for ") and "short of its 4 min hold" in finding.title
+    assert "(after the trigger again fired at 00:12:00)" in finding.evidence and f"it was reached at {rec['clock']}" in finding.evidence, finding
+
+
 def test_a_world_failing_before_its_trigger_is_said_to_be_so_not_blamed_on_the_trigger():
     """mini_loop with a bridge too small for its steady demand fails from the start: the
     report's summary says so first (an outsider's world, broken by a capacity typo, was

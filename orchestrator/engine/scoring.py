@@ -54,7 +54,9 @@ class Rolling:
 
 class Milestone:
     """Condition must have been false after the trigger, then true for ``hold`` ticks;
-    once confirmed, false for more than ``grace`` ticks is a relapse."""
+    once confirmed, false for more than ``grace`` ticks is a relapse. A stretch true for
+    at least half the hold that failed before it was confirmed is kept (``held_briefly``:
+    a recovery that did not hold, which the report names)."""
 
     def __init__(self, name: str, hold_ticks: int, grace_ticks: int | None = None):
         self.name = name
@@ -66,6 +68,7 @@ class Milestone:
         self.first_at: int | None = None
         self.failing_since: int | None = None  # while confirmed: the condition is false since then
         self.relapses: list[int] = []
+        self.held_briefly: list[tuple[int, int]] = []  # (first tick true, first tick false again)
 
     def update(self, tick: int, ok: bool, armed: bool) -> tuple[str, int] | None:
         """("milestone", tick it holds from) the moment it is confirmed, ("relapse", tick
@@ -85,6 +88,8 @@ class Milestone:
             self.at, self.broken_seen, self.since = None, True, None
             return "relapse", failed
         if not ok:
+            if self.since is not None and self.hold > 0 and 2 * (tick - self.since) >= self.hold:
+                self.held_briefly.append((self.since, tick))
             self.broken_seen = True
             self.since = None
             return None
@@ -350,6 +355,9 @@ class Scorer:
         out["relapses"] = [brief(t) for t in m.relapses]
         out["relapsed"] = m.relapsed
         out["impaired"] = m.broken_seen  # its condition failed after the trigger: there was something to reach
+        if m.held_briefly:  # (only where there are some: the score of every other run reads as before)
+            out["held_briefly"] = [{**brief(a), "for_s": (b - a) * self.dt, "hold_s": m.hold * self.dt}
+                                   for a, b in m.held_briefly]
         return out
 
     def score(self) -> rundir.Score:
