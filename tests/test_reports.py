@@ -315,6 +315,19 @@ def test_action_labels_on_a_chart_never_overlap_and_name_or_count_every_action()
     assert named + more == len(marks)
 
 
+def _refused_for_ten_minutes(max_attempts: int) -> dict:
+    """A world whose service refuses everything 00:05-00:15, its clients retrying up to
+    ``max_attempts`` times (0: without limit)."""
+    return {"name": "outage", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
+            "services": [{"name": "api", "capacity": 1_000_000}],
+            "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
+                             "request": {"timeout": "5s"},
+                             "retry": {"max_attempts": max_attempts, "base": "1s", "cap": "5s"}}],
+            "triggers": [{"name": "refuse", "at": "00:05", "effects": [
+                {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "10m"}}]}],
+            "scoring": {"impact": {"clients": 1}}}
+
+
 @pytest.mark.parametrize("max_attempts", [0, 3])
 def test_an_outage_costs_its_minutes_whether_requests_are_retried_without_limit_or_given_up(tmp_path, max_attempts):
     """The service refuses everything for 10 minutes. Clients that give up after 3 attempts
@@ -327,15 +340,7 @@ def test_an_outage_costs_its_minutes_whether_requests_are_retried_without_limit_
     from reports.analysis import analyse
     from reports.build import environment
 
-    world = {"name": "outage", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
-             "services": [{"name": "api", "capacity": 1_000_000}],
-             "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
-                              "request": {"timeout": "5s"},
-                              "retry": {"max_attempts": max_attempts, "base": "1s", "cap": "5s"}}],
-             "triggers": [{"name": "refuse", "at": "00:05", "effects": [
-                 {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "10m"}}]}],
-             "scoring": {"impact": {"clients": 1}}}
-    r = play(tmp_path, world)
+    r = play(tmp_path, _refused_for_ten_minutes(max_attempts))
     impact = r.score["impact"]
     assert impact["counted_by_attempts"] == ["clients"] if max_attempts == 0 else "counted_by_attempts" not in impact
     assert 9.5 < impact["weighted_total"] < 11.5, impact  # the 10 minutes, and the retries settling after them
@@ -362,16 +367,9 @@ def test_an_outage_costs_its_minutes_when_the_retry_limit_changes_during_it(tmp_
     from reports.analysis import analyse
     from reports.build import environment
 
-    world = {"name": "outage", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
-             "services": [{"name": "api", "capacity": 1_000_000}],
-             "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
-                              "request": {"timeout": "5s"},
-                              "retry": {"max_attempts": before, "base": "1s", "cap": "5s"}}],
-             "triggers": [{"name": "refuse", "at": "00:05", "effects": [
-                              {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "10m"}}]},
-                          {"name": "change-the-limit", "at": "00:07", "effects": [
-                              {"target": "clients", "op": "set_retry_policy", "args": {"max_attempts": after}}]}],
-             "scoring": {"impact": {"clients": 1}}}
+    world = _refused_for_ten_minutes(before)
+    world["triggers"].append({"name": "change-the-limit", "at": "00:07", "effects": [
+        {"target": "clients", "op": "set_retry_policy", "args": {"max_attempts": after}}]})
     r = play(tmp_path, world)
     impact = r.score["impact"]
     assert impact["counted_by_attempts"] == ["clients"]
