@@ -254,3 +254,27 @@ def test_work_made_durable_mid_run_is_scored_and_charted_as_durable_from_then_on
     ratio, _ = amplification(run.metrics, "jobs", works, 60, 1.5)
     fault_end = 5 * 60 + 600
     assert ratio.iloc[fault_end + 90:fault_end + 280].between(0.95, 1.1).all()
+
+
+def test_work_made_durable_mid_run_counts_its_late_minutes_and_its_backlog(tmp_path):
+    """Clients asking 1,000 requests/s made durable at 00:05 with a dispatch rate of 800/s (an
+    outsider's runbook): their backlog grows by 200/s, over 60 s of arrivals from about 00:10.
+    Those minutes count late, as for work durable from the start, and the population may be
+    named in scoring.backlog (before, it was refused there and its late minutes were none,
+    so this runbook scored best in a comparison)."""
+    from helpers import play
+
+    world = {"name": "made-durable", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "20m"},
+             "services": [{"name": "api", "capacity": 1_000_000}],
+             "populations": [{"name": "clients", "clients": 100, "rate": 10.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "5s"}, "retry": {"max_attempts": 3}}],
+             "mitigations": [{"name": "make_durable", "description": "keep every request until done", "deploy": False,
+                              "effects": [{"target": "clients", "op": "set_work",
+                                           "args": {"work": "durable", "max_rate": 800}}]}],
+             "scoring": {"impact": {"clients": 1}, "backlog": {"populations": ["clients"], "threshold": 60, "hold": "1m"}}}
+    r = play(tmp_path, world, [{"when": {"at": "00:05"}, "do": "make_durable"}])
+    impact = r.score["impact"]
+    assert 9.0 <= impact["late_minutes"]["clients"] <= 10.5, impact
+    assert impact["weighted_total"] == pytest.approx(impact["late_minutes"]["clients"] + impact["error_minutes"]["clients"],
+                                                     abs=0.01)
+    assert not r.score["backlog_drained"]["reached"] and r.score["backlog_peak"]["clients"] > 150_000

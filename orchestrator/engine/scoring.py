@@ -172,7 +172,7 @@ class Scorer:
         self.impact = {p: 0.0 for p in self.impact_w}  # impaired minutes: failing, or late (durable work)
         self.error_minutes = {p: 0.0 for p in self.impact_w}
         durable = {p["name"] for p in data["populations"] if p["work"] == "durable"}
-        self.late_minutes = {p: 0.0 for p in self.impact_w if p in durable}
+        self.late_minutes = {p: 0.0 for p in self.impact_w if p in durable}  # (and those made durable later)
         self.counting = CountedByAttempts({p["name"]: (p["work"], p["retry"]["max_attempts"])
                                            for p in data["populations"] if p["name"] in self.impact_w})
         self.by_attempts = {p for p in self.counting.work if self.counting.now(p)}
@@ -226,9 +226,9 @@ class Scorer:
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
         thr = self.sc["backlog"]["threshold"]
         if events:
-            self._follow_by_attempts(tick)
-        self.minute.add(metrics, {p: p in self.late_minutes and self._late(p, metrics, thr) for p in self.impact},
-                        self.turning.shed, self.by_attempts)
+            self._follow_work(tick)
+        self.minute.add(metrics, {p: self.counting.work[p] == "durable" and self._late(p, metrics, thr)
+                                  for p in self.impact}, self.turning.shed, self.by_attempts)
         if self.minute.full:
             self.error_minutes, self.late_minutes, self.impact = self._with_minute()
             self.minute.clear()
@@ -272,9 +272,13 @@ class Scorer:
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
 
-    def _follow_by_attempts(self, tick: int) -> None:
-        """Which populations count their attempts from this tick on; a change is kept, with
-        the state before it, for the score (the report counts as the scorer did)."""
+    def _follow_work(self, tick: int) -> None:
+        """Which populations count their attempts from this tick on (a change is kept, with
+        the state before it, for the score: the report counts as the scorer did), and which
+        count their late minutes (durable work, made so at the start or later)."""
+        for p, work in self.counting.work.items():
+            if work == "durable":
+                self.late_minutes.setdefault(p, 0.0)
         now = {p for p in self.counting.work if self.counting.now(p)}
         for p in now ^ self.by_attempts:
             self.by_attempts_from.setdefault(p, [[0, p in self.by_attempts]]).append([tick, p in now])

@@ -529,8 +529,9 @@ PLAYBOOK = M(
                                           doc="least mean request success x setup success of each pool over a minute"),
                         hold=non_negative("duration", default=600.0, doc="how long they must stay healthy")),
               backlog=M("when durable backlogs count as drained (back to steady state)", default=dict,
-                        populations=_names("durable populations whose backlog must be at most `threshold` seconds of "
-                                           "their arrivals (rate x clients)", "the name of a durable population",
+                        populations=_names("durable populations (at the start, or made so by a set_work effect) "
+                                           "whose backlog must be at most `threshold` seconds of their arrivals "
+                                           "(rate x clients)", "the name of a durable population",
                                            ["event-delivery"]),
                         services=_names("services whose work queue must be back to steady state (queue wait at most "
                                         "`threshold`)", "the name of a service with a queue", ["network-manager"]),

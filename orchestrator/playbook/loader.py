@@ -628,13 +628,22 @@ def _check_scoring(data: dict, n: _Names) -> None:
                             ("loop.populations", n.populations, "a population"),
                             ("loop.services", n.services, "a service"),
                             ("backlog.services", {s["name"] for s in data["services"] if s.get("queue")}, "a service with a queue"),
-                            ("backlog.populations", {p["name"] for p in data["populations"] if p["work"] == "durable"}, "a durable population"),
+                            ("backlog.populations", _durable_at_some_time(data),
+                             "a durable population (or one a set_work effect makes durable)"),
                             ("recovered.populations", n.populations, "a population"),
                             ("recovered.services", n.services, "a service")):
         a, b = key.split(".")
         for j, name in enumerate(sc[a][b]):
             if name not in pool:
                 n.issues.append(Issue(f"scoring.{key}[{j}]", name, f"{what} ({closest_first(name, pool)})"))
+
+
+def _durable_at_some_time(data: dict) -> set[str]:
+    """The populations whose work is durable at the start, or which a trigger's, a
+    mitigation's or a fault's set_work makes durable."""
+    made = {e["target"] for section in ("triggers", "mitigations", "faults") for m in data[section]
+            for e in m["effects"] if e["op"] == "set_work" and (e.get("args") or {}).get("work") == "durable"}
+    return {p["name"] for p in data["populations"] if p["work"] == "durable" or p["name"] in made}
 
 
 def _check_par(data: dict, n: _Names) -> None:
