@@ -278,3 +278,35 @@ def test_work_made_durable_mid_run_counts_its_late_minutes_and_its_backlog(tmp_p
     assert impact["weighted_total"] == pytest.approx(impact["late_minutes"]["clients"] + impact["error_minutes"]["clients"],
                                                      abs=0.01)
     assert not r.score["backlog_drained"]["reached"] and r.score["backlog_peak"]["clients"] > 150_000
+
+
+@pytest.mark.parametrize("by", ["trigger", "action"])
+def test_demand_that_falls_to_nothing_has_recovered_and_traffic_an_action_holds_back_has_not(tmp_path, by):
+    """The service refuses everything 00:05-00:10; at 00:11 the clients' rate goes to 0. Set
+    by a trigger (the demand fell, which costs no impact), nothing is wanted any more: the
+    clients count as recovered from 00:10 or so. Set by an action (paused), what it holds
+    back is wanted and gets nothing through: not recovered (an outsider's world read
+    'not reached' for the first, though impact counted nothing)."""
+    from helpers import play
+
+    stop = {"target": "clients", "op": "scale_rate", "args": {"factor": 0.0}}
+    world = {"name": "gone", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "25m"},
+             "services": [{"name": "api", "capacity": 1_000_000}],
+             "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "5s"}, "retry": {"max_attempts": 1}}],
+             "triggers": [{"name": "refuse", "at": "00:05", "effects": [
+                 {"target": "api", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": "5m"}}]}],
+             "mitigations": [{"name": "pause", "description": "stop the clients", "deploy": False, "effects": [stop]}],
+             "scoring": {"impact": {"clients": 1}, "recovered": {"populations": ["clients"], "hold": "5m"}}}
+    rules = []
+    if by == "trigger":
+        world["triggers"].append({"name": "customers-leave", "at": "00:11", "effects": [stop]})
+    else:
+        rules = [{"when": {"at": "00:11"}, "do": "pause"}]
+    r = play(tmp_path, world, rules)
+    recovered = r.score["recovered"]["clients"]
+    if by == "trigger":
+        assert recovered["reached"] and "00:10" <= recovered["clock"] < "00:12", recovered
+    else:
+        assert not recovered["reached"] and recovered["impaired"], recovered
+        assert r.score["impact"]["error_minutes"]["clients"] > 10  # the paused minutes count failed

@@ -220,7 +220,8 @@ class Scorer:
             self.dev_ok[d].add(metrics[d]["request_success_ratio"] * metrics[d]["setup_success_ratio"], 1)
         for p, r in self.pop_ok.items():
             r.add(metrics[p]["ok"], metrics[p]["ok"] + metrics[p]["failed"])
-            self.pop_wanted[p].add(metrics[p]["demand"] + metrics[p]["held_back"], 1)
+            # (held back by an action: wanted; by a trigger or fault: demand that fell, as impact counts it)
+            self.pop_wanted[p].add(metrics[p]["demand"] + metrics[p]["held_back"] * self.turning.shed.get(p, False), 1)
         for s, r in self.svc_ok.items():
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)

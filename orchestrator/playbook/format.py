@@ -543,7 +543,8 @@ PLAYBOOK = M(
                           "(its success ratio)", default=dict,
                           populations=_names("populations that must succeed again: ok / (ok + failed) attempts over a "
                                              "minute at least success_min (one whose requests, asked or held back by "
-                                             "scale_rate, get none through, as when paused, has not)",
+                                             "an action's scale_rate, get none through, as when paused, has not; "
+                                             "a trigger's or fault's scale_rate is demand falling)",
                                              "the name of a population", ["dns-lookups"]),
                           services=_names("services that must serve again: mean success ratio over a minute at least "
                                           "success_min, with useful work done", "the name of a service", ["ec2-api"]),
