@@ -71,10 +71,13 @@ def summary_table(run: RunData) -> str:
             lines.append("  ".join("-" * w for w in widths))
     impact = s.get("impact") or {}
     late = impact.get("late_minutes") or {}
+    weights = ((playbook or {}).get("scoring") or {}).get("impact") or {}
     lines += ["", f"impact ({'minutes failing or late' if late else 'error-minutes'}, weighted): "
-                  f"{impact.get('weighted_total', 0):.1f}"]
+                  f"{impact.get('weighted_total', 0):.1f}" + (", each population's minutes times its weight:"
+                                                               if weights else "")]
     for pop, v in (impact.get("error_minutes") or {}).items():
-        lines.append(f"  {pop:24s} {v:10.1f}" + (f" error-minutes, {late[pop]:.1f} late" if pop in late else ""))
+        lines.append(f"  {pop:24s} {v:10.1f} error-minutes" + (f", {late[pop]:.1f} late" if pop in late else "")
+                     + (f", weight {weights[pop]:g}" if pop in weights else ""))
     collateral = s.get("collateral") or {}
     lines.append(f"collateral (connections broken by actions): {collateral.get('connections_broken_by_actions', 0)}")
     if collateral.get("requests_turned_away"):

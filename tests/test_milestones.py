@@ -7,6 +7,7 @@ pausing delivery stops the feedback; releasing the herd at once re-forms the loo
 releasing it at a pace below capacity keeps it broken."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -278,6 +279,9 @@ def test_work_made_durable_mid_run_counts_its_late_minutes_and_its_backlog(tmp_p
     assert impact["weighted_total"] == pytest.approx(impact["late_minutes"]["clients"] + impact["error_minutes"]["clients"],
                                                      abs=0.01)
     assert not r.score["backlog_drained"]["reached"] and r.score["backlog_peak"]["clients"] > 150_000
+    # the printed summary says which figures are weighted (an outsider read per-population minutes as the weighted sum)
+    said = f"clients +{impact['error_minutes']['clients']:.1f} error-minutes, {impact['late_minutes']['clients']:.1f} late, weight 1$"
+    assert re.search(said, summary_table(r), re.M), summary_table(r)
 
 
 @pytest.mark.parametrize("by", ["trigger", "action"])
