@@ -76,6 +76,10 @@ def test_ctrl_c_exits_130_and_marks_the_run_interrupted(tmp_path):
     assert run.meta["status"] == "interrupted"
     assert run.score is not None and run.score["trigger"]["reached"] in (True, False)
     assert len(run.metrics) == run.meta["ticks_done"]
+    # it says where the run is and how far it got (an outsider got a bare "interrupted")
+    said = (f"run directory: {out} (status interrupted, {run.meta['ticks_done']} of {run.meta['ticks_planned']} "
+            f"ticks played; gameday report {out} writes its report)")
+    assert said in err, err
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from reports.build import FORMATS, write_report
-from reports.rundir import NotARunDirectory
+from reports.rundir import NotARunDirectory, load_run
 from reports.summary import summary_table
 from orchestrator.errors import NotFound
 from orchestrator.hosting.host import HostingOptions
@@ -61,8 +61,13 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=variables(playbook, sets, vars_file),
                    duration=duration, tick=tick, shards=shards)
     out = out_dir(out, f"runs/{stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
-    data = execute(spec, Path(out), progress=progress, hosting=HostingOptions(hosting, placement, address, snapshot_every),
-                   speed=speed, attribution=attribution)
+    try:
+        data = execute(spec, Path(out), progress=progress,
+                       hosting=HostingOptions(hosting, placement, address, snapshot_every), speed=speed,
+                       attribution=attribution)
+    except KeyboardInterrupt:
+        _say_where_it_stopped(Path(out))
+        raise
     for text in data.meta.get("never_reached", []):
         click.echo(f"warning: {text}", err=True)
     if as_json:
@@ -76,6 +81,16 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
         written = write_report(data.dir)
         if not as_json:
             click.echo(f"report: {next(p for p in written if p.suffix == '.html')}")
+
+
+def _say_where_it_stopped(out: Path) -> None:
+    """After a Ctrl-C: the run directory, if the run had one, and what it holds."""
+    try:
+        meta = load_run(out).meta
+    except (NotARunDirectory, OSError, ValueError):
+        return  # (stopped before it existed: there is none)
+    click.echo(f"run directory: {out} (status {meta.get('status')}, {meta.get('ticks_done', '?')} of "
+               f"{meta.get('ticks_planned', '?')} ticks played; gameday report {out} writes its report)", err=True)
 
 
 @main.command("report")
