@@ -154,7 +154,13 @@ CASES = [
              "services[3].cache.store: got 'near'; expected a chain of services", header="5 errors"),
     playbook("set_work_without_dispatch_rate.yaml.j2", "mitigations[0].effects[0].args: got {'work': 'durable'}; "
              "expected max_rate (population clients has none, and durable work needs a dispatch rate)"),
+    playbook("population_target_misspelt.yaml.j2",
+             "populations[0].target: got 'paymnts'; expected a service (payments, payments-db; did you mean payments?)"),
+    playbook("variable_default_misspelt.yaml.j2", "(variables)", "variables.bridge_devices: got {'defualt': 2, ",
+             "expected a mapping with 'default' and 'description' (did you mean default for defualt?)"),
     # runbooks, against the valid playbook
+    runbook("runbook_do_key_misspelt.yaml",
+            "rules[0].do.parms: got {'devices': 4}; expected only action and params (did you mean params?)"),
     runbook("runbook_unknown_mitigation.yaml",
             "rules[0].do.action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),
     runbook("runbook_unknown_metric.yaml",  # the observed metrics, the most alike first

@@ -20,7 +20,7 @@ import yaml
 from agents import AGENT_CLASSES
 from agents.monitoring import WHEN_STALE
 from agents.shards import SHARD_SEP
-from orchestrator.errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound, closest_first
+from orchestrator.errors import InvalidPlaybook, InvalidRunbook, Issue, NotFound, closest_first, nearest
 from orchestrator.playbook.operations import operations
 from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
@@ -211,7 +211,10 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
     values = {}
     for name, decl in tpl.header.items():
         if not isinstance(decl, dict) or "default" not in decl:
-            issues.append(Issue(f"variables.{name}", decl, "a mapping with 'default' and 'description'"))
+            odd = sorted(set(decl) - {"default", "description"}) if isinstance(decl, dict) else []
+            guess = nearest(odd[0], ("default", "description")) if odd else None
+            issues.append(Issue(f"variables.{name}", decl, "a mapping with 'default' and 'description'"
+                                + (f" (did you mean default for {odd[0]}?)" if guess == "default" else "")))
             continue
         values[name] = decl["default"]
     used = _used_variables(tpl) if overrides else set()
@@ -355,7 +358,7 @@ class _Names:
         for j, hop in enumerate(path):
             if hop not in self.devices:
                 self.issues.append(Issue(f"{loc}[{j}]", hop,
-                                         f"a device pool ({', '.join(sorted(self.devices)) or 'none defined'})"))
+                                         f"a device pool ({closest_first(hop, self.devices)})"))
 
 
 def _cross_check(data: dict, issues: list[Issue]) -> None:
@@ -387,10 +390,11 @@ def _check_populations(data: dict, n: _Names) -> None:
         loc = f"populations[{i}]"
         n.check_path(p["path"], f"{loc}.path")
         if p.get("target") and p["target"] not in services:
-            issues.append(Issue(f"{loc}.target", p["target"], f"a service ({', '.join(sorted(services)) or 'none defined'})"))
+            issues.append(Issue(f"{loc}.target", p["target"], f"a service ({closest_first(p['target'], services)})"))
         for j, d in enumerate(p["depends_on"]):
             if d not in n.health_sources or d == p["name"]:
-                issues.append(Issue(f"{loc}.depends_on[{j}]", d, "another population or a service"))
+                issues.append(Issue(f"{loc}.depends_on[{j}]", d, f"another population or a service "
+                                                                 f"({closest_first(d, set(n.health_sources) - {p['name']})})"))
         if p["work"] == "durable" and p.get("max_rate") is None:
             issues.append(Issue(f"{loc}.max_rate", None,
                                 f"a dispatch rate (requests/s), since the work of {p['name']} is durable"))
@@ -859,7 +863,10 @@ def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
             continue
         extra = set(do) - {"action", "params"}
         if extra:
-            issues.append(Issue(f"{loc}.do.{sorted(extra)[0]}", do[sorted(extra)[0]], "only action and params"))
+            key = sorted(extra)[0]
+            guess = nearest(key, ("action", "params"))
+            issues.append(Issue(f"{loc}.do.{key}", do[key],
+                                "only action and params" + (f" (did you mean {guess}?)" if guess else "")))
         if do["action"] not in catalogue:
             issues.append(Issue(f"{loc}.do.action", do["action"], f"a mitigation of {playbook.name} ({closest_first(do['action'], catalogue)})"))
         elif not isinstance(do.get("params") or {}, dict):
