@@ -337,7 +337,8 @@ def _scored_milestones(score: dict) -> dict[str, dict]:
 
 
 def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
-    """(impact per population, the weighted impact, the backlog of each durable population)."""
+    """(impact per population, the weighted impact, the backlog of each durable population and the
+    queue of each service the backlog milestone names)."""
     m = r.m
     weights = (r.playbook.get("scoring") or {}).get("impact") or {}
     scored = r.score.get("impact") or {}
@@ -353,12 +354,13 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     backlog = []
     scope = (r.playbook.get("scoring") or {}).get("backlog") or {}
     pops, queues = scope.get("populations", []), scope.get("services", [])
-    for pop in pops:
-        col = f"{pop}.backlog"
+    named = [(f"the backlog of {p}", f"{p}.backlog", "requests") for p in pops] + \
+            [(f"the queue of {q}", f"{q}.queue_backlog", "units of work") for q in queues]
+    for what, col, unit in named:
         if col in m:
             drained = r.milestones_reached.get("backlog_drained")
             # the milestone is every backlog and queue it names at once: say so when it names more than this one
-            others = [f"the backlog of {p}" for p in pops if p != pop] + [f"the queue of {s}" for s in queues]
+            others = [w for w, _, _ in named if w != what]
             if r.trigger_tick is None:
                 text = "not scored: no trigger fired and no fault was injected"
             elif (r.score.get("backlog_drained") or {}).get("impaired") is False:  # under its threshold all along
@@ -369,7 +371,8 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
             else:
                 text = (f"the backlog milestone, which also needs {' and '.join(others)}, "
                         + (f"was reached at {r.at(drained)}" if drained is not None else f"was not reached by {r.until}"))
-            backlog.append({"population": pop, "peak": int(m[col].max()) if r.ticks_done else 0,
+            backlog.append({"what": what[0].upper() + what[1:], "unit": unit,
+                            "population": col.rsplit(".", 1)[0], "peak": int(m[col].max()) if r.ticks_done else 0,
                             "peak_at": r.at(int(m[col].idxmax())) if r.ticks_done else "",
                             "drained": r.at(drained) if drained is not None else None, "shared": bool(others),
                             "text": text})

@@ -243,8 +243,9 @@ def test_a_report_tells_a_shared_backlog_milestone_from_a_population_and_reads_r
             "do": "noop"}
     r = play(tmp_path, world, [rule])
     a = analyse(r)
-    (jobs,) = a.backlog
+    jobs, slow = a.backlog
     assert jobs["shared"] and "which also needs the queue of slow, was not reached" in jobs["text"]
+    assert slow["what"] == "The queue of slow" and "which also needs the backlog of jobs, was not reached" in slow["text"]
     assert r.metrics["jobs.backlog"].iloc[-1] < 300  # the jobs did drain
     (never,) = [f for f in a.findings if f.kind == "rule_never_fired"]
     assert "from 00:02" in never.evidence or "from 00:03" in never.evidence, never.evidence  # not 00:00:00
@@ -417,6 +418,31 @@ def test_a_recovery_that_did_not_hold_is_in_the_score_and_named_by_the_report(tm
     (finding,) = [f for f in analyse(r).findings if f.kind == "held_briefly"]
     assert finding.title.startswith("clients recovered held for ") and "short of its 4 min hold" in finding.title
     assert "(after the trigger again fired at 00:12:00)" in finding.evidence and f"it was reached at {rec['clock']}" in finding.evidence, finding
+
+
+def test_a_scored_service_queue_has_its_peak_in_the_report(tmp_path):
+    """scoring.backlog.services names a queue: the report gives its peak and whether it
+    drained, as for a durable population's backlog (an outsider's queue that peaked at
+    22,000 units had no line)."""
+    from helpers import play
+
+    from reports.analysis import analyse
+    from reports.build import environment
+
+    world = {"name": "queue", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "15m"},
+             "services": [{"name": "db", "capacity": 100, "queue": {"limit": "20s"}}],
+             "populations": [{"name": "clients", "clients": 100, "rate": 0.5, "mode": "per_request", "target": "db",
+                              "request": {"timeout": "30s"}, "retry": {"max_attempts": 1}}],
+             "triggers": [{"name": "surge", "at": "00:05", "effects": [
+                 {"target": "clients", "op": "scale_rate", "args": {"factor": 4.0}}]}],
+             "scoring": {"impact": {"clients": 1}, "backlog": {"services": ["db"], "threshold": 5}}}
+    r = play(tmp_path, world)
+    a = analyse(r)
+    (row,) = a.backlog
+    assert row["what"] == "The queue of db" and row["peak"] == int(r.metrics["db.queue_backlog"].max()) > 1000, row
+    assert row["text"] == "not drained by 00:15:00" and not r.score["backlog_drained"]["reached"]
+    table = str(environment().get_template("sections.md.j2").module.impact_table(a.impact, a.weighted_impact, a.backlog))
+    assert f"The queue of db: peak **{row['peak']:,}** units of work at {row['peak_at']}; not drained by 00:15:00." in table
 
 
 def test_a_world_failing_before_its_trigger_is_said_to_be_so_not_blamed_on_the_trigger():
