@@ -249,3 +249,30 @@ def test_a_forks_runbook_is_checked_against_the_playbook_the_run_recorded_and_sa
         fork(run.dir, "00:05", book, tmp_path / "fork")
     assert "keep_connections" in str(err.value) and f"against the playbook the run recorded, {run.dir}" in str(err.value)
     assert not (tmp_path / "fork").exists()
+
+
+def test_a_replay_that_differs_says_where(original, tmp_path):
+    """A recording altered in one metric at one tick, and in one event: the replay's verdict
+    names the tick, its clock and the column, and the event's line and tick (it used to say
+    only which file differed)."""
+    import shutil
+
+    from orchestrator.runs.runner import same_as_recording
+
+    run, _ = original
+    altered = tmp_path / "altered"
+    shutil.copytree(run.dir, altered)
+    lines = (altered / "metrics.csv").read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    row = lines[301].rstrip("\n").split(",")  # tick 300
+    col = header.index("clients.ok")
+    row[col] = str(float(row[col]) + 1)
+    lines[301] = ",".join(row) + "\n"
+    (altered / "metrics.csv").write_text("".join(lines))
+    events = (altered / "events.jsonl").read_text().splitlines(keepends=True)
+    event = json.loads(events[2])
+    events[2] = json.dumps({**event, "clock": "99:99"}) + "\n"
+    (altered / "events.jsonl").write_text("".join(events))
+    assert same_as_recording(altered, run.dir) == [
+        f"metrics.csv (first at tick 300 ({row[2]}): clients.ok)",
+        f"events.jsonl (first at line 3, tick {event['tick']})"]

@@ -128,7 +128,7 @@ def replay(run_dir, out):
     if not different:
         click.echo("identical to the recording: metrics.csv and events.jsonl")
         return
-    click.echo("DIFFERENT from the recording: " + ", ".join(different), err=True)
+    click.echo("DIFFERENT from the recording: " + "; ".join(different), err=True)
     sys.exit(1)
 
 

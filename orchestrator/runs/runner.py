@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import filecmp
+import itertools
 import json
 import time
 import traceback
@@ -334,8 +335,31 @@ REPLAYED_FILES = (rundir.METRICS, rundir.EVENTS)
 
 
 def same_as_recording(recorded: Path, replayed: Path) -> list[str]:
-    """The files of ``REPLAYED_FILES`` that differ between a recording and its replay."""
-    return [f for f in REPLAYED_FILES if not filecmp.cmp(Path(recorded) / f, Path(replayed) / f, shallow=False)]
+    """The files of ``REPLAYED_FILES`` that differ between a recording and its replay, each
+    with where it first differs (``first_difference``); none if the replay is identical."""
+    return [f"{f} ({first_difference(Path(recorded) / f, Path(replayed) / f)})" for f in REPLAYED_FILES
+            if not filecmp.cmp(Path(recorded) / f, Path(replayed) / f, shallow=False)]
+
+
+def first_difference(recorded: Path, replayed: Path) -> str:
+    """Where two journal files first differ, as a person looks for it: the line, its tick,
+    and for metrics.csv the columns that differ there."""
+    with open(recorded, encoding="utf-8") as a, open(replayed, encoding="utf-8") as b:
+        header = a.readline().rstrip("\n").split(",") if recorded.name == rundir.METRICS else None
+        if header is not None and b.readline().rstrip("\n").split(",") != header:
+            return "its columns differ"
+        for n, (x, y) in enumerate(itertools.zip_longest(a, b), 2 if header else 1):
+            if x == y:
+                continue
+            if x is None or y is None:
+                return f"line {n}: the {'recording' if x is None else 'replay'} ends before the other"
+            if header is None:
+                return f"first at line {n}, tick {json.loads(x).get('tick', '?')}"
+            xs, ys = x.rstrip("\n").split(","), y.rstrip("\n").split(",")
+            cols = [c for c, u, v in zip(header, xs, ys) if u != v]
+            more = f" and {len(cols) - 5} more" if len(cols) > 5 else ""
+            return f"first at tick {xs[0]} ({xs[2]}): {', '.join(cols[:5])}{more}"
+    return "identical lines, different bytes"
 
 
 def _progress(ticks: int, dt: float):
