@@ -314,3 +314,16 @@ def test_a_recovered_service_that_passes_its_work_on_is_a_warning_before_the_run
         "warning: scoring.recovered.services[1] api: it passes its work on to db (then), and its success ratio counts "
         "its own part only, so it can read recovered while its callers' requests fail; scoring.recovered.populations "
         "measures what its callers get"], result.output
+
+
+def test_validate_warns_of_a_declared_variable_the_template_never_reads(tmp_path):
+    """A variable declared in the header and read nowhere: valid, with a warning (an outsider's
+    passed silently; only --set of it was refused)."""
+    text = VALID.read_text()
+    path = tmp_path / "unused.yaml.j2"
+    path.write_text(text.replace("variables:\n", "variables:\n  unused:\n    default: 1\n    description: read nowhere\n", 1))
+    result = invoke("playbooks", "validate", str(path))
+    assert result.exit_code == 0, result.output
+    assert ("warning: variables.unused is declared but the template never reads it: setting it changes nothing"
+            in result.output)
+    assert "never reads" not in invoke("playbooks", "validate", str(VALID)).output

@@ -246,6 +246,15 @@ def _used_variables(tpl: Template) -> set[str]:
         return set(tpl.header)
 
 
+def unused_variables(ref: str) -> list[str]:
+    """Warnings for the variables a playbook declares and its template never reads: setting
+    one changes nothing (``--set`` refuses it; validate says so before anyone tries)."""
+    tpl = read_template(find_playbook(ref))
+    used = _used_variables(tpl)
+    return [f"variables.{name} is declared but the template never reads it: setting it changes nothing"
+            for name in tpl.header if name not in used]
+
+
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                                                         autoescape=False)
