@@ -211,7 +211,7 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
     values = {}
     for name, decl in tpl.header.items():
         if not isinstance(decl, dict) or "default" not in decl:
-            odd = sorted(set(decl) - {"default", "description"}) if isinstance(decl, dict) else []
+            odd = sorted(map(str, set(decl) - {"default", "description"})) if isinstance(decl, dict) else []
             guess = nearest(odd[0], ("default", "description")) if odd else None
             issues.append(Issue(f"variables.{name}", decl, "a mapping with 'default' and 'description'"
                                 + (f" (did you mean default for {odd[0]}?)" if guess == "default" else "")))

@@ -354,11 +354,16 @@ def first_difference(recorded: Path, replayed: Path) -> str:
             if x is None or y is None:
                 return f"line {n}: the {'recording' if x is None else 'replay'} ends before the other"
             if header is None:
-                return f"first at line {n}, tick {json.loads(x).get('tick', '?')}"
+                try:  # (a recording edited by hand may not be JSON there)
+                    tick = json.loads(x).get("tick", "?")
+                except (ValueError, AttributeError):
+                    tick = "?"
+                return f"first at line {n}, tick {tick}"
             xs, ys = x.rstrip("\n").split(","), y.rstrip("\n").split(",")
-            cols = [c for c, u, v in zip(header, xs, ys) if u != v]
+            cols = [c for c, u, v in itertools.zip_longest(header, xs, ys) if u != v]
             more = f" and {len(cols) - 5} more" if len(cols) > 5 else ""
-            return f"first at tick {xs[0]} ({xs[2]}): {', '.join(cols[:5])}{more}"
+            when = f"tick {xs[0]} ({xs[2]})" if len(xs) > 2 else f"line {n}"
+            return f"first at {when}: {', '.join(map(str, cols[:5]))}{more}"
     return "identical lines, different bytes"
 
 
