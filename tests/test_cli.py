@@ -181,6 +181,23 @@ def test_options_from_the_environment(tmp_path):
     assert json.loads((out / "meta.json").read_text())["seed"] == 5
 
 
+def test_a_bad_value_from_the_environment_names_its_variable(tmp_path):
+    """click names only the option; a value the user never typed needs its source said.
+    A bad value typed on the command line, which comes first, is the option's alone."""
+    env = {"GAMEDAY_RUN_SEED": "abc", "GAMEDAY_COMPARE_SEEDS": "zz"}
+    runs = [CliRunner().invoke(main, args, env=env) for args in (
+        ["run", str(VALID), "--duration", "1m", "--out", str(tmp_path / "a")],
+        ["compare", str(VALID), "-r", "none"],
+        ["run", str(VALID), "--seed", "x", "--duration", "1m", "--out", str(tmp_path / "b")],
+        ["run", str(VALID), "--seed=y", "--duration", "1m", "--out", str(tmp_path / "c")])]
+    assert [r.exit_code for r in runs] == [2] * 4, [r.output for r in runs]
+    assert "'--seed' (from the environment variable GAMEDAY_RUN_SEED): 'abc'" in runs[0].output
+    assert "'--seeds' (from the environment variable GAMEDAY_COMPARE_SEEDS): 'zz'" in runs[1].output
+    for r, value in zip(runs[2:], "xy"):
+        assert f"Invalid value for '--seed': '{value}'" in r.output and "environment" not in r.output
+    assert not any((tmp_path / d).exists() for d in "abc")
+
+
 def test_unknown_playbook_for_show_is_a_clear_error():
     result = invoke("playbooks", "show", "no-such-playbook")
     assert result.exit_code == 2
