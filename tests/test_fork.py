@@ -276,3 +276,31 @@ def test_a_replay_that_differs_says_where(original, tmp_path):
     assert same_as_recording(altered, run.dir) == [
         f"metrics.csv (first at tick 300 ({row[2]}): clients.ok)",
         f"events.jsonl (first at line 3, tick {event['tick']})"]
+
+
+def test_a_fork_of_a_run_that_stopped_early_says_so_where_it_compares(tmp_path):
+    """The original was interrupted at 00:05 (before its fix at 00:12): the fork plays to the
+    scenario's end, and what it compares says the original's figures stop at 00:05."""
+    from orchestrator.runs.runner import RunSpec, WorldRun
+    from reports import rundir
+
+    late = tmp_path / "late.yaml"
+    late.write_text("name: fix-late\nrules:\n  - name: fix\n    when: {at: \"00:12\"}\n    do: fix_backoff\n")
+    run = WorldRun(RunSpec(playbook=MINI, runbook=str(late), seed=2), tmp_path / "cut")
+    while run.tick < 300:
+        run.step()
+    run.close(rundir.INTERRUPTED)
+    result = fork(tmp_path / "cut", "00:02", FIX, tmp_path / "fork")
+    planned = json.loads((tmp_path / "cut" / "meta.json").read_text())["ticks_planned"]
+    assert result["original_stopped"] == {"status": "interrupted", "clock": "00:05", "ticks_done": 300,
+                                          "ticks_planned": planned}
+    texts = [d["text"] for d in result["differences"]]
+    assert texts[0] == (f"the original stopped early (interrupted at 00:05, 300 of {planned:,} ticks): its figures "
+                        "cover only that part, the fork's the whole scenario")
+    loop = next(t for t in texts if t.startswith("loop broken"))
+    assert loop.endswith("where the original had not got there when it stopped at 00:05"), loop
+    assert texts[-1].endswith("(the original's up to 00:05 only)")
+    assert json.loads((tmp_path / "fork" / "meta.json").read_text())["ticks_done"] == planned
+    # a whole original says none of it
+    whole = fork(tmp_path / "fork", "00:03", FIX, tmp_path / "fork2")
+    assert "original_stopped" not in whole and not any("stopped" in d["text"] for d in whole["differences"])

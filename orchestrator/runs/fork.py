@@ -79,10 +79,23 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
         run.close(status)
     original = json.loads((run_dir / rundir.SCORE).read_text(encoding="utf-8"))
     forked = json.loads((Path(out) / rundir.SCORE).read_text(encoding="utf-8"))
+    stopped = stopped_early(meta)
     result = {"original": str(run_dir.resolve()), "fork": str(Path(out).resolve()), "at": at, "runbook": rb["name"],
-              "runbook_before": meta.get("runbook"), "differences": differences(original, forked)}
+              "runbook_before": meta.get("runbook"), "differences": differences(original, forked, stopped)}
+    if stopped:
+        result["original_stopped"] = stopped
     write_json_atomic(Path(out) / rundir.FORK, result)
     return result
+
+
+def stopped_early(meta: dict) -> dict | None:
+    """Where a run stopped before its scenario's end (Ctrl-C, a live session ended early, a
+    failure), or None: its figures cover only that part, which a comparison must say."""
+    done, planned = int(meta["ticks_done"]), int(meta.get("ticks_planned") or 0)
+    if meta.get("status") == rundir.COMPLETE or done >= planned:
+        return None
+    clock = format_clock(parse_clock(meta["start_clock"]) + done * float(meta["tick_s"]))
+    return {"status": meta.get("status"), "clock": clock, "ticks_done": done, "ticks_planned": planned}
 
 
 def _did_not_hold(m: dict) -> str:
@@ -95,9 +108,16 @@ def _in_the_end(m: dict) -> str:
     return f" in the end (it got there at {m['first_at']['clock']} but did not hold)" if _did_not_hold(m) else ""
 
 
-def differences(original: dict, forked: dict) -> list[dict]:
-    """Each measure before and after the fork, with a sentence."""
+def differences(original: dict, forked: dict, stopped: dict | None = None) -> list[dict]:
+    """Each measure before and after the fork, with a sentence; ``stopped``: where the
+    original stopped early (``stopped_early``), said first and wherever it matters."""
     out = []
+    if stopped:
+        out.append({"measure": "original stopped early", "original": stopped["clock"], "fork": None,
+                    "text": f"the original stopped early ({stopped['status']} at {stopped['clock']}, "
+                            f"{stopped['ticks_done']:,} of {stopped['ticks_planned']:,} ticks): its figures cover only "
+                            "that part, the fork's the whole scenario"})
+    never = f"had not got there when it stopped at {stopped['clock']}" if stopped else "never got there"
     for key, label in MEASURES:
         a, b = original.get(key) or {}, forked.get(key) or {}
         if not a and not b:
@@ -110,7 +130,7 @@ def differences(original: dict, forked: dict) -> list[dict]:
             rec["text"] = (f"{label} {abs(delta):.0f} minutes {word} ({a['clock']} -> {b['clock']})" if abs(delta) >= 0.5
                            else f"{label} at the same time ({a['clock']})")
         elif b.get("reached"):
-            rec["text"] = f"{label} at {b['clock']}, where the original {_did_not_hold(a) or 'never got there'}"
+            rec["text"] = f"{label} at {b['clock']}, where the original {_did_not_hold(a) or never}"
         elif a.get("reached"):
             rec["text"] = f"{label} never{_in_the_end(b)}, where the original got there at {a['clock']}"
         elif a.get("impaired") is False and b.get("impaired") is False:  # (nothing to reach in either)
@@ -120,5 +140,7 @@ def differences(original: dict, forked: dict) -> list[dict]:
             rec["text"] = f"{label} in neither" + (f" ({'; '.join(held)})" if held else "")
         out.append(rec)
     ia, ib = original["impact"]["weighted_total"], forked["impact"]["weighted_total"]
-    out.append({"measure": "impact", "original": ia, "fork": ib, "text": f"impact {ib:.1f} weighted minutes against {ia:.1f}"})
+    up_to = f" (the original's up to {stopped['clock']} only)" if stopped else ""
+    out.append({"measure": "impact", "original": ia, "fork": ib,
+                "text": f"impact {ib:.1f} weighted minutes against {ia:.1f}{up_to}"})
     return out
