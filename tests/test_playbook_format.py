@@ -42,6 +42,7 @@ NOT_FOR_A_SCHEMA = {
     "unknown_mitigation_target.yaml.j2": "the target must be a part defined elsewhere in the file",
     "unknown_path_device.yaml.j2": "the device must be defined elsewhere in the file",
     "population_target_misspelt.yaml.j2": "the service must be defined elsewhere in the file",
+    "population_named_like_device.yaml.j2": "names unique across the sections of the file",
     "several_service_errors.yaml.j2": "lease periods, queues and chains across services",
     "set_work_without_dispatch_rate.yaml.j2": "the population's max_rate is elsewhere in the file",
     "cache_errors.yaml.j2": "a cache's store defined elsewhere, its size against its keys, chains across services",

@@ -371,8 +371,41 @@ class _Names:
 
 
 def _cross_check(data: dict, issues: list[Issue]) -> None:
-    """The checks across fields: one checker per section, each told the world's names."""
+    """The checks across fields. A name two parts share is an error of its own; what refers
+    to it is ambiguous, so an error about a reference is kept only where it stands whichever
+    of the parts the name meant (else one duplicate name brings a dozen follow-on errors)."""
+    found: list[Issue] = []
     _check_unique_names(data, issues)
+    _check_references(data, found)
+    for keep in _meanings_of_duplicates(data):
+        stands = []
+        _check_references(keep, stands)
+        seen = {(i.location, repr(i.value)) for i in stands}
+        found = [i for i in found if (i.location, repr(i.value)) in seen]
+    issues.extend(found)
+
+
+def _meanings_of_duplicates(data: dict) -> list[dict]:
+    """Copies of ``data`` where each name several parts share names one of them only (the
+    j-th occurrence in copy j; the others renamed to names nothing refers to)."""
+    where: dict[str, list[tuple[str, int]]] = {}
+    for section in KIND_OF_SECTION:
+        for i, item in enumerate(data[section]):
+            where.setdefault(item["name"], []).append((section, i))
+    shared = {name: places for name, places in where.items() if len(places) > 1}
+    copies = []
+    for j in range(max((len(p) for p in shared.values()), default=0)):
+        copy = {**data, **{section: list(data[section]) for section in KIND_OF_SECTION}}
+        for name, places in shared.items():
+            for k, (section, i) in enumerate(places):
+                if k != min(j, len(places) - 1):
+                    copy[section][i] = {**copy[section][i], "name": f"{name}\x00{k}"}
+        copies.append(copy)
+    return copies
+
+
+def _check_references(data: dict, issues: list[Issue]) -> None:
+    """The checks across fields but the names' own: one checker per section, each told the world's names."""
     devices, services = {d["name"] for d in data["devices"]}, {s["name"] for s in data["services"]}
     populations = {p["name"] for p in data["populations"]}
     names = _Names(devices, services, populations, services | populations, agent_names(data),
@@ -448,14 +481,17 @@ def _check_services(data: dict, n: _Names) -> None:
 def _check_service_chains(data: dict, n: _Names) -> None:
     """A request goes on to ``then`` or a cache's store: a chain must not lead back."""
     chain = {s["name"]: s.get("then") or (s.get("cache") or {}).get("store") for s in data["services"]}
+    said: set[str] = set()  # the services of the cycles said (each once, at its first service)
     for i, s in enumerate(data["services"]):
-        seen, at = {s["name"]}, chain.get(s["name"])
+        seen, at = [s["name"]], chain.get(s["name"])
         while at in chain and at not in seen:
-            seen.add(at)
+            seen.append(at)
             at = chain[at]
-        if at == s["name"]:
+        if at == s["name"] and s["name"] not in said:
+            said.update(seen)
             loc = f"services[{i}].then" if s.get("then") else f"services[{i}].cache.store"
-            n.issues.append(Issue(loc, chain[s["name"]], "a chain of services that does not lead back to this one"))
+            n.issues.append(Issue(loc, chain[s["name"]], "a chain of services that does not lead back to this one "
+                                                         f"({' -> '.join(seen + [s['name']])})"))
 
 
 def _check_paths(data: dict, n: _Names) -> None:
