@@ -61,8 +61,8 @@ SEVERAL_ERRORS = [
 
 CASES = [
     # playbooks: render, parse, validate
-    playbook("yaml_syntax_error.yaml.j2", "(parse)", "line 30, column 9", "expected ',' or ']', but got ':'",
-             "while parsing a flow sequence at line 29, column 11"),
+    playbook("yaml_syntax_error.yaml.j2", "(parse)", "line 31, column 9", "expected ',' or ']', but got ':'",
+             "while parsing a flow sequence at line 30, column 11"),
     playbook("undefined_variable.yaml.j2", "(render)", "line 22:", "'device_cpu_per_second' is undefined",
              "only defined variables (device_cpu, bridge_devices, latent_bug; did you mean device_cpu?)"),
     playbook("unknown_field.yaml.j2", "devices[0].cuont: got 3; expected one of the known fields (count, costs, conntrack"),

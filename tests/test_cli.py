@@ -204,6 +204,22 @@ def test_unknown_playbook_for_show_is_a_clear_error():
     assert "no playbook 'no-such-playbook'" in result.stderr and FLAGSHIP in result.stderr
 
 
+def test_validate_warns_of_retries_without_limit_nobody_chose(tmp_path):
+    """retry.max_attempts defaults to 0 (retry until success): said where a perishable
+    population leaves it out, not where the playbook writes it, even as 0."""
+    text = VALID.read_text()
+    assert text.count("    retry: {max_attempts: 3}\n") == 1
+    left, chose = tmp_path / "left.yaml.j2", tmp_path / "chose.yaml.j2"
+    left.write_text(text.replace("    retry: {max_attempts: 3}\n", ""))
+    chose.write_text(text.replace("{max_attempts: 3}", "{max_attempts: 0}"))
+    results = [invoke("playbooks", "validate", str(p)) for p in (left, chose, VALID)]
+    assert [r.exit_code for r in results] == [0, 0, 0], [r.output for r in results]
+    assert ("warning: populations[0].retry.max_attempts is left at its default, 0: clients retries a failed request "
+            "until it succeeds") in results[0].stderr
+    assert [r.stderr for r in results[1:]] == ["", ""]
+    assert "max_attempts" not in invoke("playbooks", "validate", FLAGSHIP).stderr
+
+
 def test_what_a_run_can_never_reach_is_a_warning_before_it_plays(tmp_path):
     """A trigger or a runbook clock condition at or after the end of the run: said by validate
     (against the playbook's duration) and by run (against its own), and kept in meta.json;

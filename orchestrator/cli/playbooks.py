@@ -74,8 +74,8 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     import sys
 
     from orchestrator.errors import InvalidRunbook
-    from orchestrator.playbook.loader import (load_playbook, load_runbook, never_reached, runbook_files,
-                                              unused_variables)
+    from orchestrator.playbook.loader import (load_playbook, load_runbook, never_reached, retried_without_limit_by_default,
+                                              runbook_files, unused_variables)
 
     pb = load_playbook(file, variables(file, sets, vars_file))
     counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (
@@ -83,7 +83,7 @@ def playbooks_validate(file, sets, vars_file, runbooks):
         (len(pb.data["mitigations"]), "mitigation")))
     click.echo(f"{pb.source}: valid ({counts})")
     end = pb.data["clock"]["start"] + pb.data["clock"]["duration"]  # a run's --duration may end it sooner
-    for text in [*unused_variables(file), *never_reached(pb.data, None, end)]:
+    for text in [*unused_variables(file), *never_reached(pb.data, None, end), *retried_without_limit_by_default(pb)]:
         click.echo(f"warning: {text}", err=True)
     invalid = 0
     # its own: those in runbooks/PLAYBOOK/ (a shared runbooks/ folder may hold other playbooks' too)

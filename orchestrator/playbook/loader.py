@@ -255,6 +255,21 @@ def unused_variables(ref: str) -> list[str]:
             for name in tpl.header if name not in used]
 
 
+def retried_without_limit_by_default(pb: Playbook) -> list[str]:
+    """Warnings for the populations of perishable work whose retry.max_attempts is left at
+    its default, 0 (retried until they succeed): a team that did not choose it gets requests
+    outstanding that nothing bounds while they fail, and an impact counted by attempts."""
+    written = (load_yaml(pb.text) or {}).get("populations") or []
+    out = []
+    for i, (p, raw) in enumerate(zip(pb.data["populations"], written)):
+        if p["work"] == "perishable" and "max_attempts" not in ((raw or {}).get("retry") or {}):
+            out.append(f"populations[{i}].retry.max_attempts is left at its default, 0: {p['name']} retries a failed "
+                       "request until it succeeds, so its requests outstanding grow for as long as it fails, and its "
+                       "impact counts its failed attempts, not its requests (write the attempts your clients make, "
+                       "e.g. 3, or 0 to say they retry without limit)")
+    return out
+
+
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                                                         autoescape=False)
