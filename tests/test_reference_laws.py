@@ -6,6 +6,7 @@ Also the population defects these laws exposed (issue 13), each pinned by a test
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -204,3 +205,18 @@ def test_a_healthy_world_at_rest_shows_no_errors(tick):
     assert df["clients.error_ratio"].max() == 0.0
     assert df["clients.connected"].min() == 1000
     assert df["clients.conn_attempts"].sum() == pytest.approx(1000 * 1200 / 600, rel=0.1)  # lifetime 600 s
+
+
+# -- waits shorter than a tick -------------------------------------------------------------
+def test_waits_shorter_than_a_tick_grow_toward_the_mm1_wait_as_the_tick_shrinks():
+    """An M/M/1 queue at 95% (19 ms of mean wait in the queue): a tick's arrivals are spread
+    evenly over it, so waits far shorter than the tick are underestimated, less so as it
+    shrinks. The figures are the README's, which says so (from the first 30 s on)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    said = " ".join(readme.split())
+    waits = {}
+    for tick in (1.0, 0.1):
+        df = step_world(playbook_path("mm1_queue"), {"tick": f"{tick}s"})
+        waits[tick] = df["api.queue_wait_s"].iloc[int(30 / tick):].mean() * 1000
+    assert 0 < waits[1.0] < waits[0.1] < 19.0, waits
+    assert f"waits {waits[1.0]:.1f} ms at 1 s ticks, {waits[0.1]:.1f} ms at 0.1 s" in said, waits
