@@ -440,6 +440,25 @@ def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path)
     assert "\n".join(grid) in (out / "phasemap.md").read_text()
 
 
+def test_a_phasemaps_bad_axes_are_said_as_its_options_before_any_run(tmp_path):
+    """One variable on both axes crashed after the runs (pandas), leaving half a directory;
+    an axis's errors were said as compare's --sweep."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    cases = {("clients=1000", "clients=1000,2000"): "--y: got 'clients'; expected a variable other than --x's (clients)",
+             ("nosuch=1,2", "clients=1000"): "--x nosuch: got 1; expected one of the playbook's variables",
+             ("clients=1000", "clients"): "--y: got 'clients'; expected name=value1,value2,...",
+             ("clients=1000", "surge_setups=lots"): "--y surge_setups: got 'lots'; expected a value of the same type"}
+    for (x, y), said in cases.items():
+        out = tmp_path / "map"
+        result = CliRunner().invoke(main, ["phasemap", MINI, "--x", x, "--y", y, "--serial", "--out", str(out)])
+        assert result.exit_code == 2 and said in result.stderr, (x, y, result.output)
+        assert "gameday compare" not in result.stderr and "--sweep" not in result.stderr
+        assert not out.exists()
+
+
 def _every_cell_on_the_same_seeds(runs: pd.DataFrame) -> int:
     """The number of seeds, once checked that every cell of a 2 x 2 map has runs of seeds 1 to it."""
     k = runs["seed"].max()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from orchestrator.batch.comparison import compare
+from orchestrator.batch.comparison import compare, parse_sweeps
+from orchestrator.errors import InvalidInput, Issue
 
 PHASES = ("healthy", "recovered by itself", "stuck")
 #: a run's phase from its outcome: one whose loop broke and re-formed is stuck at the horizon
@@ -29,9 +30,33 @@ def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, 
     the majority ("mixed" on a tie); and the comparison's results table. ``cache`` and
     ``time_limit``: as ``compare``'s (a grid extended plays only its new cells; a map cut
     short has seeds 1 to k, each played in every cell)."""
-    runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
-                   parallel=parallel, progress=progress, cache=cache, time_limit=time_limit)
+    if x[0] == y[0]:
+        raise InvalidInput("gameday phasemap", "options", [Issue("--y", y[0], f"a variable other than --x's ({x[0]})")])
+    try:
+        runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
+                       parallel=parallel, progress=progress, cache=cache, time_limit=time_limit)
+    except InvalidInput as e:  # (a map's axes are its sweeps: said as the options given)
+        raise _as_axes(e, "gameday phasemap", {x[0]: "--x", y[0]: "--y"}) from None
     return classify(runs, x[0], y[0]), runs
+
+
+def axis(value: str, option: str) -> tuple[str, list]:
+    """``--x``/``--y``'s VAR=V1,V2,... as (variable, values), its errors named as ``option``."""
+    try:
+        (name, values), = parse_sweeps([value]).items()
+    except InvalidInput as e:
+        raise _as_axes(e, option, {}, option) from None
+    return name, values
+
+
+def _as_axes(e: InvalidInput, source: str, options: dict[str, str], bare: str | None = None) -> InvalidInput:
+    """``e`` (the sweeps' errors) with ``--sweep VAR`` said as the axis option of VAR."""
+    def said(i: Issue) -> Issue:
+        var = i.location[len("--sweep "):] if i.location.startswith("--sweep ") else i.value
+        option = options.get(var) or (bare if i.location == "--sweep" else None)
+        return Issue(i.location.replace("--sweep", option, 1), i.value, i.expected) if option else i
+    return InvalidInput(source if e.source in ("gameday compare", "--sweep") else e.source, e.stage,
+                        [said(i) for i in e.issues])
 
 
 def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

@@ -86,13 +86,6 @@ def _from_cache(runs, cache: str) -> str:
     return f"{runs.attrs['reused']} of {len(runs)} runs taken from the cache {cache}, {len(runs) - runs.attrs['reused']} played"
 
 
-def _axis(value: str):
-    from orchestrator.batch.comparison import parse_sweeps
-
-    (name, values), = parse_sweeps([value]).items()
-    return name, values
-
-
 @main.command("phasemap")
 @playbook_argument
 @click.option("--x", "x", required=True, metavar="VAR=V1,V2,...", help="The horizontal axis: a playbook variable and its values.")
@@ -117,9 +110,9 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, vars_file, duration, 
     played in every cell, and exits 130; --time-limit does the same and exits 0."""
     from reports.compare_report import write_phase_map
     from orchestrator.batch.comparison import ComparisonInterrupted
-    from orchestrator.batch.phasemap import classify, phase_map
+    from orchestrator.batch.phasemap import axis, classify, phase_map
 
-    xa, ya = _axis(x), _axis(y)
+    xa, ya = axis(x, "--x"), axis(y, "--y")
     out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
     check_out_dir(out)
     interrupted = None
