@@ -35,8 +35,13 @@ def parse_duration(value) -> float:
 def parse_clock(value) -> float:
     """Seconds after midnight, from ``HH:MM`` or ``HH:MM:SS``; raises ValueError."""
     if isinstance(value, int) and not isinstance(value, bool):
-        # YAML 1.1 reads unquoted 07:30 as the sexagesimal number 450 (minutes): accept it.
-        return float(value * 60)
+        # YAML 1.1 reads an unquoted 7:30 or 10:30 as the sexagesimal number 450 or 630 (minutes),
+        # and 10:30:15 as 37815 (seconds): accept them. (A leading 0, 07:30, stays text.) H:MM reads
+        # below 48 x 60, H:MM:SS (H at least 1) from 3600 on.
+        if 0 <= value < 48 * 60:
+            return float(value * 60)
+        if 3600 <= value < 48 * 3600:
+            return float(value)
     if isinstance(value, str):
         m = _CLOCK.match(value)
         if m:

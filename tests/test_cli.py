@@ -257,6 +257,25 @@ def test_a_number_of_seconds_sets_a_duration_variable(tmp_path, monkeypatch):
         in refused.output
 
 
+def test_a_clock_time_variable_takes_what_yaml_reads_as_a_number(tmp_path):
+    """YAML 1.1 reads an unquoted 10:30 as 630 and 10:30:15 as 37815 (09:45 stays text): an
+    outsider's --set flush_at=10:30 was refused as "got 630", while 09:45 worked."""
+    from reports.timefmt import parse_clock
+
+    assert [parse_clock(v) for v in (450, 630, 37815, "10:30:15")] == [27000.0, 37800.0, 37815.0, 37815.0]
+    playbook = tmp_path / "late.yaml.j2"
+    playbook.write_text(VALID.read_text().replace("variables:\n", "variables:\n  at: {default: \"07:05\", description: when}\n", 1)
+                        + "triggers:\n  - {name: t, at: \"{{ at }}\", effects: []}\n")
+    (tmp_path / "vars.yaml").write_text("at: 7:08:30\n")
+    for args, said in ((["--set", "at=7:06"], 'at: "07:06"'), (["--set", "at=09:45"], 'at: "09:45"'),
+                       (["--vars", str(tmp_path / "vars.yaml")], 'at: "07:08:30"')):
+        result = invoke("playbooks", "render", str(playbook), *args)
+        assert result.exit_code == 0 and said in result.stdout, (args, result.output)
+    refused = invoke("playbooks", "render", str(playbook), "--set", "at=5")  # (not a reading of H:MM)
+    assert refused.exit_code == 2 and ("--set at: got 5; expected a clock time, HH:MM or HH:MM:SS, as the default "
+                                       "'07:05' is") in refused.output
+
+
 def test_ctrl_c_while_the_tables_are_written_takes_effect_once_they_are():
     """A real SIGINT inside ``interrupt_deferred`` (what a second Ctrl-C does to a comparison
     writing the tables of the runs its first one saved): the block runs to its end, then

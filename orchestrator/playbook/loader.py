@@ -25,7 +25,7 @@ from orchestrator.playbook.operations import operations
 from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
 from orchestrator.playbook.schema import _MISSING, Field, check, is_duration, non_negative
-from reports.timefmt import format_clock, parse_duration
+from reports.timefmt import format_clock, parse_clock, parse_duration
 
 MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
 MAX_TICKS = 2_000_000  # a run longer than this is almost certainly a typo in --tick
@@ -228,6 +228,7 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
                                             "appears nowhere in the template, so setting it would change nothing"))
             continue
         default = values.get(name)
+        value = _clock_as_typed(default, value)
         if default is not None and not _same_type(default, value):
             issues.append(Issue(loc, value, _type_wanted(default)))
             continue
@@ -235,6 +236,19 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
     if issues:
         raise InvalidPlaybook(source, "variables", issues)
     return values
+
+
+def _clock_as_typed(default, value):
+    """A clock time variable's value (its default a clock time) that YAML 1.1 read as a number
+    (``--set flush_at=10:30`` is 630; one read so is at least 60, 1:00), as the clock time typed;
+    any other value as it is."""
+    if isinstance(default, str) and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
+        try:
+            parse_clock(default)
+            return format_clock(parse_clock(value))
+        except ValueError:
+            pass
+    return value
 
 
 def _used_variables(tpl: Template) -> set[str]:
@@ -279,6 +293,12 @@ def _type_wanted(default) -> str:
     """What a value given for something whose default is ``default`` should be."""
     if isinstance(default, bool):
         return f"true or false (the default is {str(default).lower()})"
+    if isinstance(default, str):
+        try:
+            parse_clock(default)
+            return f"a clock time, HH:MM or HH:MM:SS, as the default {default!r} is"
+        except ValueError:
+            pass
     return f"a value of the same type as the default {default!r}"
 
 
