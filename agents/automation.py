@@ -43,6 +43,12 @@ class Automation(Agent):
             args = {k: resolve_param(v, values, by) for k, v in eff["args"].items()}
             self.send_apply(eff["target"], eff["op"], args, fault, tick)
 
+    def handle_apply(self, tick: int, body: dict) -> None:
+        """(A fault a trigger injects is journalled as injected by that trigger, not by a facilitator.)"""
+        if body.get("op") == "inject" and "by" not in (body.get("args") or {}) and body.get("by"):
+            body = body | {"args": {**(body.get("args") or {}), "by": body["by"]}}
+        super().handle_apply(tick, body)
+
     @operation(example={"trigger": "scaling-activity"},
                trigger=Arg("the trigger's name; \"*\": every trigger", names="trigger"))
     def op_disable(self, tick: int, trigger: str = "*") -> None:

@@ -146,19 +146,23 @@ def _drained(r: dict) -> str:
     return f", backlog drained in {cell}" if cell else ""
 
 
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
 def _turned_away(r: dict) -> str:
-    """", N turned away a run (...)": the collateral beside the impact, which counts what the
+    """", N turned away per run (...)": the collateral beside the impact, which counts what the
     runbook's actions held back as failed (``reports.impact``). Two units in one count (a
     throttle refuses attempts, its callers' retries included; a lowered rate holds back
     requests), as score.json counts them: the words say so."""
     n = r.get("mean_turned_away", 0.0)
-    return f", {n:,.0f} turned away a run (attempts refused, requests held back)" if n >= 0.5 else ""
+    return f", {n:,.0f} turned away per run (mean; attempts refused, requests held back)" if n >= 0.5 else ""
 
 
 def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
     """The comparison for the command line: each runbook's success rate and times to break
     the loop, then the pairs (``pair_lines``) and the test used."""
-    lines = [f"{_prefix(r, sweep_vars)}{r['runbook']}: {r['runs']} runs, loop broken in "
+    lines = [f"{_prefix(r, sweep_vars)}{r['runbook']}: {_runs(r['runs'])}, loop broken in "
              f"{r['success_rate']:.0%}{_never_formed(r)}, median {_fmt_s(r['median_break_s'])} (95% CI "
              f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
              f"{_fmt_s(r['p90_break_s'])}{_drained(r)}, median impact {r['median_impact']:.1f}{_turned_away(r)}"
@@ -200,7 +204,7 @@ def _intro(n: int, info: dict) -> str:
     else:
         what = f" ({info['seeds']} seeds per runbook and sweep point)" if "seeds" in info else ""
     each = f", each {info['horizon']} of simulated time" if "horizon" in info else ""
-    return f"{n} runs{what}{each}. Time to break the loop counts from the trigger; a run whose loop never formed " \
+    return f"{_runs(n)}{what}{each}. Time to break the loop counts from the trigger; a run whose loop never formed " \
            f"counts as 0, a run still stuck at the horizon as not broken."
 
 

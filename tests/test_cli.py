@@ -379,3 +379,13 @@ def test_validate_warns_of_a_declared_variable_the_template_never_reads(tmp_path
     assert ("warning: variables.unused is declared but the template never reads it: setting it changes nothing"
             in result.output)
     assert "never reads" not in invoke("playbooks", "validate", str(VALID)).output
+
+
+def test_a_fault_a_trigger_injects_is_journalled_as_injected_by_the_trigger(tmp_path):
+    """An outsider's trigger injecting a fault was journalled as injected by "facilitator"."""
+    playbook = Path(__file__).parent / "playbooks" / "trigger_injects_fault.yaml.j2"
+    result = invoke("run", str(playbook), "--runbook", "none", "--out", str(tmp_path / "run"), "--no-report", "--json")
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    injected = [e for e in events if e["event"] == "fault_injected"]
+    assert [(e["tick"], e["fault"], e["by"]) for e in injected] == [(61, "slow-api", "chaos-monkey")]

@@ -226,7 +226,7 @@ def test_the_table_counts_the_requests_a_runbook_turned_away_beside_the_connecti
 
     lines = summary_lines(cs.summary(df), cs.pairs(df), [])
     shed_line = next(line for line in lines if line.startswith("shed:"))
-    assert "turned away a run (attempts refused, requests held back)" in shed_line and "turned away" not in lines[0], lines
+    assert "turned away per run (mean; attempts refused, requests held back)" in shed_line and "turned away" not in lines[0], lines
 
 
 def test_runs_played_without_a_directory_give_the_rows_and_scores_of_runs_kept(tmp_path):
