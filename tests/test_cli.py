@@ -121,8 +121,9 @@ def test_run_writes_a_run_directory_and_refuses_to_overwrite_it(tmp_path):
     args = ["run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "5m", "--out", str(out), "--json"]
     first = invoke(*args)
     assert first.exit_code == 0, first.output
-    score = json.loads(first.stdout)
+    score = json.loads(first.stdout)  # the score alone; where it went, on stderr
     assert "loop_broken" in score and score["simulated_until"] == "07:05"
+    assert f"run directory: {out}" in first.stderr
     for name in ("meta.json", "playbook.yaml", "runbook.yaml", "metrics.csv", "columns.json", "events.jsonl",
                  "score.json", "report/report.md", "report/report.html"):
         assert (out / name).is_file(), name

@@ -235,7 +235,7 @@ def test_playbooks_new_writes_a_playbook_that_validates_and_runs(tmp_path):
     ran = runner.invoke(main, ["run", str(path), "--hosting", "inprocess", "--duration", "1h", "--no-report",
                                "--no-attribution", "--no-progress", "--json", "--out", str(out)])
     assert ran.exit_code == 0, ran.output
-    score = json.loads(ran.output[ran.output.index("{"):])
+    score = json.loads(ran.stdout)
     assert score["loop_broken"]["reached"]  # its historical runbook breaks its loop
     meta = json.loads((out / "meta.json").read_text())
     assert meta["runbook"] == "historical" and meta["status"] == "complete"  # the playbook's own, by default
@@ -273,7 +273,7 @@ def test_the_starters_loop_outlives_its_cause(tmp_path):
                                     "--hosting", "inprocess", "--no-report", "--no-attribution", "--no-progress",
                                     "--json", "--out", str(out)])
     assert ran.exit_code == 0, ran.output
-    score = json.loads(ran.output[ran.output.index("{"):])
+    score = json.loads(ran.stdout)
     assert not score["loop_broken"]["reached"]
     import pandas as pd
 

@@ -72,6 +72,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
         click.echo(f"warning: {text}", err=True)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
+        click.echo(f"run directory: {data.dir}", err=True)  # (stdout is the score alone, for a pipe)
     else:
         click.echo(summary_table(data))
         if data.attribution is not None:
