@@ -44,8 +44,9 @@ devices:
   - {name: bridge, count: {{ devices }}, cpu_per_device: 40000}
 ```
 
-`gameday run FILE --set devices=12` overrides a variable (with a value of its default's type; a number of seconds
-for a default that is a duration such as `3s`);
+`gameday run FILE --set devices=12` overrides a variable (with a value of its default's type; any number for a
+numeric default, since a number may be a factor; a number of seconds for a default that is a duration such as `3s`;
+a clock time, quoted or not, for one such as `"09:30"`);
 an undefined variable is an error, and so is setting one the template never uses. A
 runbook is a plain YAML file of rules (`when` a condition holds, `do` a mitigation); a playbook's
 runbooks live in a `runbooks/` folder beside it (`runbooks/NAME.yaml`, or
