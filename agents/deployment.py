@@ -44,7 +44,7 @@ class Deployment(Agent):
         failures = 0
         for msg in inbox:
             if msg.kind == "action_request":
-                self._accept(tick, msg.src, msg.body)
+                self._accept(tick, msg.src, msg.body, msg.tick)
             elif msg.kind == "flow_result":
                 ids = self.inflight.pop(int(msg.body["sent"]), [])
                 ok = min(int(msg.body["r_ok"]), len(ids))
@@ -94,7 +94,9 @@ class Deployment(Agent):
     def _find(self, aid: str):
         return next((a for a in self.actions if a["id"] == aid), None)
 
-    def _accept(self, tick: int, requester: str, body: dict) -> None:
+    def _accept(self, tick: int, requester: str, body: dict, asked: int) -> None:
+        """A request the requester sent at tick ``asked`` (it arrives a tick later): its lead
+        time counts from now, and its action_effective says when it was asked."""
         m = self.catalogue.get(body["action"])
         if m is None:
             self.event(tick, "action_rejected", action=body["action"], by=requester, reason="not in the catalogue")
@@ -102,7 +104,7 @@ class Deployment(Agent):
         params = dict(m["params"]) | dict(body.get("params") or {})
         lead = max(0, round(float(m["lead_time"]) / self.world.dt))
         steps = int(m["steps"]) if m["deploy"] else 0
-        a = {"id": body["id"], "action": m["name"], "params": params, "by": requester, "asked": tick,
+        a = {"id": body["id"], "action": m["name"], "params": params, "by": requester, "asked": asked,
              "ready_at": tick + lead, "next": tick + lead, "steps_left": steps, "steps": steps, "stepping": False,
              "failed_steps": 0, "done": False, "effects": m["effects"], "risk": m["risk"]}
         self.actions.append(a)

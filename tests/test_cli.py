@@ -390,3 +390,16 @@ def test_a_fault_a_trigger_injects_is_journalled_as_injected_by_the_trigger(tmp_
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     injected = [e for e in events if e["event"] == "fault_injected"]
     assert [(e["tick"], e["fault"], e["by"]) for e in injected] == [(61, "slow-api", "chaos-monkey")]
+
+
+def test_an_action_says_when_it_was_asked_as_the_runbook_asked_it(tmp_path):
+    """action_effective's asked_tick was the tick the deployment tool received the request,
+    one after the runbook asked: a report's lead time read a tick short (outsider 5)."""
+    playbooks = Path(__file__).parent / "playbooks"
+    result = invoke("run", str(playbooks / "mini_loop.yaml.j2"), "--runbook", str(playbooks / "fix_early.yaml"),
+                    "--out", str(tmp_path / "run"), "--no-report", "--json")
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    asked = {e["id"]: e["tick"] for e in events if e["event"] == "action_requested"}
+    effective = [e for e in events if e["event"] == "action_effective"]
+    assert effective and all(e["asked_tick"] == asked[e["id"]] for e in effective), (asked, effective)
