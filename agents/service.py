@@ -85,8 +85,8 @@ class Service(Agent):
                                    "(reachable, dependencies up, not failed by a fault, some capacity)"),
         "utilisation": ("ratio", "work done / the work it could do this tick (work admitted, without a queue): "
                         "its capacity x tick, or, where service times vary, what this tick's draws allowed (a busy "
-                        "tick reads 1 whatever it did; over many ticks it averages about work done / capacity); with no capacity, "
-                        "1 while work arrives (saturated), else 0"),
+                        "tick reads 1 whatever it did; over many ticks it averages about work done / capacity); "
+                        "with no capacity, 1 while work arrives (saturated), else 0"),
         "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
         "dependency_health": ("ratio", "product of the success ratios of its dependencies"),
         "queue_backlog": ("units", "work waiting in the work queue (0 without a queue)"),

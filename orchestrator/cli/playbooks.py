@@ -74,8 +74,8 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     import sys
 
     from orchestrator.errors import InvalidRunbook
-    from orchestrator.playbook.loader import (load_playbook, load_runbook, never_reached, retried_without_limit_by_default,
-                                              runbook_files, unused_variables)
+    from orchestrator.playbook.loader import (load_playbook, load_runbook, never_reached,
+                                              retried_without_limit_by_default, runbook_files, unused_variables)
 
     pb = load_playbook(file, variables(file, sets, vars_file))
     counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (

@@ -73,8 +73,8 @@ def _retry(doc: str, requests: bool = True) -> Field:
                                   doc="request retries: attempts including the first, after which a perishable request "
                                       "fails for good (durable work is never given up); 0 = unlimited. In "
                                       "connection.reconnect clients never stop reconnecting: a non-zero value only stops "
-                                      "the back-off growing after that many attempts. validate warns where a population of perishable work leaves "
-                                      "it at this default"),
+                                      "the back-off growing after that many attempts. validate warns where a "
+                                      "population of perishable work leaves it at this default"),
         **held_back,
     )
 
