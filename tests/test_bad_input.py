@@ -161,6 +161,8 @@ CASES = [
              "expected max_rate (population clients has none, and durable work needs a dispatch rate)"),
     playbook("population_target_misspelt.yaml.j2",
              "populations[0].target: got 'paymnts'; expected a service (payments, payments-db; did you mean payments?)"),
+    playbook("variable_default_out_of_range.yaml.j2", "devices[0].cpu_per_device: got -10000; expected a number > 0 "
+             "(the default of variable device_cpu, in the file's variables header)"),
     playbook("variable_default_misspelt.yaml.j2", "(variables)", "variables.bridge_devices: got {'defualt': 2, ",
              "expected a mapping with 'default' and 'description' (did you mean default for defualt?)"),
     # runbooks, against the valid playbook

@@ -883,8 +883,39 @@ def load_playbook(ref: str, overrides: dict | None = None) -> Playbook:
     try:
         data = validate_playbook(doc, str(path))
     except InvalidPlaybook as e:
-        raise _naming_overrides(e, overrides or {}) from None
+        raise _naming_defaults(_naming_overrides(e, overrides or {}), tpl, values, doc, set(overrides or {})) from None
     return Playbook(name=data["name"], source=str(path), text=text, data=data, variables=values)
+
+
+def _naming_defaults(e: InvalidPlaybook, tpl: Template, values: dict, doc: dict, overridden: set) -> InvalidPlaybook:
+    """``e`` with each issue whose value is a variable's default saying so, where the field
+    follows that variable: rendered with another value of it, the field changes (else a
+    bad default reads only as its rendered path, ``services[1].cache.zipf: got -1.0``)."""
+    def other(v):
+        return (not v) if isinstance(v, bool) else v + 7 if isinstance(v, (int, float)) else f"{v}_"
+
+    def feeds(name: str, location: str) -> bool:
+        try:
+            moved = load_yaml(render(tpl, {**values, name: other(values[name])}))
+            return _at(moved, location) != _at(doc, location)
+        except (InvalidPlaybook, yaml.YAMLError, KeyError, IndexError, TypeError, ValueError):
+            return False
+
+    def said(i: Issue) -> Issue:
+        if "(variable " in i.expected:  # (an override's, said already)
+            return i
+        names = [k for k, v in values.items() if k not in overridden and type(v) is type(i.value) and v == i.value
+                 and feeds(k, i.location)]
+        return Issue(i.location, i.value, i.expected + f" (the default of variable {names[0]}, in the file's variables "
+                                                       "header)") if names else i
+    return InvalidPlaybook(e.source, e.stage, [said(i) for i in e.issues])
+
+
+def _at(doc, location: str):
+    """The value at an issue's location (``services[1].cache.zipf``) in a parsed document."""
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", location):
+        doc = doc[int(part[1:-1])] if part.startswith("[") else doc[part]
+    return doc
 
 
 def _naming_overrides(e: InvalidPlaybook, overrides: dict) -> InvalidPlaybook:
