@@ -126,12 +126,9 @@ def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[
     shed_from = TurnedAway.shed_from(list(events))
     zero = pd.Series(0.0, index=metrics.index)
     for pop in populations(metrics):
-        shed = pd.Series(False, index=metrics.index)
-        for tick, on in shed_from.get(pop, []):
-            shed[shed.index >= tick] = on
-        counted = pd.Series(pop in by_attempts, index=metrics.index)
-        for change in (by_attempts_from or {}).get(pop, []):
-            counted[counted.index >= change["tick"]] = change["by_attempts"]
+        shed = _stepped(metrics.index, False, shed_from.get(pop, []))
+        counted = _stepped(metrics.index, pop in by_attempts,
+                           [(c["tick"], c["by_attempts"]) for c in (by_attempts_from or {}).get(pop, [])])
         field = lambda f: metrics.get(f"{pop}.{f}", zero)  # noqa: E731
         attempts, requests = failed_and_finished(field, True, shed), failed_and_finished(field, False, shed)
         errors, final = (a.where(counted, r) for a, r in zip(attempts, requests))
@@ -147,6 +144,14 @@ def impact_table(metrics: pd.DataFrame, dt: float, by_attempts=(), events: list[
                      "worst_error_ratio": 0.0 if pd.isna(worst) else float(worst), "by_attempts": pop in by_attempts,
                      "by_attempts_while": _while(counted, metrics) if pop in (by_attempts_from or {}) else None})
     return rows
+
+
+def _stepped(index: pd.Index, first: bool, changes: list[tuple[int, bool]]) -> pd.Series:
+    """A flag per tick of ``index``: ``first``, then each (tick, value) of ``changes`` from its tick on."""
+    flag = pd.Series(first, index=index)
+    for tick, on in changes:
+        flag[flag.index >= tick] = on
+    return flag
 
 
 def _while(mask: pd.Series, metrics: pd.DataFrame) -> str:

@@ -28,19 +28,24 @@ class CountedByAttempts:
         self.work = {p: w for p, (w, _) in populations.items()}
         self.limit = {p: n for p, (_, n) in populations.items()}
 
-    def see(self, e: dict) -> None:
+    def see(self, e: dict) -> bool:
+        """Take a journalled event; whether it changed a population's work or retry limit."""
         if e["event"] != "applied" or e.get("op") not in ("set_work", "set_retry_policy"):
-            return
+            return False
         pop, args = source_of(e["agent"]), e.get("args") or {}
         if pop not in self.work:
-            return
+            return False
         if e["op"] == "set_work":
             self.work[pop] = args["work"]
         elif args.get("max_attempts") is not None:
             self.limit[pop] = int(args["max_attempts"])
+        else:
+            return False
+        return True
 
-    def now(self, population: str) -> bool:
-        return retried_without_limit(self.work[population], self.limit[population])
+    def now(self) -> set[str]:
+        """The populations whose impact counts their attempts now."""
+        return {p for p, w in self.work.items() if retried_without_limit(w, self.limit[p])}
 
 
 def failed_and_finished(field, by_attempts: bool, shed):

@@ -175,7 +175,7 @@ class Scorer:
         self.late_minutes = {p: 0.0 for p in self.impact_w if p in durable}  # (and those made durable later)
         self.counting = CountedByAttempts({p["name"]: (p["work"], p["retry"]["max_attempts"])
                                            for p in data["populations"] if p["name"] in self.impact_w})
-        self.by_attempts = {p for p in self.counting.work if self.counting.now(p)}
+        self.by_attempts = self.counting.now()
         self.by_attempts_ever = set(self.by_attempts)
         self.by_attempts_from: dict[str, list[list]] = {}  # population -> [[tick, by attempts]], once that changed
         self.minute = ImpactMinute(list(self.impact_w), w)
@@ -194,9 +194,10 @@ class Scorer:
     def update(self, tick: int, metrics: dict[str, dict[str, float]], events: list[dict]) -> list[dict]:
         """Feed one tick; returns the milestone events confirmed at this tick."""
         self.last_tick = tick
+        work_changed = False
         for e in events:
             self.turning.see(e)
-            self.counting.see(e)
+            work_changed |= self.counting.see(e)
             if e["event"] in rundir.STARTS_INCIDENT and self.trigger_tick is None:
                 self.trigger_tick = tick
             elif e["event"] == "status_posted" and self.first_update is None and self.trigger_tick is not None:
@@ -226,7 +227,7 @@ class Scorer:
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
         thr = self.sc["backlog"]["threshold"]
-        if events:
+        if work_changed:
             self._follow_work(tick)
         self.minute.add(metrics, {p: self.counting.work[p] == "durable" and self._late(p, metrics, thr)
                                   for p in self.impact}, self.turning.shed, self.by_attempts)
@@ -280,7 +281,7 @@ class Scorer:
         for p, work in self.counting.work.items():
             if work == "durable":
                 self.late_minutes.setdefault(p, 0.0)
-        now = {p for p in self.counting.work if self.counting.now(p)}
+        now = self.counting.now()
         for p in now ^ self.by_attempts:
             self.by_attempts_from.setdefault(p, [[0, p in self.by_attempts]]).append([tick, p in now])
         self.by_attempts = now

@@ -238,16 +238,20 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
     return values
 
 
+def _is_clock(value) -> bool:
+    """Whether ``value`` is a clock time as text (``"09:30"``)."""
+    try:
+        return isinstance(value, str) and parse_clock(value) >= 0
+    except ValueError:
+        return False
+
+
 def _clock_as_typed(default, value):
     """A clock time variable's value (its default a clock time) that YAML 1.1 read as a number
     (``--set flush_at=10:30`` is 630; one read so is at least 60, 1:00), as the clock time typed;
     any other value as it is."""
-    if isinstance(default, str) and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
-        try:
-            parse_clock(default)
-            return format_clock(parse_clock(value))
-        except ValueError:
-            pass
+    if _is_clock(default) and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
+        return format_clock(parse_clock(value))
     return value
 
 
@@ -293,12 +297,8 @@ def _type_wanted(default) -> str:
     """What a value given for something whose default is ``default`` should be."""
     if isinstance(default, bool):
         return f"true or false (the default is {str(default).lower()})"
-    if isinstance(default, str):
-        try:
-            parse_clock(default)
-            return f"a clock time, HH:MM or HH:MM:SS, as the default {default!r} is"
-        except ValueError:
-            pass
+    if _is_clock(default):
+        return f"a clock time, HH:MM or HH:MM:SS, as the default {default!r} is"
     return f"a value of the same type as the default {default!r}"
 
 
@@ -883,14 +883,17 @@ def load_playbook(ref: str, overrides: dict | None = None) -> Playbook:
     try:
         data = validate_playbook(doc, str(path))
     except InvalidPlaybook as e:
-        raise _naming_defaults(_naming_overrides(e, overrides or {}), tpl, values, doc, set(overrides or {})) from None
+        raise _naming_variables(e, overrides or {}, tpl, values, doc) from None
     return Playbook(name=data["name"], source=str(path), text=text, data=data, variables=values)
 
 
-def _naming_defaults(e: InvalidPlaybook, tpl: Template, values: dict, doc: dict, overridden: set) -> InvalidPlaybook:
-    """``e`` with each issue whose value is a variable's default saying so, where the field
-    follows that variable: rendered with another value of it, the field changes (else a
-    bad default reads only as its rendered path, ``services[1].cache.zipf: got -1.0``)."""
+def _naming_variables(e: InvalidPlaybook, overrides: dict, tpl: Template, values: dict, doc: dict) -> InvalidPlaybook:
+    """``e`` with each issue whose value is a variable's saying so. One set for this run: the
+    type check of an override is only against its default's (an integer default takes 2.5,
+    since it may be a factor), so a field that wants an integer is the first to object. A
+    default, where the field follows that variable: rendered with another value of it, the
+    field changes (else a bad default reads only as its rendered path, ``services[1].cache.zipf:
+    got -1.0``)."""
     def other(v):
         return (not v) if isinstance(v, bool) else v + 7 if isinstance(v, (int, float)) else f"{v}_"
 
@@ -901,13 +904,16 @@ def _naming_defaults(e: InvalidPlaybook, tpl: Template, values: dict, doc: dict,
         except (InvalidPlaybook, yaml.YAMLError, KeyError, IndexError, TypeError, ValueError):
             return False
 
+    def same(v, i: Issue) -> bool:
+        return type(v) is type(i.value) and v == i.value
+
     def said(i: Issue) -> Issue:
-        if "(variable " in i.expected:  # (an override's, said already)
-            return i
-        names = [k for k, v in values.items() if k not in overridden and type(v) is type(i.value) and v == i.value
-                 and feeds(k, i.location)]
-        return Issue(i.location, i.value, i.expected + f" (the default of variable {names[0]}, in the file's variables "
-                                                       "header)") if names else i
+        if names := [k for k, v in overrides.items() if same(v, i)]:
+            return Issue(i.location, i.value, i.expected + f" (variable {names[0]} was set to {i.value!r} for this run)")
+        if names := [k for k, v in values.items() if k not in overrides and same(v, i) and feeds(k, i.location)]:
+            return Issue(i.location, i.value,
+                         i.expected + f" (the default of variable {names[0]}, in the file's variables header)")
+        return i
     return InvalidPlaybook(e.source, e.stage, [said(i) for i in e.issues])
 
 
@@ -916,17 +922,6 @@ def _at(doc, location: str):
     for part in re.findall(r"[^.\[\]]+|\[\d+\]", location):
         doc = doc[int(part[1:-1])] if part.startswith("[") else doc[part]
     return doc
-
-
-def _naming_overrides(e: InvalidPlaybook, overrides: dict) -> InvalidPlaybook:
-    """``e`` with each issue whose value is one a variable was set to for this run saying so:
-    the type check of an override is only against its default's (an integer default takes
-    2.5, since it may be a factor), so a field that wants an integer is the first to object."""
-    def said(i: Issue) -> Issue:
-        names = [k for k, v in overrides.items() if type(v) is type(i.value) and v == i.value]
-        return Issue(i.location, i.value, i.expected + f" (variable {names[0]} was set to {i.value!r} for this run)") \
-            if names else i
-    return InvalidPlaybook(e.source, e.stage, [said(i) for i in e.issues])
 
 
 def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
