@@ -113,7 +113,7 @@ def main() -> None:
 def comparison(runbooks: list[str], seeds: int, duration: str | None, out: Path, cache: Path | None,
                time_limit: str | None = None) -> tuple[float, list[str]]:
     """The wall time of ``gameday compare`` run as a user runs it, and its results' rows."""
-    cmd = [sys.executable, "-m", "orchestrator.cli", "compare", PLAYBOOK, "--seeds", str(seeds), "--progress",
+    cmd = [sys.executable, "-m", "orchestrator.cli", "compare", PLAYBOOK, "--seeds", str(seeds), "--fixed", "--progress",
            "--out", str(out)]
     for rb in runbooks:
         cmd += ["--runbook", rb]

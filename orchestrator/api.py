@@ -39,7 +39,8 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
 
 def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), seeds=10, sweep: dict | None = None,
             sets: dict | None = None, duration=None, tick=None, address: str | None = None, parallel: bool = True,
-            progress: bool = False, max_workers: int | None = None, cache: str | None = None, time_limit=None):
+            progress: bool = False, max_workers: int | None = None, cache: str | None = None, time_limit=None,
+            fixed: bool = False, primary: str | None = None, delta=None, alpha: float = 0.05, first_seeds: int = 3):
     """Every (runbook, seed, sweep point) as a whole world in a Ray task (``parallel``;
     on the cluster at ``address``, else a local Ray) or one by one here; returns the
     results as a pandas DataFrame, one row per run (see ``orchestrator.batch.comparison.COLUMNS``).
@@ -52,11 +53,19 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
     (``df.attrs["partial"]`` says how many).
     Ctrl-C once every run of a seed is done raises ``ComparisonInterrupted`` (a
     KeyboardInterrupt, from ``orchestrator.batch.comparison``) whose ``table`` holds
-    seeds 1 to k, as a time limit's."""
+    seeds 1 to k, as a time limit's.
+    Unless ``fixed``, the comparison is a race, as ``gameday compare``'s: ``seeds`` is the
+    most a runbook plays, runbooks shown worse on the ``primary`` outcome leave it, and
+    ``df.attrs["race"]`` holds the decision (``reports.decide``); ``delta`` is the
+    indifference amount (a number, or a duration such as "5m" for a time), ``alpha`` the
+    error rate, ``first_seeds`` the seeds every runbook plays first."""
+    from orchestrator.batch.comparison import Decision
     from orchestrator.batch.comparison import compare as run_comparison
 
     return run_comparison(playbook, list(runbooks), seeds, sweep or {}, sets,
                           parse_duration(duration) if duration is not None else None,
                           parse_duration(tick) if tick is not None else None, address, parallel, progress,
                           max_workers=max_workers, cache=Path(cache) if cache is not None else None,
-                          time_limit=parse_duration(time_limit) if time_limit is not None else None)
+                          time_limit=parse_duration(time_limit) if time_limit is not None else None,
+                          decision=Decision(primary, parse_duration(delta) if isinstance(delta, str) else delta, alpha,
+                                            first_seeds, sequential=not fixed))

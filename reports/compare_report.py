@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import compare_stats as cs
+from . import decide
 from .build import data_uri, environment
 from .timefmt import format_duration, format_minutes, format_minutes_difference
 
@@ -159,9 +160,9 @@ def _turned_away(r: dict) -> str:
     return f", {n:,.0f} turned away per run (mean; attempts refused, requests held back)" if n >= 0.5 else ""
 
 
-def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
+def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str], ranks: bool = True) -> list[str]:
     """The comparison for the command line: each runbook's success rate and times to break
-    the loop, then the pairs (``pair_lines``) and the test used."""
+    the loop, then (``ranks``) the rank tests' pairs (``pair_lines``) and the test used."""
     lines = [f"{_prefix(r, sweep_vars)}{r['runbook']}: {_runs(r['runs'])}, loop broken in "
              f"{r['success_rate']:.0%}{_never_formed(r)}, median {_fmt_s(r['median_break_s'])} (95% CI "
              f"{_fmt_s(r['median_break_ci'][0])} to {_fmt_s(r['median_break_ci'][1])}), p90 "
@@ -170,37 +171,121 @@ def summary_lines(summ: pd.DataFrame, tests: pd.DataFrame, sweep_vars: list[str]
     if len(summ) and (summ["never_formed"] == summ["runs"]).all():
         lines.append("no run formed a loop: the times and tests say nothing about the runbooks (does the "
                      "duration hold the trigger and the storm after it?)")
+    if not ranks:
+        return lines
     lines += pair_lines(tests, sweep_vars)
     return lines + ([f"test: {cs.TEST}"] if len(tests) else [])
+
+
+_MEAN_OF = {"impact": "mean impact", "loop_broken": "mean time to break the loop",
+            "backlog_drained": "mean time to drain the backlog"}
+
+
+def _of_primary(primary: str, mean: float) -> str:
+    return f"{_MEAN_OF[primary]} {decide.unit_text(primary, mean)}"
+
+
+def race_lines(race: dict) -> list[str]:
+    """A sequential comparison's decision in words: per sweep point, which runbook is best
+    on the primary outcome at the stated confidence, or which are still in the race, and
+    what became of each runbook."""
+    primary, alpha = race["primary"], race["alpha"]
+    head = (f"the race: {primary.replace('_', ' ')} (lower is better), {1 - alpha:.0%} confidence, "
+            f"indifference {decide.unit_text(primary, race['delta'])} ({race['delta_from']}); "
+            f"Kim-Nelson sequential selection, {race['first']} seeds first, then one at a time, "
+            f"at most {race['seeds_max']}")
+    lines = [head]
+    for point in race["points"]:
+        where = ", ".join(f"{k}={v}" for k, v in point["point"].items())
+        where = f"{where}: " if where else ""
+        n = point["seeds"]
+        if point["best"] is not None:
+            ties = [s["runbook"] for s in point["status"] if s["state"] == "as good"]
+            also = (f" (as good: {', '.join(ties)}, with the same mean: any of them is within the indifference "
+                    "amount of the best)") if ties else ""
+            lines.append(f"{where}best: {point['best']}, after {n} seed{'s' * (n != 1)}{also}")
+        else:
+            alive = [s["runbook"] for s in point["status"] if s["state"] == "in the race"]
+            why = {"seeds": f"the most seeds allowed, {race['seeds_max']}", "time limit": "the time limit",
+                   "interrupted": "Ctrl-C"}.get(race["ended"], race["ended"])
+            lines.append(f"{where}undecided after {n} seed{'s' * (n != 1)} ({why}): still in the race: "
+                         f"{', '.join(alive)}")
+        for s in point["status"]:
+            state = {"best": "best", "in the race": "in the race",
+                     "as good": f"as good as {s['out_by']}"}.get(s["state"], "")
+            if s["state"] == "out":
+                state = f"out after {s['out_after']} seeds, worse than {s['out_by']}"
+            lines.append(f"  {s['runbook']}: {state}, {_of_primary(primary, s['mean'])} over {s['seeds']} seeds")
+    return lines
+
+
+def _paired(df: pd.DataFrame, sweep_vars: list[str]) -> list[dict]:
+    """Every pair seed by seed, on the comparison's primary outcome and indifference amount
+    (``attrs["decision"]``; a table without them: impact, with an amount of 1)."""
+    how = df.attrs.get("decision") or {"primary": decide.DEFAULT_PRIMARY, "delta": 1.0, "alpha": decide.DEFAULT_ALPHA}
+    return decide.pairs(df, how["primary"], how["delta"], how["alpha"], sweep_vars)
+
+
+def paired_lines(paired: list[dict], sweep_vars: list[str]) -> list[str]:
+    """Every pair, seed by seed, in words (``decide.pair_sentence``)."""
+    return [f"{_prefix(p, sweep_vars)}{p['sentence']}" for p in paired]
+
+
+def paired_table(paired: list[dict]) -> pd.DataFrame:
+    """The paired comparisons as a table (intervals as two columns each)."""
+    rows = []
+    for p in paired:
+        row = {}
+        for k, v in p.items():
+            if isinstance(v, tuple):
+                row[f"{k}_low"], row[f"{k}_high"] = v
+            else:
+                row[k] = v
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 class Comparison(NamedTuple):
     summary: pd.DataFrame  # per runbook (and sweep point): cs.summary
     pairs: pd.DataFrame  # per pair: cs.pairs
     report: Path | None  # compare.html, if written
+    paired: list  # per pair, seed by seed: decide.pairs
+    race: dict | None  # a sequential comparison's race (``df.attrs["race"]``)
 
 
 def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: dict,
                      report: bool = True) -> Comparison:
-    """A comparison's directory: results.csv (a row per run), summary.csv, pairs.csv and,
-    with ``report``, compare.md and compare.html. ``info`` heads the report (playbook, seeds)."""
+    """A comparison's directory: results.csv (a row per run), summary.csv, paired.csv
+    (every pair seed by seed, on ``info["primary"]`` and ``info["delta"]``), pairs.csv (rank
+    tests), race.json (a sequential comparison's decision) and, with ``report``,
+    compare.md and compare.html. ``info`` heads the report (playbook, seeds)."""
+    import json
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "results.csv", index=False)
     summ, tests = cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars)
+    race = df.attrs.get("race")
+    paired = _paired(df, sweep_vars)
     summ.to_csv(out / "summary.csv", index=False)
     tests.to_csv(out / "pairs.csv", index=False)
+    paired_table(paired).to_csv(out / "paired.csv", index=False)
+    if race:
+        (out / "race.json").write_text(json.dumps(race, indent=1, default=str) + "\n", encoding="utf-8")
     written = None
     if report:
-        info = {**info, "horizon": format_duration(df["horizon_s"].max())}
+        info = {**info, "horizon": format_duration(df["horizon_s"].max()),
+                "decision": race_lines(race) if race else [], "paired": paired_lines(paired, sweep_vars)}
         written = write_comparison_report(df, out, sweep_vars, info, (summ, tests))[1]
-    return Comparison(summ, tests, written)
+    return Comparison(summ, tests, written, paired, race)
 
 
 def _intro(n: int, info: dict) -> str:
     """The comparison report's first sentence, in both formats: how many runs, of what."""
     if "partial" in info:  # interrupted, or stopped by a time limit: what the table covers
         what = f" ({info['partial']})"
+    elif "race" in info:
+        what = f" (a race of at most {info['seeds']} seeds per runbook: runbooks out of it played fewer)"
     else:
         what = f" ({info['seeds']} seeds per runbook and sweep point)" if "seeds" in info else ""
     each = f", each {info['horizon']} of simulated time" if "horizon" in info else ""
@@ -217,6 +302,9 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     out = Path(out)
     (out / "charts").mkdir(parents=True, exist_ok=True)
     summ, tests = stats if stats is not None else (cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars))
+    info = dict(info or {})
+    info.setdefault("decision", race_lines(df.attrs["race"]) if "race" in df.attrs else [])
+    info.setdefault("paired", paired_lines(_paired(df, sweep_vars), sweep_vars))
     rows = [{**r, "median": f"{_fmt_s(r['median_break_s'])} ({_fmt_s(r['median_break_ci'][0])} to "
                               f"{_fmt_s(r['median_break_ci'][1])})",
              "p90": f"{_fmt_s(r['p90_break_s'])} ({_fmt_s(r['p90_break_ci'][0])} to {_fmt_s(r['p90_break_ci'][1])})",

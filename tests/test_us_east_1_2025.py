@@ -112,7 +112,8 @@ def test_run_report_and_compare_work_for_the_2025_playbook(tmp_path):
     assert rep.returncode == 0, rep.stderr[-3000:]
     md = (run_dir / "report" / "report.md").read_text()
     assert "us-east-1-2025" in md and "restore_dns" in md
-    cmp = gameday("compare", PB, "-r", "none", "-r", "restore-dns-fast", "--seeds", "2", "--duration", "1h30m",
+    cmp = gameday("compare", PB, "-r", "none", "-r", "restore-dns-fast", "--seeds", "2", "--fixed",
+                  "--duration", "1h30m",
                   "--serial", "--out", str(tmp_path / "cmp"))
     assert cmp.returncode == 0, cmp.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "cmp" / "results.csv")

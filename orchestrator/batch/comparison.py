@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from reports import decide
 from reports.rundir import Score
 from reports.timefmt import format_duration
 from orchestrator.errors import InvalidInput, Issue, NotFound
@@ -255,7 +256,8 @@ def _same_names(names: dict[str, str]) -> list[Issue]:
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
             duration: float | None = None, tick: float | None = None, address: str | None = None,
             parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
-            max_workers: int | None = None, cache: Path | None = None, time_limit: float | None = None) -> pd.DataFrame:
+            max_workers: int | None = None, cache: Path | None = None, time_limit: float | None = None,
+            decision: "Decision | None" = None) -> pd.DataFrame:
     """Run every (runbook, seed, sweep point) and return the results table.
     ``seeds``: a number N (seeds 1..N) or a list. ``parallel``: as Ray tasks (on the
     cluster at ``address``, else a local Ray), or one by one in this process.
@@ -267,7 +269,12 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     table then holds the seeds, in order, up to the first not every run of which was done
     (``attrs["partial"]`` says how many of those planned); runs of later seeds are left out
     of it (kept in the cache, and their directories with ``keep_runs``). One by one, the
-    run under way at the limit finishes first."""
+    run under way at the limit finishes first.
+    ``decision``: None, every seed played; else the primary outcome and indifference
+    amount are resolved (``attrs["decision"]``) and, unless ``decision.sequential`` is
+    False or there is one runbook, the comparison is a race (``_run_race``): ``seeds`` is
+    the most a runbook plays, ``attrs["race"]`` the decision, and a time limit or Ctrl-C
+    keeps the rounds played whole."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     issues = []
@@ -287,6 +294,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     issues += [Issue(f"--set {var}", (sets or {})[var], f"a variable that is not also swept (--sweep {var} gives its "
                      "values, which would override this one)") for var in (sweeps or {}) if var in (sets or {})]
     issues += _sweep_issues(playbook, dict(sweeps or {}))
+    if decision is not None and seeds and len(runbooks) > 1:
+        issues += decision_issues(decision, seeds)
     if time_limit is not None and not time_limit > 0:
         issues.append(Issue("--time-limit", _limit_text(time_limit), "a wall-clock time longer than 0 (e.g. 5m)"))
     if issues:
@@ -298,8 +307,12 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     same = _same_names(names)
     if same:
         raise InvalidInput("gameday compare", "options", same)
+    resolved = resolve_decision(decision, playbook, sets, duration) if decision is not None else None
+    race = _start_race(decision, resolved, runbooks, names, seeds, dict(sweeps or {})) \
+        if decision is not None and decision.sequential and len(runbooks) > 1 else None
     keep = [str(keep_runs / p.label(names[p.runbook])) if keep_runs else None for p in points]
     rows: list[dict | None] = [None] * len(points)
+    from_cache: dict[int, dict] = {}
     store = keys = None
     if cache is not None:
         store = RunCache(cache, COLUMNS)
@@ -307,16 +320,13 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         for i, (p, key) in enumerate(zip(points, keys)):
             row = store.get(key)
             if row is not None:  # the point's own names: the same run may be another runbook file's or sweep's
-                rows[i] = {**row, "runbook": names[p.runbook], "seed": p.seed, **p.sweep}
-    cached = {i for i, r in enumerate(rows) if r is not None}
-    todo = [i for i, r in enumerate(rows) if r is None]
+                from_cache[i] = {**row, "runbook": names[p.runbook], "seed": p.seed, **p.sweep}
     shipped_playbook = portable(playbook)
-    tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep} for i in todo}
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(points), initial=len(cached), unit="run", desc="comparing", disable=None, leave=False)
+        bar = tqdm(total=len(points), unit="run", desc="comparing", disable=None, leave=False)
 
     def done_seeds() -> list[int]:
         return [p.seed for p, row in zip(points, rows) if row is not None]
@@ -326,32 +336,50 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         if store is not None:
             store.put(keys[i], row)
         if bar is not None:
-            if deadline is not None:  # (its time left for all the runs would be past the limit)
+            if deadline is not None and race is None:  # (its time left for all the runs would be past the limit)
                 bar.set_postfix_str(f"{len(leading_whole_seeds(seeds, done_seeds(), per_seed))} seeds done, "
                                     f"{format_duration(max(0.0, deadline - time.monotonic()))} of the limit left",
                                     refresh=False)
             bar.update(1)
 
-    interrupted = stopped = False
-    try:
+    def play(indices: list[int]) -> bool:
+        """Play the runs ``indices`` (those in the cache taken from it); whether the
+        deadline stopped them."""
+        for i in indices:
+            if i in from_cache:
+                rows[i] = from_cache[i]
+                if bar is not None:
+                    bar.update(1)
+        todo = [i for i in indices if rows[i] is None]
+        tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep}
+                 for i in todo}
         if not parallel:
             for i, task in tasks.items():
                 if past(deadline):
-                    stopped = True
-                    break
+                    return True
                 played(i, run_point(shipped_playbook, task, sets, duration, tick, keep[i]))
+            return False
+        if tasks and not kernels_loaded:
+            load_kernels(plan)  # (once here, not in every Ray worker at once)
+            kernels_loaded.append(True)
+        return _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers, deadline)
+
+    kernels_loaded: list = []
+    interrupted = stopped = False
+    try:
+        if race is None:
+            stopped = play(list(range(len(points))))
         else:
-            if tasks:
-                load_kernels(plan)  # (once here, not in every Ray worker at once)
-            stopped = _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers,
-                                  deadline)
+            stopped = _run_race(race, points, rows, play, names, bar)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         if bar is not None:
             bar.close()
     partial = None
-    if stopped or interrupted:  # the first whole seeds only
+    if race is not None:
+        partial = _race_cut(race, points, rows, seeds, interrupted, stopped, time_limit)
+    elif stopped or interrupted:  # the first whole seeds only
         kept = set(leading_whole_seeds(seeds, done_seeds(), per_seed))
         played_runs = sum(r is not None for r in rows)
         if not kept and interrupted:
@@ -371,13 +399,161 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             n = len(left_out)
             partial += f"; left out: {n} {'run' if n == 1 else 'runs'} from the first seed not finished on"
     done = [r for r in rows if r is not None]  # (all of them unless interrupted or stopped)
+    if not done and interrupted:
+        raise KeyboardInterrupt
+    if not done:
+        raise InvalidInput("gameday compare", "options", [Issue(
+            "--time-limit", _limit_text(time_limit),
+            f"time for the race's first stage ({sum(len(r.names) for r in race.races.values()) * decision.first} "
+            f"runs{', those done kept in the cache' if cache is not None else ''})")])
     df = table(done, list(dict(sweeps or {})))
-    df.attrs["reused"] = sum(rows[i] is not None for i in cached)
+    df.attrs["reused"] = sum(rows[i] is not None for i in from_cache)
+    df.attrs["planned"] = len(points)
+    if resolved is not None:
+        df.attrs["decision"] = resolved
+    if race is not None:
+        df.attrs["race"] = race.record()
     if partial:
         df.attrs["partial"] = partial
     if interrupted:
         raise ComparisonInterrupted(df, partial)
     return df
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How a sequential comparison decides (``reports.decide``): its primary outcome and
+    indifference amount (None: the playbook's ``scoring.primary`` / ``indifference``, else
+    impact and ``DEFAULT_DELTA_SHARE`` of the primary's scale), its error rate and the
+    seeds of its first stage."""
+
+    primary: str | None = None
+    delta: float | None = None
+    alpha: float = decide.DEFAULT_ALPHA
+    first: int = decide.DEFAULT_FIRST
+    sequential: bool = True  # False: every seed played (--fixed)
+
+
+def decision_issues(decision: Decision, seeds: list[int]) -> list[Issue]:
+    issues = []
+    if decision.primary is not None and decision.primary not in decide.PRIMARY:
+        issues.append(Issue("--primary", decision.primary, f"one of {', '.join(decide.PRIMARY)}"))
+    if decision.delta is not None and not decision.delta > 0:
+        issues.append(Issue("--delta", decision.delta, "an amount > 0 in the primary outcome's unit"))
+    if not 0 < decision.alpha <= 0.5:
+        issues.append(Issue("--alpha", decision.alpha, "an error rate > 0 and <= 0.5 (0.05: 95% confidence)"))
+    if decision.first < 2:
+        issues.append(Issue("--first-seeds", decision.first, "at least 2 seeds (a variance needs two)"))
+    elif decision.sequential and len(seeds) < decision.first:
+        issues.append(Issue("--seeds", len(seeds), f"at least the first stage's {decision.first} seeds "
+                                                   "(--first-seeds), or --fixed"))
+    return issues
+
+
+class RaceBook:
+    """The races of a sequential comparison, one per sweep point, and how they were set:
+    the primary outcome, the indifference amount and where it came from."""
+
+    def __init__(self, races: dict[tuple, decide.Race], primary: str, delta: float, delta_from: str,
+                 seeds: list[int], sweep_vars: list[str]):
+        self.races, self.primary, self.delta, self.delta_from = races, primary, delta, delta_from
+        self.seeds, self.sweep_vars = seeds, sweep_vars
+        self.rounds = 0  # whole rounds played
+        self.ended = ""
+
+    @property
+    def decided(self) -> bool:
+        return all(r.decided for r in self.races.values())
+
+    def record(self) -> dict:
+        """What the comparison's tables and report say of the race (``reports.decide``)."""
+        first = next(iter(self.races.values()))
+        return {"primary": self.primary, "delta": self.delta, "delta_from": self.delta_from, "alpha": first.alpha,
+                "first": first.first, "seeds_max": len(self.seeds), "ended": self.ended, "sweep_vars": self.sweep_vars,
+                "points": [{"point": dict(zip(self.sweep_vars, key)), "seeds": r.seeds, "ended": r.ended,
+                            "best": r.best, "status": r.status()} for key, r in self.races.items()]}
+
+
+def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict:
+    """The primary outcome, indifference amount (and where it came from) and error rate a
+    comparison decides with: the options', else the playbook's ``scoring``, else the defaults."""
+    from orchestrator.playbook.loader import load_playbook
+
+    pb = load_playbook(playbook, sets)  # (loaded by check_points already: no error here)
+    scoring = pb.data["scoring"]
+    primary = decision.primary or scoring.get("primary", decide.DEFAULT_PRIMARY)
+    if primary == "backlog_drained" and not scoring.get("backlog"):
+        raise InvalidInput("gameday compare", "options", [Issue(
+            "--primary" if decision.primary else "scoring.primary", primary,
+            "an outcome the playbook scores: it declares no scoring.backlog")])
+    if decision.delta is not None:
+        delta, delta_from = float(decision.delta), "--delta"
+    elif scoring.get("indifference") is not None and primary == scoring.get("primary", decide.DEFAULT_PRIMARY):
+        delta, delta_from = float(scoring["indifference"]), "the playbook's scoring.indifference"
+    else:
+        top = decide.scale(primary, scoring.get("impact", {}), float(duration or pb.data["clock"]["duration"]))
+        delta = decide.DEFAULT_DELTA_SHARE * top if top > 0 else 1.0
+        delta_from = (f"{decide.DEFAULT_DELTA_SHARE:.0%} of the most a run can score, "
+                      f"{decide.unit_text(primary, top)}" if top > 0 else "no impact weights: 1")
+    return {"primary": primary, "delta": delta, "delta_from": delta_from, "alpha": decision.alpha,
+            "sequential": decision.sequential}
+
+
+def _start_race(decision: Decision, resolved: dict, runbooks: list[str], names: dict, seeds: list[int],
+                sweeps: dict) -> RaceBook:
+    grid = [tuple(combo) for combo in itertools.product(*sweeps.values())] or [()]
+    books = [names[rb] for rb in runbooks]
+    races = {key: decide.Race(books, decision.alpha, resolved["delta"], decision.first) for key in grid}
+    return RaceBook(races, resolved["primary"], resolved["delta"], resolved["delta_from"], seeds, list(sweeps))
+
+
+def _run_race(book: RaceBook, points: list[Point], rows: list, play, names: dict, bar) -> bool:
+    """Play the race round by round: the first stage's seeds, then one seed at a time, each
+    round only the runbooks still in its sweep point's race; after each, every race takes
+    its seeds' outcomes. Stops when every race is decided or the seeds run out; returns
+    whether the deadline stopped it (then the round under way is not counted)."""
+    first = next(iter(book.races.values())).first
+    index = {(p.seed, tuple(p.sweep.values()), names[p.runbook]): i for i, p in enumerate(points)}
+    rounds = [book.seeds[:first]] + [[s] for s in book.seeds[first:]]
+    for seeds in rounds:
+        if book.decided:
+            break
+        todo = [index[(s, key, rb)] for s in seeds for key, race in book.races.items() if not race.decided
+                for rb in race.alive]
+        if bar is not None:
+            alive = sorted({rb for race in book.races.values() for rb in race.alive}, key=list(names.values()).index)
+            bar.set_postfix_str(f"in the race: {', '.join(alive)}", refresh=False)
+        if play(todo):
+            for i in todo:  # (a round counts whole or not at all)
+                rows[i] = None
+            book.ended = "time limit"
+            return True
+        for s in seeds:
+            for key, race in book.races.items():
+                if not race.decided:
+                    values = {rb: decide.outcome(pd.DataFrame([rows[index[(s, key, rb)]]]), book.primary)[0]
+                              for rb in race.alive}
+                    race.add(values)
+        book.rounds += 1
+    book.ended = "decided" if book.decided else "seeds"
+    return False
+
+
+def _race_cut(book: RaceBook, points: list[Point], rows: list, seeds: list[int], interrupted: bool, stopped: bool,
+              time_limit) -> str | None:
+    """After a race: drop the runs of a round not played whole (Ctrl-C), and say what a
+    race cut short covers."""
+    if not (interrupted or stopped):
+        return None
+    played_seeds = max((r.seeds for r in book.races.values()), default=0)
+    kept = set(seeds[:played_seeds])
+    for i, p in enumerate(points):
+        if rows[i] is not None and p.seed not in kept:
+            rows[i] = None
+    if interrupted:
+        book.ended = "interrupted"
+    why = "interrupted" if interrupted else f"time limit {_limit_text(time_limit)}"
+    return f"{why}: the race stopped after {played_seeds} of at most {len(seeds)} seeds, undecided"
 
 
 def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, played, address, max_workers,

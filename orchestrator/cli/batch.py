@@ -8,16 +8,43 @@ import click
 
 from orchestrator.engine.journal import check_out_dir
 
-from .options import (address_option, cache_option, duration_option, out_dir, out_option, playbook_argument,
+from .options import (address_option, duration_value, cache_option, duration_option, out_dir, out_option, playbook_argument,
                       progress_option, serial_option, stem, tick_option, time_limit_option, variable_options, variables)
 from .root import interrupt_deferred, main
+from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DEFAULT_PRIMARY, PRIMARY
+
+
+def amount_value(ctx, param, value):
+    """--delta: a number, or a duration (5m) read as seconds."""
+    if value is None:
+        return None
+    try:
+        amount = float(value)
+    except ValueError:
+        return duration_value(ctx, param, value)
+    if not amount > 0 or amount == float("inf"):
+        raise click.BadParameter(f"{value!r} is not an amount > 0 (impact: a number; times: 5m or seconds)")
+    return amount
 
 
 @main.command("compare")
 @playbook_argument
 @click.option("--runbook", "-r", "runbooks", multiple=True, required=True,
               help="A runbook to compare (repeatable): a built-in name or a YAML file.")
-@click.option("--seeds", type=click.IntRange(min=1), default=10, show_default=True, help="Seeds 1..N for every runbook.")
+@click.option("--seeds", type=click.IntRange(min=1), default=20, show_default=True,
+              help="The most seeds (1..N) a runbook plays; with --fixed, every runbook plays them all.")
+@click.option("--fixed", is_flag=True, help="Play every seed of every runbook (no sequential decision).")
+@click.option("--primary", type=click.Choice(tuple(PRIMARY)), default=None,
+              help=f"The outcome that ranks the runbooks [default: the playbook's scoring.primary, else "
+                   f"{DEFAULT_PRIMARY}].")
+@click.option("--delta", callback=amount_value, metavar="AMOUNT", default=None,
+              help="The indifference amount: the smallest difference in the primary outcome worth telling apart "
+                   "(impact: a number; times: 5m or seconds) [default: the playbook's scoring.indifference, else "
+                   f"{DEFAULT_DELTA_SHARE:.0%} of the most a run can score].")
+@click.option("--alpha", type=click.FloatRange(0, 0.5, min_open=True), default=DEFAULT_ALPHA, show_default=True,
+              help="The error rate: the best is named with probability at least 1 - alpha.")
+@click.option("--first-seeds", "first", type=click.IntRange(min=2), default=DEFAULT_FIRST, show_default=True,
+              help="Seeds every runbook plays before any is put out of the race.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="VAR=V1,V2,...",
               help="A playbook variable and its values (repeatable; every combination is a sweep point).")
 @variable_options()
@@ -34,21 +61,24 @@ from .root import interrupt_deferred, main
 @out_option("runs/compare-<playbook>-<time>", "Directory for the results")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
 @progress_option
-def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration, tick, address, workers, serial,
-                    keep_runs, cache, time_limit, out, report, progress):
-    """Compare runbooks over seeds (and sweeps of playbook variables).
+def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, first, sweeps, sets, vars_file, duration,
+                    tick, address, workers, serial, keep_runs, cache, time_limit, out, report, progress):
+    """Name the best runbook (and sweeps of playbook variables), and how sure that is.
 
-    Every (runbook, seed, sweep point) is a whole world run in a Ray task. Writes
-    results.csv (one row per run), summary.csv (per runbook: success rate, median and
-    p90 time to break the loop with bootstrap 95% CIs, impact), pairs.csv (each pair's
-    effect sizes with 95% CIs, Fisher's exact test on success rates and Mann-Whitney U
-    on times to break, Holm-corrected, and whether the seeds could show a difference at
-    all) and the comparison report, and prints the summary and the verdicts. Runs start
-    seed by seed; Ctrl-C writes all of them for seeds 1 to k, up to the first seed not
-    every run of which was done, and exits 130; --time-limit does the same and exits 0.
+    Every (runbook, seed, sweep point) is a whole world run in a Ray task; runs of one
+    seed share their random streams, so runbooks are compared seed by seed. By default
+    the comparison is a race (Kim and Nelson's sequential selection): every runbook plays
+    --first-seeds seeds, then seed by seed the runbooks shown worse than another on the
+    primary outcome leave the race, until one is left (the best, at 1 - alpha whenever it
+    beats the others by at least --delta) or --seeds are played. Writes race.json (the
+    decision), paired.csv (each pair's per-seed differences with CIs on impact and the
+    times to break the loop and drain the backlog, censored at the horizon, and what
+    undecided pairs could show), results.csv (one row per run), summary.csv (per
+    runbook), pairs.csv (rank tests) and the report, and prints the decision. Ctrl-C
+    keeps the rounds played whole and exits 130; --time-limit does the same and exits 0.
     """
-    from reports.compare_report import summary_lines, write_comparison
-    from orchestrator.batch.comparison import ComparisonInterrupted, compare, parse_sweeps
+    from reports.compare_report import paired_lines, race_lines, summary_lines, write_comparison
+    from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare, parse_sweeps
 
     sweep = parse_sweeps(list(sweeps))
     values = variables(playbook, sets, vars_file)
@@ -58,20 +88,25 @@ def compare_command(playbook, runbooks, seeds, sweeps, sets, vars_file, duration
     try:
         df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
                      progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
-                     cache=Path(cache) if cache else None, time_limit=time_limit)
+                     cache=Path(cache) if cache else None, time_limit=time_limit,
+                     decision=Decision(primary, delta, alpha, first, sequential=not fixed))
     except ComparisonInterrupted as e:  # what was played is not lost: the tables and the report cover it
         df, interrupted = e.table, e
     from orchestrator.playbook.loader import load_playbook
 
     name = load_playbook(playbook, values).name  # (checked by compare already)
     info = {"playbook": name, "seeds": seeds}
+    if "race" in df.attrs:
+        info["race"] = True
     if "partial" in df.attrs:  # interrupted, or stopped by the time limit
         info["partial"] = df.attrs["partial"]
     with interrupt_deferred():  # (Ctrl-C again while the tables are written: once they are)
         written = write_comparison(df, out, list(sweep), info, report=report)
     if cache:
         click.echo(_from_cache(df, cache))
-    for line in summary_lines(written.summary, written.pairs, list(sweep)):
+    for line in summary_lines(written.summary, written.pairs, list(sweep), ranks=False):
+        click.echo(line)
+    for line in (race_lines(written.race) if written.race else []) + paired_lines(written.paired, list(sweep)):
         click.echo(line)
     if written.report is not None:
         click.echo(f"report: {written.report}")

@@ -14,6 +14,7 @@ from agents.population import MODES, WORKS
 from agents.retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON
 
 from orchestrator.playbook.schema import Field, L, M, names, non_negative, positive, ratio
+from reports.decide import DEFAULT_DELTA_SHARE, DEFAULT_PRIMARY, PRIMARY
 
 
 def _names(doc: str, item: str, example: list, **kw) -> Field:
@@ -563,7 +564,18 @@ PLAYBOOK = M(
                                "count as failed, wanted and never served, while a trigger or fault lowering the rate "
                                "models demand falling and costs nothing), and for durable work each tick in which its backlog "
                                "is above steady state (backlog.threshold seconds of its arrivals) counts whole; a "
-                               "population left out does not count")),
+                               "population left out does not count"),
+              primary=Field("str", choices=tuple(PRIMARY), default=DEFAULT_PRIMARY, example="loop_broken",
+                            doc="the outcome `gameday compare` ranks runbooks by, lower being better: "
+                                + "; ".join(f"{k}, {v}" for k, v in PRIMARY.items())),
+              indifference=positive(unit="the primary outcome's: weighted error-minutes for impact, seconds for times",
+                                    example=120,
+                                    doc="the smallest difference in the primary outcome worth telling apart: a "
+                                        "comparison selects the best runbook at its confidence whenever the best "
+                                        "beats the others by at least this much, and takes runbooks closer than "
+                                        "this as equally good (default: "
+                                        f"{DEFAULT_DELTA_SHARE:.0%} of the most a run can score: for impact the "
+                                        "weights' sum x the run's minutes, for a time the run's duration)")),
     par=Field("dict", default=dict, values=Field("clock", doc="when the historical response reached that measure"),
               example={"trigger": "07:30", "loop_broken": "13:34", "move_dns_off_bridge": "09:28"},
               doc="the historical response's times, as clock times: by measure (trigger, first_customer_update, "
