@@ -61,6 +61,18 @@ def compiling() -> bool:
     return _numba is not False
 
 
+def why_not_compiled() -> str | None:
+    """Why kernels run as Python (None where they run compiled): a run is then several
+    times slower, and nothing else would say so."""
+    if os.environ.get("GAMEDAY_NO_JIT"):
+        return "GAMEDAY_NO_JIT is set"
+    if _draws._lib is None:
+        return _draws.unavailable
+    if not compiling():
+        return "numba is not installed (pip install numba)"
+    return None
+
+
 def forget_stale_kernels(here: Path) -> None:
     """Remove the kernels cached in ``here/__pycache__`` if ``compiled.py`` or ``draws.py``
     in ``here`` changed since they were cached (numba only checks each kernel's own file).

@@ -56,22 +56,27 @@ def generator_library() -> str:
 
 
 def _load():
-    """(ffi, numpy's distributions library), or (None, None) where they cannot be had."""
+    """(ffi, numpy's distributions library, None), or (None, None, why not) where they
+    cannot be had."""
     try:
         from cffi import FFI
-
+    except ImportError:
+        return None, None, "cffi is not installed (pip install cffi)"
+    name = ""
+    try:
         ffi = FFI()
         ffi.cdef(_C_DECLARATIONS)
         lib = ffi.dlopen(generator_library())
         for name in ("random_binomial", "random_poisson", "random_hypergeometric", "random_multinomial",
                      "random_multivariate_hypergeometric_marginals"):
             getattr(lib, name)
-        return ffi, lib
-    except Exception:  # no cffi, or a numpy built without these exports: the Generator methods do it
-        return None, None
+        return ffi, lib, None
+    except Exception as e:  # a numpy built without these exports: the Generator methods do it
+        what = f"does not export {name}" if name else f"could not be opened ({type(e).__name__}: {e})"
+        return None, None, f"numpy {np.__version__}'s random library {what}"
 
 
-_ffi, _lib = _load()
+_ffi, _lib, unavailable = _load()  # unavailable: why the C functions cannot be called, or None
 
 
 def _check_p(p: float) -> None:

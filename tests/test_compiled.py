@@ -261,3 +261,33 @@ def test_results_with_only_successes_settle_alike_without_the_kernel(name, tmp_p
     quick = digest(play(name, tmp_path / "quick").dir)
     monkeypatch.setattr(population.Population, "_only_successes", lambda self, *counts: False)
     assert digest(play(name, tmp_path / "kernel").dir) == quick
+
+
+def test_a_run_says_once_why_kernels_are_not_compiled(tmp_path):
+    """Another machine's 12-hour run took three times as long with nothing saying why
+    (issue 40: no cffi there). Without cffi, or with GAMEDAY_NO_JIT, `gameday run` says so
+    on stderr, once; here, with both, it says nothing."""
+    block_cffi = ("import sys, importlib.abc\n"
+                  "class NoCffi(importlib.abc.MetaPathFinder):\n"
+                  "    def find_spec(self, name, path, target=None):\n"
+                  "        if name == 'cffi' or name.startswith('cffi.'):\n"
+                  "            raise ImportError('no cffi here')\n"
+                  "sys.meta_path.insert(0, NoCffi())\n"
+                  "from orchestrator.cli import main\n"
+                  "main()\n")
+    args = ["run", "--duration", "1m", "--runbook", "none", "--hosting", "inprocess", "--no-report",
+            "--no-attribution", "--no-progress"]
+    env = {k: v for k, v in os.environ.items() if k != "GAMEDAY_NO_JIT"}
+    said = {}
+    for name, cmd, extra in (("no cffi", [sys.executable, "-c", block_cffi], {}),
+                             ("no jit", [sys.executable, "-m", "orchestrator.cli"], {"GAMEDAY_NO_JIT": "1"}),
+                             ("compiled", [sys.executable, "-m", "orchestrator.cli"], {})):
+        proc = subprocess.run([*cmd, *args, "--out", str(tmp_path / name.replace(" ", "_"))], capture_output=True,
+                              text=True, timeout=300, env={**env, **extra}, cwd=HERE.parent)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        said[name] = [line for line in proc.stderr.splitlines() if "compiled kernels" in line]
+    assert said["no cffi"] == ["note: compiled kernels are not in use (cffi is not installed (pip install cffi)): "
+                               "runs are several times slower"]
+    assert said["no jit"] == ["note: compiled kernels are not in use (GAMEDAY_NO_JIT is set): runs are several times "
+                              "slower"]
+    assert said["compiled"] == []

@@ -8,7 +8,7 @@ import click
 
 from orchestrator.engine.journal import check_out_dir
 
-from .options import (address_option, duration_value, cache_option, duration_option, out_dir, out_option, playbook_argument,
+from .options import (address_option, duration_value, say_if_not_compiled, cache_option, duration_option, out_dir, out_option, playbook_argument,
                       progress_option, serial_option, stem, tick_option, time_limit_option, variable_options, variables)
 from .root import interrupt_deferred, main
 from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DEFAULT_PRIMARY, PRIMARY
@@ -84,6 +84,7 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     values = variables(playbook, sets, vars_file)
     out = out_dir(out, f"runs/compare-{stem(playbook)}")
     check_out_dir(out)
+    say_if_not_compiled()
     interrupted = None
     try:
         df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
@@ -150,6 +151,7 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, vars_file, duration, 
     xa, ya = axis(x, "--x"), axis(y, "--y")
     out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
     check_out_dir(out)
+    say_if_not_compiled()
     interrupted = None
     try:
         cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets, vars_file), duration,

@@ -16,7 +16,8 @@ from orchestrator.runs import attribution as counterfactual
 from orchestrator.runs.runner import RunSpec, execute
 
 from .options import (beside, duration_option, hosting_options, out_dir, out_option, playbook_argument,
-                      progress_option, seed_option, speed_value, stem, tick_option, variable_options, variables)
+                      progress_option, say_if_not_compiled, seed_option, speed_value, stem, tick_option, variable_options,
+                      variables)
 from .root import main
 
 
@@ -61,6 +62,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=variables(playbook, sets, vars_file),
                    duration=duration, tick=tick, shards=shards)
     out = out_dir(out, f"runs/{stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
+    say_if_not_compiled()
     try:
         data = execute(spec, Path(out), progress=progress,
                        hosting=HostingOptions(hosting, placement, address, snapshot_every), speed=speed,

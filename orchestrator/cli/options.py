@@ -149,3 +149,13 @@ def variables(playbook: str, sets: tuple, vars_file: str | None = None) -> dict:
     tpl = read_template(find_playbook(playbook))
     resolve_variables(tpl, values, tpl.source, where)
     return values
+
+
+def say_if_not_compiled() -> None:
+    """Before a command plays worlds: why the compiled kernels are not in use, if they are
+    not (a run is then several times slower, and nothing else would say why)."""
+    from agents.compiled import why_not_compiled
+
+    why = why_not_compiled()
+    if why:
+        click.echo(f"note: compiled kernels are not in use ({why}): runs are several times slower", err=True)
