@@ -219,6 +219,19 @@ def race_lines(race: dict) -> list[str]:
     return lines
 
 
+def robustness_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
+    """Where the seeds' worlds were drawn (``--vary``): how often the best runbook is best
+    across them, and which variable its lead depends on most."""
+    drawn = df.attrs.get("drawn")
+    if not drawn:
+        return []
+    how = df.attrs.get("decision") or {"primary": decide.DEFAULT_PRIMARY}
+    race = df.attrs.get("race")
+    best = {tuple(p["point"].values()): p["best"] for p in race["points"] if p["best"]} if race else None
+    return [f"{_prefix(r, sweep_vars)}{decide.robustness_sentence(r, drawn)}"
+            for r in decide.robustness(df, how["primary"], drawn, sweep_vars, best)]
+
+
 def _paired(df: pd.DataFrame, sweep_vars: list[str]) -> list[dict]:
     """Every pair seed by seed, on the comparison's primary outcome and indifference amount
     (``attrs["decision"]``; a table without them: impact, with an amount of 1)."""
@@ -275,7 +288,8 @@ def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: d
     written = None
     if report:
         info = {**info, "horizon": format_duration(df["horizon_s"].max()),
-                "decision": race_lines(race) if race else [], "paired": paired_lines(paired, sweep_vars)}
+                "decision": (race_lines(race) if race else []) + robustness_lines(df, sweep_vars),
+                "paired": paired_lines(paired, sweep_vars)}
         written = write_comparison_report(df, out, sweep_vars, info, (summ, tests))[1]
     return Comparison(summ, tests, written, paired, race)
 
@@ -303,7 +317,8 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     (out / "charts").mkdir(parents=True, exist_ok=True)
     summ, tests = stats if stats is not None else (cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars))
     info = dict(info or {})
-    info.setdefault("decision", race_lines(df.attrs["race"]) if "race" in df.attrs else [])
+    info.setdefault("decision", (race_lines(df.attrs["race"]) if "race" in df.attrs else [])
+                    + robustness_lines(df, sweep_vars))
     info.setdefault("paired", paired_lines(_paired(df, sweep_vars), sweep_vars))
     rows = [{**r, "median": f"{_fmt_s(r['median_break_s'])} ({_fmt_s(r['median_break_ci'][0])} to "
                               f"{_fmt_s(r['median_break_ci'][1])})",

@@ -393,3 +393,57 @@ def pairs(df: pd.DataFrame, primary: str, delta: float, alpha: float = DEFAULT_A
                 out.append({**dict(zip(keys, key)),
                             **pair(a, b, g[g["runbook"] == a], g[g["runbook"] == b], primary, delta, alpha)})
     return out
+
+
+# -- the worlds a team is unsure of ------------------------------------------------------------
+
+def robustness(df: pd.DataFrame, primary: str, drawn: dict, sweep_vars: list[str] | None = None,
+               best: dict | None = None) -> list[dict]:
+    """Where each seed's world was drawn from plausible ranges (``drawn``: variable ->
+    [low, high]): per sweep point, on the seeds every runbook played, how often the best
+    runbook (``best``: sweep point key -> the race's; else the lowest mean) was best, which
+    runbook was best on the others, and the rank correlation (Spearman) of each variable
+    with the best one's lead on each seed (the next runbook's outcome less its own), the
+    strongest named: what the verdict depends on most."""
+    from scipy.stats import spearmanr
+
+    keys = list(sweep_vars or [])
+    groups = df.groupby(keys, sort=False) if keys else [((), df)]
+    out = []
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        names = list(dict.fromkeys(g["runbook"]))
+        if len(names) < 2:
+            continue
+        values = g.assign(_y=outcome(g, primary)).pivot(index="seed", columns="runbook", values="_y")[names]
+        values = values.dropna()
+        worlds = g.drop_duplicates("seed").set_index("seed").loc[values.index, list(drawn)]
+        top = (best or {}).get(key) or values.mean().idxmin()
+        winners = values.idxmin(axis=1)
+        lead = values.drop(columns=[top]).min(axis=1) - values[top]
+        rhos = {}
+        for var in drawn:
+            x = worlds[var].to_numpy(dtype=float)
+            if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(lead.to_numpy()) > 0:
+                rhos[var] = float(spearmanr(x, lead.to_numpy()).statistic)
+        strongest = max(rhos, key=lambda v: abs(rhos[v])) if rhos else None
+        out.append({**dict(zip(keys, key)), "best": top, "seeds": len(values),
+                    "best_on": int((winners == top).sum()), "winners": winners.value_counts().to_dict(),
+                    "rho": rhos, "depends_on": strongest})
+    return out
+
+
+def robustness_sentence(rec: dict, drawn: dict) -> str:
+    """One sweep point's robustness in words."""
+    ranges = "; ".join(f"{v} {lo:,g} to {hi:,g}" for v, (lo, hi) in drawn.items())
+    n, top = rec["seeds"], rec["best"]
+    others = ", ".join(f"{rb} on {k}" for rb, k in rec["winners"].items() if rb != top)
+    text = (f"across the worlds drawn ({ranges}), on the {n} seed{'s' * (n != 1)} every runbook played: {top} is "
+            f"best on {rec['best_on']} of {n}{f' ({others})' if others else ''}")
+    var = rec["depends_on"]
+    if var is None:
+        return text + "; no variable moves its lead (too few seeds, or the lead does not vary)"
+    rho = rec["rho"][var]
+    way = "larger" if rho > 0 else "smaller"
+    return (f"{text}; its lead depends most on {var} (Spearman {rho:+.2f} over {n} seeds: the higher {var}, the "
+            f"{way} its lead)")

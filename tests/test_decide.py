@@ -227,3 +227,62 @@ def test_the_command_decides_writes_the_race_and_refuses_a_race_it_cannot_run(tm
                              text=True, timeout=120)
         assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
         assert not (tmp_path / "bad").exists()
+
+
+# -- worlds the team is unsure of ----------------------------------------------------------------
+
+def test_each_seeds_world_is_drawn_evenly_from_the_ranges_and_does_not_depend_on_the_seed_count():
+    from orchestrator.batch.comparison import draw_worlds
+
+    ranges = {"clients": (1000.0, 3000.0), "share": (0.1, 0.4)}
+    worlds = draw_worlds(ranges, {"clients"}, list(range(1, 17)))
+    assert draw_worlds(ranges, {"clients"}, [5, 9]) == {5: worlds[5], 9: worlds[9]}
+    clients = [w["clients"] for w in worlds.values()]
+    shares = [w["share"] for w in worlds.values()]
+    assert all(isinstance(c, int) and 1000 <= c <= 3000 for c in clients)
+    assert all(isinstance(s, float) and 0.1 <= s <= 0.4 for s in shares)
+    # space-filling: each quarter of each range holds 4 of the 16 worlds, give or take one
+    for values, (lo, hi) in ((clients, ranges["clients"]), (shares, ranges["share"])):
+        quarters = np.histogram(values, bins=4, range=(lo, hi))[0]
+        assert quarters.min() >= 3 and quarters.max() <= 5, quarters
+
+
+def test_a_comparison_over_uncertain_variables_says_how_often_the_best_is_best(tmp_path):
+    out = tmp_path / "vary"
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
+                           "--vary", "all", "--seeds", "6", "--fixed", "--serial", "--no-progress", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_csv(out / "results.csv")
+    assert list(df.columns[:4]) == ["runbook", "seed", "clients", "device_cpu"]
+    assert (df.groupby("seed")[["clients", "device_cpu"]].nunique() == 1).all().all()  # one world per seed
+    assert df["clients"].between(1000, 3000).all() and df["device_cpu"].between(3500, 6000).all()
+    assert df["clients"].nunique() == 6
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("across the worlds drawn"))
+    assert "(clients 1,000 to 3,000; device_cpu 3,500 to 6,000), on the 6 seeds every runbook played:" in line
+    wide = df.pivot(index="seed", columns="runbook", values="impact")
+    wins = int((wide["fix-early"] < wide["none"]).sum())
+    assert f"fix-early is best on {wins} of 6" in line and "its lead depends most on" in line
+    for args, words in ((["--vary", "rate"], "--vary: got 'rate'; expected a variable that declares a range"),
+                        (["--vary", "clients", "--sweep", "clients=1000,2000"], "a variable not also swept")):
+        bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
+                              *args, "--serial", "--out", str(tmp_path / "bad")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_a_range_is_checked_with_the_variables(tmp_path):
+    from orchestrator.errors import InvalidPlaybook
+    from orchestrator.playbook.loader import load_playbook
+
+    text = Path(MINI).read_text()
+    for bad, words in (("range: [1000, 3000]", None), ("range: [3000, 1000]", "two numbers, low < high"),
+                       ("range: [1000]", "two numbers, low < high"), ("range: [a, 3000]", "two numbers")):
+        path = tmp_path / "pb.yaml.j2"
+        path.write_text(text.replace("range: [1000, 3000]", bad))
+        if words is None:
+            load_playbook(str(path), {})
+            continue
+        with pytest.raises(InvalidPlaybook) as e:
+            load_playbook(str(path), {})
+        assert "variables.clients.range" in str(e.value) and words in str(e.value)

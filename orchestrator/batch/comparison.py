@@ -49,6 +49,11 @@ class Point:
     runbook: str
     seed: int
     sweep: dict = field(default_factory=dict)
+    drawn: dict = field(default_factory=dict)  # the variables drawn for its seed (``--vary``)
+
+    def variables(self) -> dict:
+        """The playbook variables it sets: its sweep point's and its seed's draws."""
+        return {**self.sweep, **self.drawn}
 
     def label(self, name: str) -> str:
         """The name of its run directory, ``name`` being its runbook's (any text: what a
@@ -96,12 +101,69 @@ def _sweep_issues(playbook: str, sweeps: dict[str, list]) -> list[Issue]:
     return list(issues.values())
 
 
-def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list]) -> list[Point]:
+def _vary(playbook: str, vary: list[str], sweeps: dict, sets: dict) -> tuple[tuple[dict, set], list[Issue]]:
+    """``--vary`` checked against the playbook's variables: ((name -> range, the integer
+    ones), issues)."""
+    if not vary:
+        return ({}, set()), []
+    from orchestrator.playbook.loader import variable_ranges
+
+    tpl = read_template(find_playbook(playbook))
+    declared = variable_ranges(tpl)
+    names = list(declared) if vary == ["all"] else vary
+    issues = []
+    if vary == ["all"] and not declared:
+        issues.append(Issue("--vary", "all", "a playbook with variables that declare a range: [low, high] "
+                                             "(this one declares none)"))
+    for name in names:
+        if name not in declared:
+            issues.append(Issue("--vary", name, f"a variable that declares a range ({', '.join(declared) or 'none does'})"
+                                if name in tpl.header else f"one of the playbook's variables with a range "
+                                                           f"({', '.join(declared) or 'none declares one'})"))
+        elif name in sweeps or name in sets:
+            issues.append(Issue("--vary", name, f"a variable not also {'swept' if name in sweeps else 'set'}"))
+    ranges = {n: declared[n] for n in names if n in declared}
+    integers = {n for n in ranges if isinstance(tpl.header[n]["default"], int)}
+    return (ranges, integers), issues
+
+
+def plan_points(runbooks: list[str], seeds: list[int], sweeps: dict[str, list],
+                drawn: dict[int, dict] | None = None) -> list[Point]:
     """Every run, in the order they are started: seed by seed, every runbook and sweep
     point of a seed together, so that the runs done at any moment (an interrupted or
-    time-limited comparison's) are spread evenly over them, and whole seeds end first."""
+    time-limited comparison's) are spread evenly over them, and whole seeds end first.
+    ``drawn``: seed -> the variables drawn for it (``draw_worlds``)."""
     grid = [dict(zip(sweeps, combo)) for combo in itertools.product(*sweeps.values())] or [{}]
-    return [Point(rb, seed, point) for seed in seeds for point in grid for rb in runbooks]
+    return [Point(rb, seed, point, dict((drawn or {}).get(seed, {}))) for seed in seeds for point in grid
+            for rb in runbooks]
+
+
+def draw_worlds(ranges: dict[str, tuple[float, float]], integers: set[str], seeds: list[int]) -> dict[int, dict]:
+    """The variables of each seed's world, drawn from their plausible ranges: point number
+    ``seed`` of a scrambled Halton sequence (scrambled by the variables' names, so the same
+    for every comparison of them), so that the worlds of any first seeds spread evenly over
+    the ranges, and a seed's world does not depend on how many seeds are played.
+    ``integers``: the variables drawn as whole numbers (their default is one)."""
+    import hashlib
+
+    from scipy.stats import qmc
+
+    names = sorted(ranges)
+    if not names:
+        return {}
+    scramble = int.from_bytes(hashlib.sha256(",".join(names).encode()).digest()[:8], "little")
+    out = {}
+    for seed in seeds:
+        halton = qmc.Halton(d=len(names), scramble=True, seed=scramble)
+        halton.fast_forward(seed)
+        u = halton.random(1)[0]
+        world = {}
+        for name, x in zip(names, u):
+            lo, hi = ranges[name]
+            world[name] = min(int(lo + x * (hi - lo + 1)), int(hi)) if name in integers else \
+                float(f"{lo + x * (hi - lo):.6g}")
+        out[seed] = world
+    return out
 
 
 def leading_whole_seeds(seeds: list[int], done: list[int], runs_per_seed: int) -> list[int]:
@@ -148,7 +210,7 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
         outcome = "recovered by itself" if by_itself else "broken after the runbook acted"
     backlog = score.get("backlog_drained") or {}
     row = {"runbook": point.runbook,
-           "seed": point.seed, **point.sweep,
+           "seed": point.seed, **point.sweep, **point.drawn,
            "trigger_s": float(score["trigger"].get("seconds_after_start", math.nan)),
            "loop_formed": bool(score["loop_formed"]), "loop_broken_s": after_trigger(broken),
            "loop_broken": broken.get("clock", ""), "backlog_scored": "backlog_drained" in score,
@@ -200,9 +262,9 @@ def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: f
     try:
         p = Point(**point)
         spec = RunSpec(playbook=_materialise(playbook, tmp / "playbook"), runbook=_materialise(p.runbook, tmp / "runbook"),
-                       seed=p.seed, sets={**sets, **p.sweep}, duration=duration, tick=tick)
+                       seed=p.seed, sets={**sets, **p.variables()}, duration=duration, tick=tick)
         data = execute(spec, Path(keep) if keep else None)
-        return row_of(Point(data.meta["runbook"], p.seed, p.sweep), data.score, float(data.meta["duration_s"]))
+        return row_of(Point(data.meta["runbook"], p.seed, p.sweep, p.drawn), data.score, float(data.meta["duration_s"]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -216,7 +278,7 @@ def _can_write_dir(path: Path) -> bool:
 
 
 def _texts_key(p: Point) -> tuple:
-    return p.runbook, tuple(sorted(p.sweep.items()))
+    return p.runbook, tuple(sorted(p.variables().items()))
 
 
 def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> tuple[dict, dict, dict, WorldPlan]:
@@ -230,7 +292,7 @@ def check_points(playbook: str, points: list[Point], sets: dict, duration, tick)
         key = _texts_key(p)
         if key not in texts:
             pb, rb_text, rb, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
-                                                    sets={**sets, **p.sweep}, duration=duration, tick=tick))
+                                                    sets={**sets, **p.variables()}, duration=duration, tick=tick))
             texts[key] = (pb.text, rb_text)
             shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
             names.setdefault(p.runbook, rb["name"])
@@ -257,7 +319,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             duration: float | None = None, tick: float | None = None, address: str | None = None,
             parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
             max_workers: int | None = None, cache: Path | None = None, time_limit: float | None = None,
-            decision: "Decision | None" = None) -> pd.DataFrame:
+            decision: "Decision | None" = None, vary: list[str] | None = None) -> pd.DataFrame:
     """Run every (runbook, seed, sweep point) and return the results table.
     ``seeds``: a number N (seeds 1..N) or a list. ``parallel``: as Ray tasks (on the
     cluster at ``address``, else a local Ray), or one by one in this process.
@@ -274,7 +336,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     amount are resolved (``attrs["decision"]``) and, unless ``decision.sequential`` is
     False or there is one runbook, the comparison is a race (``_run_race``): ``seeds`` is
     the most a runbook plays, ``attrs["race"]`` the decision, and a time limit or Ctrl-C
-    keeps the rounds played whole."""
+    keeps the rounds played whole.
+    ``vary``: playbook variables with a ``range`` (or ["all"]: every one) drawn for each
+    seed (``draw_worlds``), the same for every runbook of the seed; ``attrs["drawn"]``
+    holds their ranges, and the table a column each."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     issues = []
@@ -294,6 +359,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     issues += [Issue(f"--set {var}", (sets or {})[var], f"a variable that is not also swept (--sweep {var} gives its "
                      "values, which would override this one)") for var in (sweeps or {}) if var in (sets or {})]
     issues += _sweep_issues(playbook, dict(sweeps or {}))
+    ranges, vary_issues = _vary(playbook, list(vary or []), dict(sweeps or {}), dict(sets or {}))
+    issues += vary_issues
     if decision is not None and seeds and len(runbooks) > 1:
         issues += decision_issues(decision, seeds)
     if time_limit is not None and not time_limit > 0:
@@ -301,7 +368,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     if issues:
         raise InvalidInput("gameday compare", "options", issues)
     sets = dict(sets or {})
-    points = plan_points(list(runbooks), seeds, dict(sweeps or {}))
+    points = plan_points(list(runbooks), seeds, dict(sweeps or {}), draw_worlds(*ranges, seeds) if ranges[0] else None)
     per_seed = len(points) // len(seeds)
     texts, shipped, names, plan = check_points(playbook, points, sets, duration, tick)
     same = _same_names(names)
@@ -320,7 +387,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         for i, (p, key) in enumerate(zip(points, keys)):
             row = store.get(key)
             if row is not None:  # the point's own names: the same run may be another runbook file's or sweep's
-                from_cache[i] = {**row, "runbook": names[p.runbook], "seed": p.seed, **p.sweep}
+                from_cache[i] = {**row, "runbook": names[p.runbook], "seed": p.seed, **p.sweep, **p.drawn}
     shipped_playbook = portable(playbook)
     bar = None
     if progress:
@@ -351,8 +418,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
                 if bar is not None:
                     bar.update(1)
         todo = [i for i in indices if rows[i] is None]
-        tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep}
-                 for i in todo}
+        tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep,
+                     "drawn": points[i].drawn} for i in todo}
         if not parallel:
             for i, task in tasks.items():
                 if past(deadline):
@@ -406,7 +473,9 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             "--time-limit", _limit_text(time_limit),
             f"time for the race's first stage ({sum(len(r.names) for r in race.races.values()) * decision.first} "
             f"runs{', those done kept in the cache' if cache is not None else ''})")])
-    df = table(done, list(dict(sweeps or {})))
+    df = table(done, list(dict(sweeps or {})), sorted(ranges[0]))
+    if ranges[0]:
+        df.attrs["drawn"] = {name: list(r) for name, r in sorted(ranges[0].items())}
     df.attrs["reused"] = sum(rows[i] is not None for i in from_cache)
     df.attrs["planned"] = len(points)
     if resolved is not None:
@@ -617,10 +686,11 @@ def _stop(ray, pending: dict, played, force: bool) -> None:
                 ray.cancel(ref, force=True)
 
 
-def table(rows: list[dict], sweep_vars: list[str]) -> pd.DataFrame:
-    """The tidy results table, sorted by sweep point, runbook and seed."""
+def table(rows: list[dict], sweep_vars: list[str], drawn_vars: list[str] | None = None) -> pd.DataFrame:
+    """The tidy results table, sorted by sweep point, runbook and seed; the variables drawn
+    for each seed follow the sweep's."""
     df = pd.DataFrame(rows)
-    cols = ["runbook", "seed", *sweep_vars, *[c for c in COLUMNS if c not in ("runbook", "seed")]]
+    cols = ["runbook", "seed", *sweep_vars, *(drawn_vars or []), *[c for c in COLUMNS if c not in ("runbook", "seed")]]
     df = df[cols]
     order = {rb: i for i, rb in enumerate(dict.fromkeys(df["runbook"]))}
     df = df.sort_values([*sweep_vars, "runbook", "seed"], key=lambda s: s.map(order) if s.name == "runbook" else s,

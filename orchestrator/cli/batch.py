@@ -47,6 +47,10 @@ def amount_value(ctx, param, value):
               help="Seeds every runbook plays before any is put out of the race.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="VAR=V1,V2,...",
               help="A playbook variable and its values (repeatable; every combination is a sweep point).")
+@click.option("--vary", multiple=True, metavar="VAR|all",
+              help="Draw this playbook variable (repeatable; all: every one) for each seed from the range: [low, "
+                   "high] its header declares, the same for every runbook of the seed, and say how often the best "
+                   "is best across those worlds and which variable that depends on most.")
 @variable_options()
 @duration_option("every run")
 @tick_option
@@ -61,8 +65,8 @@ def amount_value(ctx, param, value):
 @out_option("runs/compare-<playbook>-<time>", "Directory for the results")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
 @progress_option
-def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, first, sweeps, sets, vars_file, duration,
-                    tick, address, workers, serial, keep_runs, cache, time_limit, out, report, progress):
+def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, first, sweeps, vary, sets, vars_file,
+                    duration, tick, address, workers, serial, keep_runs, cache, time_limit, out, report, progress):
     """Name the best runbook (and sweeps of playbook variables), and how sure that is.
 
     Every (runbook, seed, sweep point) is a whole world run in a Ray task; runs of one
@@ -77,7 +81,7 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     runbook), pairs.csv (rank tests) and the report, and prints the decision. Ctrl-C
     keeps the rounds played whole and exits 130; --time-limit does the same and exits 0.
     """
-    from reports.compare_report import paired_lines, race_lines, summary_lines, write_comparison
+    from reports.compare_report import paired_lines, race_lines, robustness_lines, summary_lines, write_comparison
     from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare, parse_sweeps
 
     sweep = parse_sweeps(list(sweeps))
@@ -90,7 +94,7 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
         df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
                      progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
                      cache=Path(cache) if cache else None, time_limit=time_limit,
-                     decision=Decision(primary, delta, alpha, first, sequential=not fixed))
+                     decision=Decision(primary, delta, alpha, first, sequential=not fixed), vary=list(vary))
     except ComparisonInterrupted as e:  # what was played is not lost: the tables and the report cover it
         df, interrupted = e.table, e
     from orchestrator.playbook.loader import load_playbook
@@ -107,7 +111,8 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
         click.echo(_from_cache(df, cache))
     for line in summary_lines(written.summary, written.pairs, list(sweep), ranks=False):
         click.echo(line)
-    for line in (race_lines(written.race) if written.race else []) + paired_lines(written.paired, list(sweep)):
+    for line in ((race_lines(written.race) if written.race else []) + robustness_lines(df, list(sweep))
+                 + paired_lines(written.paired, list(sweep))):
         click.echo(line)
     if written.report is not None:
         click.echo(f"report: {written.report}")

@@ -8,6 +8,7 @@ with ``StrictUndefined``, so an undefined variable is an error, never an empty s
 from __future__ import annotations
 
 import importlib.resources
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,6 +218,8 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
                                 + (f" (did you mean default for {odd[0]}?)" if guess == "default" else "")))
             continue
         values[name] = decl["default"]
+        if "range" in decl:
+            issues += _range_issues(name, decl)
     used = _used_variables(tpl) if overrides else set()
     for name, value in overrides.items():
         loc = (where or {}).get(name) or f"--set {name}"
@@ -236,6 +239,29 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
     if issues:
         raise InvalidPlaybook(source, "variables", issues)
     return values
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _range_issues(name: str, decl: dict) -> list[Issue]:
+    """A variable's ``range: [low, high]``: the values a team thinks plausible, which a
+    comparison with ``--vary`` draws from; only for a numeric default."""
+    rng, default = decl["range"], decl["default"]
+    if not _is_number(default):
+        return [Issue(f"variables.{name}.range", rng, f"no range: only a variable whose default is a number has one "
+                                                      f"(its default is {default!r})")]
+    if not (isinstance(rng, list) and len(rng) == 2 and all(map(_is_number, rng)) and rng[0] < rng[1]):
+        return [Issue(f"variables.{name}.range", rng, "[low, high]: two numbers, low < high")]
+    return []
+
+
+def variable_ranges(tpl: Template) -> dict[str, tuple[float, float]]:
+    """The variables that declare a plausible ``range`` (checked by ``resolve_variables``):
+    name -> (low, high); an integer default's range is drawn as integers."""
+    return {name: (float(decl["range"][0]), float(decl["range"][1])) for name, decl in tpl.header.items()
+            if isinstance(decl, dict) and "range" in decl}
 
 
 def _is_clock(value) -> bool:

@@ -36,18 +36,22 @@ then a line `---`, then the templated body:
 ```yaml
 variables:
   devices: {default: 8, description: bridge devices in the pool}
+  device_cpu: {default: 40000, description: work units a device does per second, range: [30000, 50000]}
 ---
 name: my-system
 title: My system's retry storm
 clock: {start: "07:00", duration: 4h}
 devices:
-  - {name: bridge, count: {{ devices }}, cpu_per_device: 40000}
+  - {name: bridge, count: {{ devices }}, cpu_per_device: {{ device_cpu }}}
 ```
 
 `gameday run FILE --set devices=12` overrides a variable (with a value of its default's type; any number for a
 numeric default, since a number may be a factor; a number of seconds for a default that is a duration such as `3s`;
 a clock time, quoted or not, for one such as `"09:30"`);
-an undefined variable is an error, and so is setting one the template never uses. A
+an undefined variable is an error, and so is setting one the template never uses. A numeric variable may
+declare a `range: [low, high]`, the values the team thinks plausible where it guessed the number:
+`gameday compare --vary` draws such variables for every seed (the same for every runbook of the seed) and says
+how often the best runbook is best across those worlds and which variable the verdict depends on most. A
 runbook is a plain YAML file of rules (`when` a condition holds, `do` a mitigation); a playbook's
 runbooks live in a `runbooks/` folder beside it (`runbooks/NAME.yaml`, or
 `runbooks/PLAYBOOK/NAME.yaml`) and are chosen by name with `--runbook NAME`.
