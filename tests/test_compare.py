@@ -411,8 +411,8 @@ GRID = (("clients", [1000, 2000]), ("surge_setups", [50, 200]))
 def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
     from orchestrator.batch.phasemap import phase_map
 
-    with_bug, runs = phase_map(MINI, *GRID, seeds=2, parallel=False)
-    without, _ = phase_map(MINI, *GRID, seeds=2, sets={"latent_bug": False}, parallel=False)
+    with_bug, runs = phase_map(MINI, *GRID, seeds=2, parallel=False, full=True)
+    without, _ = phase_map(MINI, *GRID, seeds=2, sets={"latent_bug": False}, parallel=False, full=True)
     phase = {(r["clients"], r["surge_setups"]): r["phase"] for r in with_bug.to_dict("records")}
     assert len(runs) == 8 and set(runs["runbook"]) == {"none"}
     assert phase[(1000, 50)] == "healthy"  # a small surge on a light load: nothing happens
@@ -476,7 +476,7 @@ def test_a_phase_map_cut_short_maps_the_seeds_played_in_every_cell(tmp_path):
     """``gameday phasemap`` one by one, stopped by --time-limit (exit 0), then by a real
     SIGINT (exit 130): either way the map covers the seeds played in every cell, and says so."""
     args = [sys.executable, "-m", "orchestrator.cli", "phasemap", MINI, "--x", "clients=1000,2000",
-            "--y", "surge_setups=50,200", "--seeds", "500", "--serial"]
+            "--y", "surge_setups=50,200", "--seeds", "500", "--full", "--serial"]
     timed = tmp_path / "timed"
     proc = subprocess.run([*args, "--time-limit", "4s", "--out", str(timed)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
@@ -509,6 +509,25 @@ def test_a_phase_map_extended_through_its_cache_plays_only_its_new_cells(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_refined_phase_map_spends_its_runs_at_the_boundaries_and_classifies_as_the_full_grid():
+    """Seeds go where the phase changes: the same map as every seed in every cell, from
+    fewer runs; the cells far from a boundary played one seed, those at one all three."""
+    from orchestrator.batch.phasemap import phase_map
+
+    grid = (("clients", [500, 1000, 1500, 2000, 2500]), ("surge_setups", [25, 50, 100, 200]))
+    full, full_runs = phase_map(MINI, *grid, seeds=3, parallel=False, full=True)
+    refined, runs = phase_map(MINI, *grid, seeds=3, parallel=False)
+    cols = ["clients", "surge_setups", "phase"]
+    pd.testing.assert_frame_equal(refined[cols], full[cols])
+    assert len(full_runs) == runs.attrs["full_runs"] == 60 and len(runs) < 50
+    per_cell = runs.groupby(["clients", "surge_setups"]).size()
+    assert per_cell[(500, 25)] == 1 and per_cell[(2000, 50)] == 3  # deep in the healthy corner; on the edge
+    # a refined cell's runs are the full grid's runs of the same seeds
+    merged = runs.merge(full_runs, on=["runbook", "seed", "clients", "surge_setups"], suffixes=("", "_full"))
+    assert len(merged) == len(runs) and (merged["impact"] == merged["impact_full"]).all()
+
+
 def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
     from orchestrator.batch.phasemap import hysteresis
 

@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -319,7 +320,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             duration: float | None = None, tick: float | None = None, address: str | None = None,
             parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
             max_workers: int | None = None, cache: Path | None = None, time_limit: float | None = None,
-            decision: "Decision | None" = None, vary: list[str] | None = None) -> pd.DataFrame:
+            decision: "Decision | None" = None, vary: list[str] | None = None,
+            refine: "Callable[[list[Point], list[dict | None]], list[int]] | None" = None) -> pd.DataFrame:
     """Run every (runbook, seed, sweep point) and return the results table.
     ``seeds``: a number N (seeds 1..N) or a list. ``parallel``: as Ray tasks (on the
     cluster at ``address``, else a local Ray), or one by one in this process.
@@ -339,7 +341,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     keeps the rounds played whole.
     ``vary``: playbook variables with a ``range`` (or ["all"]: every one) drawn for each
     seed (``draw_worlds``), the same for every runbook of the seed; ``attrs["drawn"]``
-    holds their ranges, and the table a column each."""
+    holds their ranges, and the table a column each.
+    ``refine(points, rows)``: the runs to play next, from those played (``rows``, None
+    where not), or [] when done; the comparison plays round after round of them instead
+    of every run (a phase map's refinement), a round counting whole or not at all."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     issues = []
@@ -432,12 +437,15 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         return _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers, deadline)
 
     kernels_loaded: list = []
+    rounds_done: list = []  # (a refinement's rounds played whole)
     interrupted = stopped = False
     try:
-        if race is None:
-            stopped = play(list(range(len(points))))
-        else:
+        if race is not None:
             stopped = _run_race(race, points, rows, play, names, bar)
+        elif refine is not None:
+            stopped = _run_rounds(refine, points, rows, play, rounds_done)
+        else:
+            stopped = play(list(range(len(points))))
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -446,6 +454,13 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     partial = None
     if race is not None:
         partial = _race_cut(race, points, rows, seeds, interrupted, stopped, time_limit)
+    elif refine is not None and (stopped or interrupted):
+        played_whole = {i for done_round in rounds_done for i in done_round}
+        for i in range(len(rows)):
+            if i not in played_whole:
+                rows[i] = None
+        why = "interrupted" if interrupted else f"time limit {_limit_text(time_limit)}"
+        partial = f"{why}: after {len(rounds_done)} round{'s' * (len(rounds_done) != 1)} of refinement"
     elif stopped or interrupted:  # the first whole seeds only
         kept = set(leading_whole_seeds(seeds, done_seeds(), per_seed))
         played_runs = sum(r is not None for r in rows)
@@ -469,10 +484,11 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     if not done and interrupted:
         raise KeyboardInterrupt
     if not done:
+        first = (f"the race's first stage ({sum(len(r.names) for r in race.races.values()) * decision.first} runs"
+                 if race is not None else "the first round of the refinement (one seed in every cell")
         raise InvalidInput("gameday compare", "options", [Issue(
             "--time-limit", _limit_text(time_limit),
-            f"time for the race's first stage ({sum(len(r.names) for r in race.races.values()) * decision.first} "
-            f"runs{', those done kept in the cache' if cache is not None else ''})")])
+            f"time for {first}{', those done kept in the cache' if cache is not None else ''})")])
     df = table(done, list(dict(sweeps or {})), sorted(ranges[0]))
     if ranges[0]:
         df.attrs["drawn"] = {name: list(r) for name, r in sorted(ranges[0].items())}
@@ -606,6 +622,18 @@ def _run_race(book: RaceBook, points: list[Point], rows: list, play, names: dict
         book.rounds += 1
     book.ended = "decided" if book.decided else "seeds"
     return False
+
+
+def _run_rounds(next_round, points: list[Point], rows: list, play, rounds_done: list) -> bool:
+    """Play ``next_round(points, rows)`` until it asks for nothing; returns whether the
+    deadline stopped it (the round under way is then left out by the caller)."""
+    while True:
+        todo = next_round(points, rows)
+        if not todo:
+            return False
+        if play(todo):
+            return True
+        rounds_done.append(todo)
 
 
 def _race_cut(book: RaceBook, points: list[Point], rows: list, seeds: list[int], interrupted: bool, stopped: bool,

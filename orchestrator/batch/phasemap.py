@@ -25,19 +25,62 @@ PHASE_OF = {"healthy": "healthy", "recovered by itself": "recovered by itself", 
 def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, runbook: str = "none",
               sets: dict | None = None, duration: float | None = None, tick: float | None = None,
               address: str | None = None, parallel: bool = True, progress: bool = False,
-              cache: Path | None = None, time_limit: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+              cache: Path | None = None, time_limit: float | None = None,
+              full: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, runs): per (x, y) cell the count of runs in each phase and the phase of
     the majority ("mixed" on a tie); and the comparison's results table. ``cache`` and
     ``time_limit``: as ``compare``'s (a grid extended plays only its new cells; a map cut
-    short has seeds 1 to k, each played in every cell)."""
+    short has seeds 1 to k, each played in every cell). ``full``: every seed in every
+    cell; else ``seeds`` is the most a cell plays, and the runs go where the answer
+    changes (``Refinement``; ``runs.attrs["full_runs"]`` says how many a full grid plays)."""
     if x[0] == y[0]:
         raise InvalidInput("gameday phasemap", "options", [Issue("--y", y[0], f"a variable other than --x's ({x[0]})")])
     try:
         runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
-                       parallel=parallel, progress=progress, cache=cache, time_limit=time_limit)
+                       parallel=parallel, progress=progress, cache=cache, time_limit=time_limit,
+                       refine=None if full else Refinement(x[0], y[0]))
     except InvalidInput as e:  # (a map's axes are its sweeps: said as the options given)
         raise _as_axes(e, "gameday phasemap", {x[0]: "--x", y[0]: "--y"}) from None
+    runs.attrs["full_runs"] = len(x[1]) * len(y[1]) * (seeds if isinstance(seeds, int) else len(seeds))
     return classify(runs, x[0], y[0]), runs
+
+
+class Refinement:
+    """A phase map's runs where the answer changes: every cell plays its first seed; then,
+    round by round, the next seed only in the cells not settled. A cell is settled when
+    every run of it and of its neighbours on the grid (left, right, above, below) is in
+    one phase: far from a boundary, more seeds would not change its majority; at a
+    boundary (between healthy, recovered and stuck) or where its own runs disagree, a cell
+    plays every seed, as in the full grid."""
+
+    def __init__(self, x: str, y: str):
+        self.x, self.y = x, y
+
+    def __call__(self, points: list, rows: list) -> list[int]:
+        xs = list(dict.fromkeys(p.sweep[self.x] for p in points))
+        ys = list(dict.fromkeys(p.sweep[self.y] for p in points))
+        cell_of = [(xs.index(p.sweep[self.x]), ys.index(p.sweep[self.y])) for p in points]
+        phases: dict[tuple, set] = {}
+        played: dict[tuple, int] = {}
+        for c, row in zip(cell_of, rows):
+            if row is not None:
+                phases.setdefault(c, set()).add(PHASE_OF[row["outcome"]])
+                played[c] = played.get(c, 0) + 1
+        if not played:  # the first round: one seed everywhere
+            first = points[0].seed
+            return [i for i, p in enumerate(points) if p.seed == first]
+
+        def settled(c: tuple) -> bool:
+            near = [c] + [(c[0] + dx, c[1] + dy) for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+            seen = set().union(*(phases.get(n, set()) for n in near if n in phases))
+            return len(seen) == 1
+        todo = []
+        for c in dict.fromkeys(cell_of):
+            if not settled(c):
+                nxt = next((i for i, (cc, row) in enumerate(zip(cell_of, rows)) if cc == c and row is None), None)
+                if nxt is not None:  # (its next seed, in the order planned; none left: it played them all)
+                    todo.append(nxt)
+        return todo
 
 
 def axis(value: str, option: str) -> tuple[str, list]:

@@ -131,7 +131,9 @@ def _from_cache(runs, cache: str) -> str:
 @playbook_argument
 @click.option("--x", "x", required=True, metavar="VAR=V1,V2,...", help="The horizontal axis: a playbook variable and its values.")
 @click.option("--y", "y", required=True, metavar="VAR=V1,V2,...", help="The vertical axis.")
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per cell (seeds 1..N).")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="The most runs per cell (seeds 1..N); with --full, every cell plays them all.")
+@click.option("--full", is_flag=True, help="Play every seed in every cell, not only where the phase changes.")
 @click.option("--runbook", "-r", default="none", show_default=True, help="Who acts (none: the system alone).")
 @variable_options()
 @duration_option("every run")
@@ -142,13 +144,16 @@ def _from_cache(runs, cache: str) -> str:
 @time_limit_option
 @out_option("runs/phasemap-<playbook>-<time>", "Directory")
 @progress_option
-def phasemap_command(playbook, x, y, seeds, runbook, sets, vars_file, duration, tick, address, serial, cache,
+def phasemap_command(playbook, x, y, seeds, full, runbook, sets, vars_file, duration, tick, address, serial, cache,
                      time_limit, out, progress):
     """Map metastability over two variables: each cell healthy (the loop never formed),
     recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
-    (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md. Runs
-    start seed by seed over the whole grid; Ctrl-C writes the map of seeds 1 to k, those
-    played in every cell, and exits 130; --time-limit does the same and exits 0."""
+    (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md. Every
+    cell plays seed 1; then, round by round, only the cells at a boundary between phases
+    (or whose runs disagree) play their next seed, up to --seeds, and the command says
+    how many runs that saved against the full grid (--full plays it). Ctrl-C writes the
+    map of the rounds played whole and exits 130; --time-limit does the same and exits 0
+    (with --full: of seeds 1 to k, those played in every cell)."""
     from reports.compare_report import write_phase_map
     from orchestrator.batch.comparison import ComparisonInterrupted
     from orchestrator.batch.phasemap import axis, classify, phase_map
@@ -161,18 +166,25 @@ def phasemap_command(playbook, x, y, seeds, runbook, sets, vars_file, duration, 
     try:
         cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets, vars_file), duration,
                                 tick, address=address, parallel=not serial, progress=progress,
-                                cache=Path(cache) if cache else None, time_limit=time_limit)
+                                cache=Path(cache) if cache else None, time_limit=time_limit, full=full)
     except ComparisonInterrupted as e:  # seeds 1 to k, each played in every cell
         interrupted, runs = e, e.table
         cells = classify(runs, xa[0], ya[0])
     played = runs["seed"].nunique()
-    title = f"{stem(playbook)}, runbook {runbook}, {played} seed{'s' if played != 1 else ''} per cell"
+    per_cell = runs.groupby([xa[0], ya[0]]).size()
+    title = f"{stem(playbook)}, runbook {runbook}, " + (
+        f"{played} seed{'s' if played != 1 else ''} per cell" if per_cell.nunique() == 1 else
+        f"{per_cell.min()} to {per_cell.max()} seeds per cell (more where the phase changes)")
     partial = runs.attrs.get("partial")
     with interrupt_deferred():
         table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{title} ({partial})" if partial else title)
     click.echo("\n".join(table))
     if cache:
         click.echo(_from_cache(runs, cache))
+    if not full and "full_runs" in runs.attrs:
+        whole = runs.attrs["full_runs"]
+        click.echo(f"runs: {len(runs)} of the {whole} a full grid plays ({whole - len(runs)} saved: cells whose "
+                   "neighbours all agree played fewer seeds)")
     click.echo(f"phase map: {out / 'phasemap.png'}")
     if partial:
         click.echo(f"{partial}: the map covers those", err=interrupted is not None)
