@@ -219,6 +219,16 @@ def race_lines(race: dict) -> list[str]:
     return lines
 
 
+def shared_line(df: pd.DataFrame) -> list[str]:
+    """What playing each seed's common beginning once saved (``attrs["ticks"]``)."""
+    ticks = df.attrs.get("ticks")
+    if not ticks or not ticks.get("whole"):
+        return []
+    saved = 1 - ticks["ticks"] / ticks["whole"]
+    return [f"shared beginnings: played {ticks['ticks']:,} of the {ticks['whole']:,} ticks its runs hold ({saved:.0%} "
+            "saved: a seed's runs are identical until one's runbook acts, and that part was played once)"]
+
+
 def robustness_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
     """Where the seeds' worlds were drawn (``--vary``): how often the best runbook is best
     across them, and which variable its lead depends on most."""
@@ -288,7 +298,7 @@ def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: d
     written = None
     if report:
         info = {**info, "horizon": format_duration(df["horizon_s"].max()),
-                "decision": (race_lines(race) if race else []) + robustness_lines(df, sweep_vars),
+                "decision": (race_lines(race) if race else []) + robustness_lines(df, sweep_vars) + shared_line(df),
                 "paired": paired_lines(paired, sweep_vars)}
         written = write_comparison_report(df, out, sweep_vars, info, (summ, tests))[1]
     return Comparison(summ, tests, written, paired, race)
@@ -318,7 +328,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     summ, tests = stats if stats is not None else (cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars))
     info = dict(info or {})
     info.setdefault("decision", (race_lines(df.attrs["race"]) if "race" in df.attrs else [])
-                    + robustness_lines(df, sweep_vars))
+                    + robustness_lines(df, sweep_vars) + shared_line(df))
     info.setdefault("paired", paired_lines(_paired(df, sweep_vars), sweep_vars))
     rows = [{**r, "median": f"{_fmt_s(r['median_break_s'])} ({_fmt_s(r['median_break_ci'][0])} to "
                               f"{_fmt_s(r['median_break_ci'][1])})",

@@ -318,8 +318,9 @@ def test_a_cache_plays_only_the_runs_not_played_before_and_changes_no_result(tmp
 
     cache = tmp_path / "cache"
     played = []
-    real = comparison.run_point
-    monkeypatch.setattr(comparison, "run_point", lambda pb, task, *a: played.append(task["seed"]) or real(pb, task, *a))
+    real = comparison.run_group
+    monkeypatch.setattr(comparison, "run_group",
+                        lambda pb, group, *a, **k: played.extend(t["seed"] for t in group) or real(pb, group, *a, **k))
     first = compare(MINI, ["none", FIX], 3, parallel=False, cache=cache)
     assert len(played) == 6 and first.attrs["reused"] == 0
     # a runbook and a seed more: only their runs are played, and the table is the one played afresh

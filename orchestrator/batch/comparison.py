@@ -254,6 +254,19 @@ def _materialise(ref, where: Path) -> str:
     return str(where / ref["name"])
 
 
+def _spec(playbook, point: dict, sets: dict, duration, tick, tmp: Path) -> RunSpec:
+    """A point's run, its files (``portable``) written in ``tmp``."""
+    p = Point(**point)
+    return RunSpec(playbook=_materialise(playbook, tmp / "playbook"),
+                   runbook=_materialise(p.runbook, tmp / "runbook" / str(id(point))),
+                   seed=p.seed, sets={**sets, **p.variables()}, duration=duration, tick=tick)
+
+
+def _row(point: dict, data) -> dict:
+    p = Point(**point)
+    return row_of(Point(data.meta["runbook"], p.seed, p.sweep, p.drawn), data.score, float(data.meta["duration_s"]))
+
+
 def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: float | None,
               keep: str | None = None) -> dict:
     """Play one point in process and return its row; the run directory is written in
@@ -261,11 +274,55 @@ def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: f
     ``playbook`` and ``point["runbook"]``: names, or ``portable`` files."""
     tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
     try:
-        p = Point(**point)
-        spec = RunSpec(playbook=_materialise(playbook, tmp / "playbook"), runbook=_materialise(p.runbook, tmp / "runbook"),
-                       seed=p.seed, sets={**sets, **p.variables()}, duration=duration, tick=tick)
-        data = execute(spec, Path(keep) if keep else None)
-        return row_of(Point(data.meta["runbook"], p.seed, p.sweep, p.drawn), data.score, float(data.meta["duration_s"]))
+        return _row(point, execute(_spec(playbook, point, sets, duration, tick, tmp), Path(keep) if keep else None))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_group(playbook, points: list[dict], sets: dict, duration, tick, keep: list, nested: bool = False) \
+        -> tuple[list[dict], dict]:
+    """Play the runs of one seed and sweep point (``points``, differing only in their
+    runbook) and return their rows and {"ticks": played, "whole": what playing each whole
+    takes}: their common beginning is played once (``runs.prefix``), unless their run
+    directories are kept (each needs its whole journal) or there is one. ``nested``:
+    within a Ray task, the branches are Ray tasks of their own."""
+    if len(points) == 1 or any(keep):
+        rows = [run_point(playbook, p, sets, duration, tick, k) for p, k in zip(points, keep)]
+        return rows, {}
+    from orchestrator.runs import prefix
+
+    tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
+    try:
+        whole, branches, ticks, per_run = prefix.trunk([_spec(playbook, p, sets, duration, tick, tmp) for p in points])
+        rows: list = [None] * len(points)
+        for i, data in whole.items():
+            rows[i] = _row(points[i], data)
+        if nested and branches:
+            import ray
+
+            task = ray.remote(num_cpus=1, max_retries=1)(run_branch)
+            refs = {i: task.remote(playbook, points[i], sets, duration, tick, at) for i, at in branches.items()}
+            done = {i: ray.get(ref) for i, ref in refs.items()}
+        else:
+            done = {i: run_branch(playbook, points[i], sets, duration, tick, at) for i, at in branches.items()}
+        played = ticks
+        for i, (row, n) in done.items():
+            rows[i] = row
+            played += n
+        return rows, {"ticks": played, "whole": per_run * len(points)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_branch(playbook, point: dict, sets: dict, duration, tick, at) -> tuple[dict, int]:
+    """A run played on from where it leaves its trunk (``runs.prefix.Branch``): its row and
+    the ticks it played."""
+    from orchestrator.runs import prefix
+
+    tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
+    try:
+        data = prefix.branch(_spec(playbook, point, sets, duration, tick, tmp), at)
+        return _row(point, data), int(data.meta["ticks_done"]) - at.tick
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -423,20 +480,33 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
                 if bar is not None:
                     bar.update(1)
         todo = [i for i in indices if rows[i] is None]
-        tasks = {i: {"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep,
-                     "drawn": points[i].drawn} for i in todo}
+        groups: dict[tuple, list[int]] = {}  # runs of one seed and sweep point: their beginning is played once
+        for i in todo:
+            p = points[i]
+            groups.setdefault((p.seed, *p.variables().items()), []).append(i)
+        tasks = {tuple(g): [{"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep,
+                             "drawn": points[i].drawn} for i in g] for g in groups.values()}
         if not parallel:
-            for i, task in tasks.items():
+            for key, group in tasks.items():
                 if past(deadline):
                     return True
-                played(i, run_point(shipped_playbook, task, sets, duration, tick, keep[i]))
+                played_group(key, run_group(shipped_playbook, group, sets, duration, tick, [keep[i] for i in key]))
             return False
         if tasks and not kernels_loaded:
             load_kernels(plan)  # (once here, not in every Ray worker at once)
             kernels_loaded.append(True)
-        return _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played, address, max_workers, deadline)
+        return _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played_group, address, max_workers,
+                           deadline)
+
+    def played_group(key: tuple, result: tuple[list[dict], dict]) -> None:
+        group_rows, ticks = result
+        for i, row in zip(key, group_rows):
+            played(i, row)
+        for k in ticks_saved:
+            ticks_saved[k] += ticks.get(k, 0)
 
     kernels_loaded: list = []
+    ticks_saved = {"ticks": 0, "whole": 0}  # (of the groups whose beginning was shared)
     rounds_done: list = []  # (a refinement's rounds played whole)
     interrupted = stopped = False
     try:
@@ -494,6 +564,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         df.attrs["drawn"] = {name: list(r) for name, r in sorted(ranges[0].items())}
     df.attrs["reused"] = sum(rows[i] is not None for i in from_cache)
     df.attrs["planned"] = len(points)
+    if ticks_saved["whole"]:
+        df.attrs["ticks"] = dict(ticks_saved)
     if resolved is not None:
         df.attrs["decision"] = resolved
     if race is not None:
@@ -653,10 +725,11 @@ def _race_cut(book: RaceBook, points: list[Point], rows: list, seeds: list[int],
     return f"{why}: the race stopped after {played_seeds} of at most {len(seeds)} seeds, undecided"
 
 
-def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, played, address, max_workers,
+def _run_on_ray(playbook, tasks: dict[tuple, list[dict]], sets, duration, tick, keep, played, address, max_workers,
                 deadline: float | None = None) -> bool:
-    """Play ``tasks`` (point index -> task) as Ray tasks; ``played(i, row)`` as each ends.
-    Returns whether the ``deadline`` (``time.monotonic()``) stopped it before the end."""
+    """Play ``tasks`` (the point indices of a group -> its points, ``run_group``) as Ray
+    tasks; ``played(indices, result)`` as each ends. Returns whether the ``deadline``
+    (``time.monotonic()``) stopped it before the end."""
     if not tasks:
         return False
     if past(deadline):
@@ -664,15 +737,15 @@ def _run_on_ray(playbook, tasks: dict[int, dict], sets, duration, tick, keep, pl
     from orchestrator.hosting.ray_hosting import ensure_ray
 
     ray = ensure_ray(address)
-    task = ray.remote(num_cpus=1, max_retries=1)(run_point)
+    task = ray.remote(num_cpus=1, max_retries=1)(run_group)
     limit = max_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     pending: dict = {}
     todo = list(tasks.items())
     try:
         while todo or pending:
             while todo and len(pending) < limit and not past(deadline):  # (starting Ray takes seconds)
-                i, t = todo.pop(0)
-                pending[task.remote(playbook, t, sets, duration, tick, keep[i])] = i
+                key, group = todo.pop(0)
+                pending[task.remote(playbook, group, sets, duration, tick, [keep[i] for i in key], nested=True)] = key
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             done, _ = ray.wait(list(pending), num_returns=1, timeout=wait) if pending else ([], [])
             for ref in done:

@@ -81,7 +81,8 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     runbook), pairs.csv (rank tests) and the report, and prints the decision. Ctrl-C
     keeps the rounds played whole and exits 130; --time-limit does the same and exits 0.
     """
-    from reports.compare_report import paired_lines, race_lines, robustness_lines, summary_lines, write_comparison
+    from reports.compare_report import (paired_lines, race_lines, robustness_lines, shared_line, summary_lines,
+                                        write_comparison)
     from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare, parse_sweeps
 
     sweep = parse_sweeps(list(sweeps))
@@ -112,7 +113,7 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     for line in summary_lines(written.summary, written.pairs, list(sweep), ranks=False):
         click.echo(line)
     for line in ((race_lines(written.race) if written.race else []) + robustness_lines(df, list(sweep))
-                 + paired_lines(written.paired, list(sweep))):
+                 + paired_lines(written.paired, list(sweep)) + shared_line(df)):
         click.echo(line)
     if written.report is not None:
         click.echo(f"report: {written.report}")
