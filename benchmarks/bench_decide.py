@@ -4,7 +4,7 @@
    ``gameday compare`` plays it by default (a race: Kim and Nelson's sequential selection
    on the playbook's primary outcome, at most 20 seeds), through the Python API in a
    local Ray: its wall time, the runs it used against a fixed 5 x 20 (runbooks x 20
-   seeds), and the verdict.
+   seeds), the verdict, and the share of ticks the seeds' shared beginnings saved.
 2. Synthetic races whose truth is known (``reports.decide.Race`` itself, no runs): the
    probability of correct selection and the mean runs used, against the fixed design of
    the same error rate (the fewest seeds with which picking the best sample mean selects
@@ -32,7 +32,7 @@ SCENARIOS = ("us-east-1-2021", "us-east-1-2025", "us-east-1-2015")
 def scenario(name: str) -> None:
     from orchestrator.batch.comparison import Decision, compare
     from orchestrator.playbook.loader import find_playbook, load_playbook, runbook_files
-    from reports.compare_report import race_lines
+    from reports.compare_report import race_lines, shared_line
 
     pb = load_playbook(name, {})
     books = ["none", *[b for b in runbook_files(pb.name, find_playbook(name)) if b != "none"]]
@@ -43,8 +43,8 @@ def scenario(name: str) -> None:
     print(f"\n{name}: {len(books)} runbooks ({', '.join(books)})")
     print(f"  wall time {wall:.0f} s; {len(df)} runs against {fixed} for a fixed {len(books)} x 20 "
           f"({len(df) / fixed:.0%})")
-    for line in race_lines(df.attrs["race"]):
-        print(f"  {line}")
+    for line in race_lines(df.attrs["race"]) + shared_line(df):
+        print(f"  {line}", flush=True)
 
 
 def _race(k: int, gaps, sigma: float, first: int, rng, dist: str, alpha: float = 0.05):
@@ -92,7 +92,8 @@ def races(count: int) -> None:
             pcs = np.mean([r[0] for r in results])
             runs = np.mean([r[1] for r in results])
             fixed = 5 * _fixed_seeds(5, gaps, sigma, dist, rng)
-            print(f"{dist:<10} {sigma:>6.1f} {gap:>4.0f} {pcs:>10.3f} {runs:>9.1f} {fixed:>10d} {runs / fixed:>6.2f}")
+            print(f"{dist:<10} {sigma:>6.1f} {gap:>4.0f} {pcs:>10.3f} {runs:>9.1f} {fixed:>10d} {runs / fixed:>6.2f}",
+                  flush=True)
 
 
 def main() -> None:

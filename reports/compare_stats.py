@@ -34,6 +34,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
+from .decide import sweep_points
+
 ALPHA = 0.05
 RESAMPLES = 2000
 #: runs in a pair up to which the Mann-Whitney p is exact (the exact distribution's cost grows
@@ -307,12 +309,9 @@ def pairs(df: pd.DataFrame, sweep_vars: list[str] | None = None) -> pd.DataFrame
     be significant at all and the seeds per runbook with which it could, the power
     sentence, the verdict, and the runbook that is better with statistical support."""
     keys = list(sweep_vars or [])
-    groups = df.groupby(keys, sort=False) if keys else [((), df)]
     out = []
-    for key, g in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        names = list(dict.fromkeys(g["runbook"]))
-        recs = [{**dict(zip(keys, key)), **_compare(a, b, time_to_break(g[g["runbook"] == a]).to_numpy(),
+    for point, g, names in sweep_points(df, keys):
+        recs = [{**point, **_compare(a, b, time_to_break(g[g["runbook"] == a]).to_numpy(),
                                                     time_to_break(g[g["runbook"] == b]).to_numpy()),
                  "formed": int(g.loc[g["runbook"].isin([a, b]), "loop_formed"].astype(bool).sum())}
                 for a, b in itertools.combinations(names, 2)]

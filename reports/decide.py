@@ -248,9 +248,13 @@ def seeds_for(difference: float, sd: float, alpha: float = DEFAULT_ALPHA) -> int
 
 
 def km_median(t: np.ndarray, reached: np.ndarray) -> float:
-    """The Kaplan-Meier median time (inf where half the runs never got there); every run
-    is censored at the same horizon, so it is the median with the censored at infinity."""
-    return float(np.median(np.where(reached, t, math.inf)))
+    """The Kaplan-Meier median time: the first time by which at least half the runs got
+    there (inf if they never did). Every run is censored at the same horizon, so the
+    estimate is the share of runs not yet there, which first reaches 1/2 at the
+    ceil(n/2)-th time."""
+    k = math.ceil(len(t) / 2)
+    times = np.sort(t[reached])
+    return float(times[k - 1]) if k and len(times) >= k else math.inf
 
 
 def logrank(ta: np.ndarray, ra: np.ndarray, tb: np.ndarray, rb: np.ndarray) -> float:
@@ -379,19 +383,23 @@ def pair_sentence(rec: dict, delta: float, alpha: float = DEFAULT_ALPHA) -> str:
             f"needs about {rec['seeds_for_delta']:,} seeds{_censored(rec, m)}")
 
 
+def sweep_points(df: pd.DataFrame, sweep_vars: list[str] | None = None):
+    """Each sweep point of a results table, in the order they appear: (its values by
+    variable, its runs, its runbooks in order)."""
+    keys = list(sweep_vars or [])
+    for key, g in (df.groupby(keys, sort=False) if keys else [((), df)]):
+        key = key if isinstance(key, tuple) else (key,)
+        yield dict(zip(keys, key)), g, list(dict.fromkeys(g["runbook"]))
+
+
 def pairs(df: pd.DataFrame, primary: str, delta: float, alpha: float = DEFAULT_ALPHA,
           sweep_vars: list[str] | None = None) -> list[dict]:
     """``pair`` for every pair of runbooks (per sweep point), in the order they appear."""
-    keys = list(sweep_vars or [])
-    groups = df.groupby(keys, sort=False) if keys else [((), df)]
     out = []
-    for key, g in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        names = list(dict.fromkeys(g["runbook"]))
+    for point, g, names in sweep_points(df, sweep_vars):
         for i, a in enumerate(names):
             for b in names[i + 1:]:
-                out.append({**dict(zip(keys, key)),
-                            **pair(a, b, g[g["runbook"] == a], g[g["runbook"] == b], primary, delta, alpha)})
+                out.append({**point, **pair(a, b, g[g["runbook"] == a], g[g["runbook"] == b], primary, delta, alpha)})
     return out
 
 
@@ -407,18 +415,14 @@ def robustness(df: pd.DataFrame, primary: str, drawn: dict, sweep_vars: list[str
     strongest named: what the verdict depends on most."""
     from scipy.stats import spearmanr
 
-    keys = list(sweep_vars or [])
-    groups = df.groupby(keys, sort=False) if keys else [((), df)]
     out = []
-    for key, g in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        names = list(dict.fromkeys(g["runbook"]))
+    for point, g, names in sweep_points(df, sweep_vars):
         if len(names) < 2:
             continue
         values = g.assign(_y=outcome(g, primary)).pivot(index="seed", columns="runbook", values="_y")[names]
         values = values.dropna()
         worlds = g.drop_duplicates("seed").set_index("seed").loc[values.index, list(drawn)]
-        top = (best or {}).get(key) or values.mean().idxmin()
+        top = (best or {}).get(tuple(point.values())) or values.mean().idxmin()
         winners = values.idxmin(axis=1)
         lead = values.drop(columns=[top]).min(axis=1) - values[top]
         rhos = {}
@@ -427,7 +431,7 @@ def robustness(df: pd.DataFrame, primary: str, drawn: dict, sweep_vars: list[str
             if len(x) >= 3 and np.ptp(x) > 0 and np.ptp(lead.to_numpy()) > 0:
                 rhos[var] = float(spearmanr(x, lead.to_numpy()).statistic)
         strongest = max(rhos, key=lambda v: abs(rhos[v])) if rhos else None
-        out.append({**dict(zip(keys, key)), "best": top, "seeds": len(values),
+        out.append({**point, "best": top, "seeds": len(values),
                     "best_on": int((winners == top).sum()), "winners": winners.value_counts().to_dict(),
                     "rho": rhos, "depends_on": strongest})
     return out

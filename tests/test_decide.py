@@ -164,6 +164,9 @@ def test_times_never_reached_are_censored_at_the_horizon_not_infinite():
     horizon = 7800.0 - 600.0
     assert rec["loop_broken_diff"] == pytest.approx(np.mean([horizon - 900, horizon - 960, 0.0]))
     assert rec["loop_broken_median_a"] == math.inf and rec["loop_broken_median_b"] == 960.0
+    # Kaplan-Meier by hand: 4 runs, 2 there by 20: the survival 2/4 reaches 1/2 at 20
+    assert decide.km_median(np.array([10.0, 20.0, 99.0, 99.0]), np.array([True, True, False, False])) == 20.0
+    assert decide.km_median(np.array([10.0, 99.0, 99.0]), np.array([True, False, False])) == math.inf
     assert rec["loop_broken_reached_b"] == pytest.approx(2 / 3)
     assert "never within the horizon (counted as the horizon): stuck on 3 of 3, fix on 1 of 3" in rec["sentence"]
     # log-rank by hand: at 900 s 6 at risk (3 each), fix's event, 0.5 expected of stuck, variance 0.25;

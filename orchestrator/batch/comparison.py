@@ -123,6 +123,8 @@ def _vary(playbook: str, vary: list[str], sweeps: dict, sets: dict) -> tuple[tup
                                                            f"({', '.join(declared) or 'none declares one'})"))
         elif name in sweeps or name in sets:
             issues.append(Issue("--vary", name, f"a variable not also {'swept' if name in sweeps else 'set'}"))
+        elif name in COLUMNS:
+            issues.append(Issue("--vary", name, "a playbook variable whose name is not a column of the results"))
     ranges = {n: declared[n] for n in names if n in declared}
     integers = {n for n in ranges if isinstance(tpl.header[n]["default"], int)}
     return (ranges, integers), issues
