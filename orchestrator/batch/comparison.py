@@ -295,15 +295,21 @@ def run_group(playbook, points: list[dict], sets: dict, duration, tick, keep: li
 
     tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
     try:
-        whole, branches, ticks, per_run = prefix.trunk([_spec(playbook, p, sets, duration, tick, tmp) for p in points])
-        rows: list = [None] * len(points)
-        for i, data in whole.items():
-            rows[i] = _row(points[i], data)
-        if nested and branches:
+        refs: dict = {}
+        start = None
+        if nested:  # each branch a Ray task of its own, started as it leaves the trunk
             import ray
 
             task = ray.remote(num_cpus=1, max_retries=1)(run_branch)
-            refs = {i: task.remote(playbook, points[i], sets, duration, tick, at) for i, at in branches.items()}
+
+            def start(i, at):
+                refs[i] = task.remote(playbook, points[i], sets, duration, tick, at)
+        whole, branches, ticks, per_run = prefix.trunk([_spec(playbook, p, sets, duration, tick, tmp) for p in points],
+                                                       start)
+        rows: list = [None] * len(points)
+        for i, data in whole.items():
+            rows[i] = _row(points[i], data)
+        if nested:
             done = {i: ray.get(ref) for i, ref in refs.items()}
         else:
             done = {i: run_branch(playbook, points[i], sets, duration, tick, at) for i, at in branches.items()}

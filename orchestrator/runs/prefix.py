@@ -56,11 +56,12 @@ def _frozen(host) -> dict:
             "agents": pickle.dumps({n: a.state_to_serialise() for n, a in host.agents.items()})}
 
 
-def trunk(specs: list[RunSpec]) -> tuple[dict[int, RunData], dict[int, Branch], int, int]:
+def trunk(specs: list[RunSpec], on_branch=None) -> tuple[dict[int, RunData], dict[int, Branch], int, int]:
     """Play the trunk of ``specs`` (runs of one seed, differing only in their runbook).
     Returns the runs it played whole (index -> run data: the first runbook without rules,
     which is the trunk), where each other run branches (index -> ``Branch``), the ticks
-    played and the ticks of one run."""
+    played and the ticks of one run. ``on_branch(index, branch)``: called as each run
+    branches, while the trunk plays on (so that the branch can start at once elsewhere)."""
     plans = {i: prepare(s)[3] for i, s in enumerate(specs)}
     rules = {i: [a for a in plans[i].agents if a.name == OPERATOR][0] for i in plans}
     quiet = [i for i in plans if rules[i].kind != "operator:runbook"]
@@ -86,6 +87,8 @@ def trunk(specs: list[RunSpec]) -> tuple[dict[int, RunData], dict[int, Branch], 
                     cp_tick, host, scorer, ops = checkpoint
                     branches[i] = Branch(cp_tick, host, scorer, ops[i])
                     del shadows[i]
+                    if on_branch is not None:
+                        on_branch(i, branches[i])
             if not shadows and not quiet:
                 break
             base.step()
@@ -96,6 +99,8 @@ def trunk(specs: list[RunSpec]) -> tuple[dict[int, RunData], dict[int, Branch], 
     for i in list(shadows):  # never acted: the trunk's world to the end, from its last checkpoint
         cp_tick, host, scorer, ops = checkpoint
         branches[i] = Branch(cp_tick, host, scorer, ops[i])
+        if on_branch is not None:
+            on_branch(i, branches[i])
     whole = {quiet[0]: RunData(dir=None, meta=base.writer.meta, score=base.writer.score)} if quiet else {}
     return whole, branches, ticks, base.plan.ticks
 
