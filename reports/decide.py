@@ -377,6 +377,11 @@ def pair_sentence(rec: dict, delta: float, alpha: float = DEFAULT_ALPHA) -> str:
         return text + _censored(rec, m)
     if n < 2:
         return f"{a} against {b}: {n} seed cannot tell (at least 2 are needed)"
+    lo, hi = rec[f"{m}_ci"]
+    if -delta < lo and hi < delta:
+        return (f"{a} and {b}: as good as each other on {m.replace('_', ' ')}, within the indifference amount "
+                f"{_amount(m, delta)} (mean difference {d:+,.1f}{'' if m == 'impact' else ' s'}, {conf} CI "
+                f"{_ci_text(m, lo, hi)}, {n} seeds){_censored(rec, m)}")
     return (f"{a} against {b}: cannot tell on {m.replace('_', ' ')} from {n} seeds (mean difference "
             f"{d:+,.1f}{'' if m == 'impact' else ' s'}, {conf} CI {_ci_text(m, *rec[f'{m}_ci'])}); they could show a "
             f"difference of {_amount(m, rec['detectable'])} or more; {_amount(m, delta)} (the indifference amount) "

@@ -174,6 +174,16 @@ def test_times_never_reached_are_censored_at_the_horizon_not_infinite():
     assert rec["loop_broken_logrank_p"] == pytest.approx(0.11608, abs=1e-4)
 
 
+def test_a_pair_whose_interval_lies_inside_the_indifference_amount_is_as_good_as_each_other():
+    """us-east-1-2021's none and restart-devices: the same impact within 0.5 a seed, where
+    57.6 is worth telling apart; 'cannot tell' would send the team after seeds for nothing."""
+    df = table({"none": [(5148.6 + 0.1 * i, None) for i in range(3)], "restart": [(5148.5 + 0.2 * i, None)
+                                                                                    for i in range(3)]})
+    rec = decide.pair("none", "restart", df[df.runbook == "none"], df[df.runbook == "restart"], "impact", 57.6)
+    assert rec["sentence"].startswith("none and restart: as good as each other on impact, within the indifference "
+                                      "amount 57.6 (mean difference +0.0, 95% CI ")
+
+
 def test_an_undecided_pair_says_what_its_seeds_could_show_and_what_delta_needs():
     rng = np.random.default_rng(5)
     diffs = rng.normal(0.5, 4.0, 6)
