@@ -8,10 +8,12 @@ import click
 
 from orchestrator.engine.journal import check_out_dir
 
-from .options import (address_option, duration_value, say_if_not_compiled, cache_option, duration_option, out_dir, out_option, playbook_argument,
-                      progress_option, serial_option, stem, tick_option, time_limit_option, variable_options, variables)
-from .root import interrupt_deferred, main
 from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DEFAULT_PRIMARY, PRIMARY
+
+from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
+                      playbook_argument, progress_option, say_if_not_compiled, serial_option, stem, tick_option,
+                      time_limit_option, variable_options, variables)
+from .root import interrupt_deferred, main
 
 
 def amount_value(ctx, param, value):
@@ -67,7 +69,7 @@ def amount_value(ctx, param, value):
 @progress_option
 def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, first, sweeps, vary, sets, vars_file,
                     duration, tick, address, workers, serial, keep_runs, cache, time_limit, out, report, progress):
-    """Name the best runbook (and sweeps of playbook variables), and how sure that is.
+    """Name the best runbook, and how sure that is (over seeds, and sweeps of variables).
 
     Every (runbook, seed, sweep point) is a whole world run in a Ray task; runs of one
     seed share their random streams, so runbooks are compared seed by seed. By default
@@ -79,7 +81,8 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     times to break the loop and drain the backlog, censored at the horizon, and what
     undecided pairs could show), results.csv (one row per run), summary.csv (per
     runbook), pairs.csv (rank tests) and the report, and prints the decision. Ctrl-C
-    keeps the rounds played whole and exits 130; --time-limit does the same and exits 0.
+    keeps the rounds played whole and exits 130; --time-limit does the same and exits 0
+    (with --fixed: seeds 1 to k, up to the first seed not every run of which was done).
     """
     from reports.compare_report import (paired_lines, race_lines, robustness_lines, shared_line, summary_lines,
                                         write_comparison)
