@@ -67,5 +67,4 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
                           parse_duration(tick) if tick is not None else None, address, parallel, progress,
                           max_workers=max_workers, cache=Path(cache) if cache is not None else None,
                           time_limit=parse_duration(time_limit) if time_limit is not None else None,
-                          decision=Decision(primary, parse_duration(delta) if isinstance(delta, str) else delta, alpha,
-                                            first_seeds, sequential=not fixed))
+                          decision=Decision(primary, delta, alpha, first_seeds, sequential=not fixed))

@@ -193,7 +193,10 @@ def race_lines(race: dict) -> list[str]:
     head = (f"the race: {primary.replace('_', ' ')} (lower is better), {1 - alpha:.0%} confidence, "
             f"indifference {decide.unit_text(primary, race['delta'])} ({race['delta_from']}); "
             f"Kim-Nelson sequential selection, {race['first']} seeds first, then one at a time, "
-            f"at most {race['seeds_max']}")
+            f"at most {race['seeds_max']}" + (" (read over the seeds a --fixed comparison played)"
+                                              if race.get("fixed") else "")
+            + "; it guarantees the runbook it names, not each one it puts out, which may be within the "
+              "indifference amount of the best: the pairs say how far apart each two are")
     lines = [head]
     for point in race["points"]:
         where = ", ".join(f"{k}={v}" for k, v in point["point"].items())
@@ -203,7 +206,8 @@ def race_lines(race: dict) -> list[str]:
             ties = [s["runbook"] for s in point["status"] if s["state"] == "as good"]
             also = (f" (as good: {', '.join(ties)}, with the same mean: any of them is within the indifference "
                     "amount of the best)") if ties else ""
-            lines.append(f"{where}best: {point['best']}, after {n} seed{'s' * (n != 1)}{also}")
+            after = "would have been named after" if race.get("fixed") else "after"
+            lines.append(f"{where}best: {point['best']}, {after} {n} seed{'s' * (n != 1)}{also}")
         else:
             alive = [s["runbook"] for s in point["status"] if s["state"] == "in the race"]
             why = {"seeds": f"the most seeds allowed, {race['seeds_max']}", "time limit": "the time limit",

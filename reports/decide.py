@@ -369,8 +369,9 @@ def pair_sentence(rec: dict, delta: float, alpha: float = DEFAULT_ALPHA) -> str:
     if side:
         win, lose = (a, b) if side < 0 else (b, a)
         share = rec[f"{m}_a_better"] if side < 0 else rec[f"{m}_b_better"]
-        text = (f"{win} {_WORDS[m][0]} than {lose}: by {_amount(m, d)} a seed on average ({conf} CI of {a} - {b}: "
-                f"{_ci_text(m, *rec[f'{m}_ci'])}), better on {share:.0%} of {n} seeds")
+        small = f", less than the indifference amount {_amount(m, delta)}" if abs(d) < delta else ""
+        text = (f"{win} {_WORDS[m][0]} than {lose}: by {_amount(m, d)} a seed on average{small} ({conf} CI of "
+                f"{a} - {b}: {_ci_text(m, *rec[f'{m}_ci'])}), better on {share:.0%} of {n} seeds")
         worse = [o for o in MEASURES if o != m and _shown(rec, o) == -side]
         for o in worse:
             text += f"; but {win} {_WORDS[o][1]} (by {_amount(o, rec[f'{o}_diff'])}, CI {_ci_text(o, *rec[f'{o}_ci'])})"
@@ -428,7 +429,9 @@ def robustness(df: pd.DataFrame, primary: str, drawn: dict, sweep_vars: list[str
         values = values.dropna()
         worlds = g.drop_duplicates("seed").set_index("seed").loc[values.index, list(drawn)]
         top = (best or {}).get(tuple(point.values())) or values.mean().idxmin()
-        winners = values.idxmin(axis=1)
+        lowest = values.min(axis=1)
+        tied = (values.eq(lowest, axis=0).sum(axis=1) > 1)
+        winners = values.idxmin(axis=1)[~tied]
         lead = values.drop(columns=[top]).min(axis=1) - values[top]
         rhos = {}
         for var in drawn:
@@ -438,6 +441,7 @@ def robustness(df: pd.DataFrame, primary: str, drawn: dict, sweep_vars: list[str
         strongest = max(rhos, key=lambda v: abs(rhos[v])) if rhos else None
         out.append({**point, "best": top, "seeds": len(values),
                     "best_on": int((winners == top).sum()), "winners": winners.value_counts().to_dict(),
+                    "tied": int(tied.sum()),
                     "rho": rhos, "depends_on": strongest})
     return out
 
@@ -446,7 +450,8 @@ def robustness_sentence(rec: dict, drawn: dict) -> str:
     """One sweep point's robustness in words."""
     ranges = "; ".join(f"{v} {lo:,g} to {hi:,g}" for v, (lo, hi) in drawn.items())
     n, top = rec["seeds"], rec["best"]
-    others = ", ".join(f"{rb} on {k}" for rb, k in rec["winners"].items() if rb != top)
+    others = [f"{rb} on {k}" for rb, k in rec["winners"].items() if rb != top]
+    others = ", ".join(others + ([f"a tie for the best on {rec['tied']}"] if rec.get("tied") else []))
     text = (f"across the worlds drawn ({ranges}), on the {n} seed{'s' * (n != 1)} every runbook played: {top} is "
             f"best on {rec['best_on']} of {n}{f' ({others})' if others else ''}")
     var = rec["depends_on"]
@@ -454,5 +459,6 @@ def robustness_sentence(rec: dict, drawn: dict) -> str:
         return text + "; no variable moves its lead (too few seeds, or the lead does not vary)"
     rho = rec["rho"][var]
     way = "larger" if rho > 0 else "smaller"
-    return (f"{text}; its lead depends most on {var} (Spearman {rho:+.2f} over {n} seeds: the higher {var}, the "
-            f"{way} its lead)")
+    few = ": a hint, too few seeds for a finding" if n < 10 else ""
+    return (f"{text}; its lead depends most on {var} (Spearman {rho:+.2f} over {n} seeds{few}: the higher {var}, "
+            f"the {way} its lead)")

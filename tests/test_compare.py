@@ -163,7 +163,9 @@ def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session,
     assert set(pd.read_csv(out / "pairs.csv")["clients"]) == {1000, 2000}
     assert "clients=2000: fix-early has less impact than none: by " in proc.stdout  # (seed by seed)
     assert "better on 100% of 4 seeds" in proc.stdout and "Mann-Whitney" not in proc.stdout
-    assert set(pd.read_csv(out / "paired.csv")["clients"]) == {1000, 2000} and not (out / "race.json").exists()
+    assert set(pd.read_csv(out / "paired.csv")["clients"]) == {1000, 2000}
+    race = json.loads((out / "race.json").read_text())  # (read over the seeds played)
+    assert race["fixed"] and {p["point"]["clients"]: p["best"] for p in race["points"]}[2000] == "fix-early"
     md = (out / "compare.md").read_text()
     assert md.startswith("# Runbook comparison: mini-loop")  # the playbook's name, not its file's
     assert "16 runs (4 seeds per runbook and sweep point), each 20m of simulated time." in md

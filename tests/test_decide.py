@@ -299,3 +299,51 @@ def test_a_range_is_checked_with_the_variables(tmp_path):
         with pytest.raises(InvalidPlaybook) as e:
             load_playbook(str(path), {})
         assert "variables.clients.range" in str(e.value) and words in str(e.value)
+
+
+# -- what an outsider's trial found ----------------------------------------------------------------
+
+def test_a_primary_outcome_the_playbook_does_not_score_is_refused_before_any_run(tmp_path):
+    """--primary backlog_drained on a playbook without a scored backlog played every run and
+    then crashed (KeyError, exit 1, half a directory); scoring.primary so passed validate."""
+    from orchestrator.errors import InvalidPlaybook
+    from orchestrator.playbook.loader import load_playbook
+
+    cases = ((["--primary", "backlog_drained"], "--primary: got 'backlog_drained'; expected an outcome the "
+                                                  "playbook scores: it declares no scoring.backlog"),
+             (["--delta", "5m"], "--delta: got '5m'; expected a number of weighted error-minutes: the primary "
+                                 "outcome is impact"),
+             (["--delta", "50"], "expected an amount below the most a run can score on impact, 20.0"),
+             (["--vary", "all", "--vary", "clients"], "--vary: got 'all'; expected all alone, or the names"))
+    for args, words in cases:
+        bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
+                              *args, "--serial", "--out", str(tmp_path / "bad")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
+        assert not (tmp_path / "bad").exists()
+    path = tmp_path / "pb.yaml.j2"
+    path.write_text(Path(MINI).read_text().replace("scoring:\n", "scoring:\n  primary: backlog_drained\n"))
+    with pytest.raises(InvalidPlaybook, match="scoring.primary: got 'backlog_drained'"):
+        load_playbook(str(path), {})
+
+
+def test_a_misspelt_key_of_a_variable_is_warned_of(tmp_path):
+    from orchestrator.playbook.loader import unused_variables
+
+    path = tmp_path / "pb.yaml.j2"
+    path.write_text(Path(MINI).read_text().replace("range: [1000, 3000]", "rnage: [1000, 3000]"))
+    assert ("variables.clients.rnage means nothing and is ignored: a variable takes default, description, range "
+            "(did you mean range?)") in unused_variables(str(path))
+    assert not [w for w in unused_variables(MINI) if "means nothing" in w]
+
+
+def test_ties_for_the_best_are_not_credited_to_one_runbook():
+    rows = []
+    for seed, (a, b, world) in enumerate(((1.0, 2.0, 10), (3.0, 3.0, 20), (1.0, 5.0, 30)), 1):
+        for rb, impact in (("a", a), ("b", b)):
+            row = dict.fromkeys(COLUMNS, math.nan) | {"runbook": rb, "seed": seed, "impact": impact, "x": world}
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    rec = decide.robustness(df, "impact", {"x": [0, 40]})[0]
+    assert rec["best"] == "a" and rec["best_on"] == 2 and rec["tied"] == 1 and rec["winners"] == {"a": 2}
+    assert "a is best on 2 of 3 (a tie for the best on 1)" in decide.robustness_sentence(rec, {"x": [0, 40]})

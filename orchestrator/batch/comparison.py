@@ -24,7 +24,7 @@ import pandas as pd
 
 from reports import decide
 from reports.rundir import Score
-from reports.timefmt import format_duration
+from reports.timefmt import format_duration, parse_duration
 from orchestrator.errors import InvalidInput, Issue, NotFound
 from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.engine.world import WorldPlan
@@ -111,6 +111,8 @@ def _vary(playbook: str, vary: list[str], sweeps: dict, sets: dict) -> tuple[tup
 
     tpl = read_template(find_playbook(playbook))
     declared = variable_ranges(tpl)
+    if "all" in vary and len(vary) > 1:
+        return ({}, set()), [Issue("--vary", "all", "all alone, or the names of variables, not both")]
     names = list(declared) if vary == ["all"] else vary
     issues = []
     if vary == ["all"] and not declared:
@@ -357,8 +359,16 @@ def check_points(playbook: str, points: list[Point], sets: dict, duration, tick)
     for p in points:
         key = _texts_key(p)
         if key not in texts:
-            pb, rb_text, rb, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
-                                                    sets={**sets, **p.variables()}, duration=duration, tick=tick))
+            try:
+                pb, rb_text, rb, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
+                                                        sets={**sets, **p.variables()}, duration=duration, tick=tick))
+            except InvalidInput as e:
+                if not p.drawn:
+                    raise
+                drew = ", ".join(f"{k}={v}" for k, v in p.drawn.items())
+                raise type(e)(e.source, e.stage, [Issue(i.location, i.value, f"{i.expected}; --vary drew {drew} for "
+                                                        f"seed {p.seed} from the ranges the header declares: narrow "
+                                                        "them to values the playbook takes") for i in e.issues]) from None
             texts[key] = (pb.text, rb_text)
             shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
             names.setdefault(p.runbook, rb["name"])
@@ -447,6 +457,9 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     resolved = resolve_decision(decision, playbook, sets, duration) if decision is not None else None
     race = _start_race(decision, resolved, runbooks, names, seeds, dict(sweeps or {})) \
         if decision is not None and decision.sequential and len(runbooks) > 1 else None
+    # --fixed: the race is read over the seeds played, after them
+    replay = _start_race(decision, resolved, runbooks, names, seeds, dict(sweeps or {})) \
+        if decision is not None and not decision.sequential and len(runbooks) > 1 else None
     keep = [str(keep_runs / p.label(names[p.runbook])) if keep_runs else None for p in points]
     rows: list[dict | None] = [None] * len(points)
     from_cache: dict[int, dict] = {}
@@ -578,6 +591,9 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         df.attrs["decision"] = resolved
     if race is not None:
         df.attrs["race"] = race.record()
+    elif replay is not None and not interrupted:
+        _replay_race(replay, points, rows, names)
+        df.attrs["race"] = replay.record()
     if partial:
         df.attrs["partial"] = partial
     if interrupted:
@@ -593,7 +609,7 @@ class Decision:
     seeds of its first stage."""
 
     primary: str | None = None
-    delta: float | None = None
+    delta: float | str | None = None  # a number in the primary's unit, or a duration as text for a time
     alpha: float = decide.DEFAULT_ALPHA
     first: int = decide.DEFAULT_FIRST
     sequential: bool = True  # False: every seed played (--fixed)
@@ -603,7 +619,7 @@ def decision_issues(decision: Decision, seeds: list[int]) -> list[Issue]:
     issues = []
     if decision.primary is not None and decision.primary not in decide.PRIMARY:
         issues.append(Issue("--primary", decision.primary, f"one of {', '.join(decide.PRIMARY)}"))
-    if decision.delta is not None and not decision.delta > 0:
+    if isinstance(decision.delta, (int, float)) and not decision.delta > 0:
         issues.append(Issue("--delta", decision.delta, "an amount > 0 in the primary outcome's unit"))
     if not 0 < decision.alpha <= 0.5:
         issues.append(Issue("--alpha", decision.alpha, "an error rate > 0 and <= 0.5 (0.05: 95% confidence)"))
@@ -625,6 +641,7 @@ class RaceBook:
         self.seeds, self.sweep_vars = seeds, sweep_vars
         self.rounds = 0  # whole rounds played
         self.ended = ""
+        self.fixed = False  # read over a fixed comparison's seeds, after they were played
 
     @property
     def decided(self) -> bool:
@@ -635,28 +652,42 @@ class RaceBook:
         first = next(iter(self.races.values()))
         return {"primary": self.primary, "delta": self.delta, "delta_from": self.delta_from, "alpha": first.alpha,
                 "first": first.first, "seeds_max": len(self.seeds), "ended": self.ended, "sweep_vars": self.sweep_vars,
+                "fixed": self.fixed,
                 "points": [{"point": dict(zip(self.sweep_vars, key)), "seeds": r.seeds, "ended": r.ended,
                             "best": r.best, "status": r.status()} for key, r in self.races.items()]}
 
 
 def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict:
     """The primary outcome, indifference amount (and where it came from) and error rate a
-    comparison decides with: the options', else the playbook's ``scoring``, else the defaults."""
-    from orchestrator.playbook.loader import load_playbook
+    comparison decides with: the options', else the playbook's ``scoring``, else the defaults.
+    ``decision.delta`` may be a duration as text ("5m"), for a time."""
+    from orchestrator.playbook.loader import load_playbook, primary_issue
 
     pb = load_playbook(playbook, sets)  # (loaded by check_points already: no error here)
     scoring = pb.data["scoring"]
     primary = decision.primary or scoring.get("primary", decide.DEFAULT_PRIMARY)
-    if primary == "backlog_drained" and not scoring.get("backlog"):
-        raise InvalidInput("gameday compare", "options", [Issue(
-            "--primary" if decision.primary else "scoring.primary", primary,
-            "an outcome the playbook scores: it declares no scoring.backlog")])
+    unscored = primary_issue(pb.data, primary, "--primary")  # (the playbook's own is checked when it loads)
+    if unscored:
+        raise InvalidInput("gameday compare", "options", [unscored])
+    top = decide.scale(primary, scoring.get("impact", {}), float(duration or pb.data["clock"]["duration"]))
     if decision.delta is not None:
-        delta, delta_from = float(decision.delta), "--delta"
+        if isinstance(decision.delta, str):  # a duration: only for a time
+            if primary == "impact":
+                raise InvalidInput("gameday compare", "options", [Issue(
+                    "--delta", decision.delta, "a number of weighted error-minutes: the primary outcome is impact "
+                                               "(a duration such as 5m is for loop_broken or backlog_drained)")])
+            delta = parse_duration(decision.delta)
+        else:
+            delta = float(decision.delta)
+        if top > 0 and delta >= top:
+            raise InvalidInput("gameday compare", "options", [Issue(
+                "--delta", decision.delta, f"an amount below the most a run can score on {primary}, "
+                                           f"{decide.unit_text(primary, top)}: with more, every runbook is as good "
+                                           "as every other")])
+        delta_from = "--delta"
     elif scoring.get("indifference") is not None and primary == scoring.get("primary", decide.DEFAULT_PRIMARY):
         delta, delta_from = float(scoring["indifference"]), "the playbook's scoring.indifference"
     else:
-        top = decide.scale(primary, scoring.get("impact", {}), float(duration or pb.data["clock"]["duration"]))
         delta = decide.DEFAULT_DELTA_SHARE * top if top > 0 else 1.0
         delta_from = (f"{decide.DEFAULT_DELTA_SHARE:.0%} of the most a run can score, "
                       f"{decide.unit_text(primary, top)}" if top > 0 else "no impact weights: 1")
@@ -714,6 +745,22 @@ def _run_rounds(next_round, points: list[Point], rows: list, play, rounds_done: 
         if play(todo):
             return True
         rounds_done.append(todo)
+
+
+def _replay_race(book: RaceBook, points: list[Point], rows: list, names: dict) -> None:
+    """The race read over the seeds a fixed comparison played, in order, until it decides:
+    which runbook it would have named, and after how many seeds."""
+    index = {(p.seed, tuple(p.sweep.values()), names[p.runbook]): i for i, p in enumerate(points)}
+    book.fixed = True
+    for s in book.seeds:
+        for key, race in book.races.items():
+            if race.decided:
+                continue
+            got = {rb: rows[index[(s, key, rb)]] for rb in race.alive}
+            if any(row is None for row in got.values()):  # (a fixed comparison cut short)
+                continue
+            race.add({rb: decide.outcome(pd.DataFrame([row]), book.primary)[0] for rb, row in got.items()})
+    book.ended = "decided" if book.decided else "seeds"
 
 
 def _race_cut(book: RaceBook, points: list[Point], rows: list, seeds: list[int], interrupted: bool, stopped: bool,

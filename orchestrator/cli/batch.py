@@ -17,13 +17,15 @@ from .root import interrupt_deferred, main
 
 
 def amount_value(ctx, param, value):
-    """--delta: a number, or a duration (5m) read as seconds."""
+    """--delta: a number, or a duration (5m) as it was typed, checked (whether a duration
+    fits depends on the primary outcome, which the comparison resolves)."""
     if value is None:
         return None
     try:
         amount = float(value)
     except ValueError:
-        return duration_value(ctx, param, value)
+        duration_value(ctx, param, value)
+        return value
     if not amount > 0 or amount == float("inf"):
         raise click.BadParameter(f"{value!r} is not an amount > 0 (impact: a number; times: 5m or seconds)")
     return amount

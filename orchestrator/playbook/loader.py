@@ -290,13 +290,25 @@ def _used_variables(tpl: Template) -> set[str]:
         return set(tpl.header)
 
 
+#: the keys a variable's declaration in the header may hold
+VARIABLE_KEYS = ("default", "description", "range")
+
+
 def unused_variables(ref: str) -> list[str]:
     """Warnings for the variables a playbook declares and its template never reads: setting
-    one changes nothing (``--set`` refuses it; validate says so before anyone tries)."""
+    one changes nothing (``--set`` refuses it; validate says so before anyone tries); and
+    for keys of a declaration that mean nothing (a misspelt ``range`` would be ignored;
+    an error would refuse a playbook that validated before)."""
     tpl = read_template(find_playbook(ref))
     used = _used_variables(tpl)
-    return [f"variables.{name} is declared but the template never reads it: setting it changes nothing"
-            for name in tpl.header if name not in used]
+    out = [f"variables.{name} is declared but the template never reads it: setting it changes nothing"
+           for name in tpl.header if name not in used]
+    for name, decl in tpl.header.items():
+        for key in (k for k in decl if k not in VARIABLE_KEYS) if isinstance(decl, dict) else ():
+            guess = nearest(str(key), VARIABLE_KEYS)
+            out.append(f"variables.{name}.{key} means nothing and is ignored: a variable takes "
+                       f"{', '.join(VARIABLE_KEYS)}" + (f" (did you mean {guess}?)" if guess else ""))
+    return out
 
 
 def retried_without_limit_by_default(pb: Playbook) -> list[str]:
@@ -431,6 +443,19 @@ class _Names:
                                          f"a device pool ({closest_first(hop, self.devices)})"))
 
 
+def primary_issue(data: dict, primary: str, location: str) -> Issue | None:
+    """A primary outcome the playbook's scoring does not measure: a backlog nobody declared,
+    a loop without a measure."""
+    sc = data["scoring"]
+    if primary == "backlog_drained" and "backlog_drained" not in milestone_keys(data):
+        return Issue(location, primary, "an outcome the playbook scores: it declares no scoring.backlog populations "
+                                        "or services, so no run's backlog is ever drained")
+    if primary == "loop_broken" and not (sc["loop"]["devices"] or sc["loop"]["populations"] or sc["loop"]["services"]):
+        return Issue(location, primary, "an outcome the playbook scores: its scoring.loop names no devices, "
+                                        "populations or services to measure the loop by")
+    return None
+
+
 def _cross_check(data: dict, issues: list[Issue]) -> None:
     """The checks across fields. A name two parts share is an error of its own; what refers
     to it is ambiguous, so an error about a reference is kept only where it stands whichever
@@ -444,6 +469,9 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
         seen = {(i.location, repr(i.value)) for i in stands}
         found = [i for i in found if (i.location, repr(i.value)) in seen]
     issues.extend(found)
+    unscored = primary_issue(data, data["scoring"]["primary"], "scoring.primary")
+    if unscored:
+        issues.append(unscored)
 
 
 def _meanings_of_duplicates(data: dict) -> list[dict]:
