@@ -107,7 +107,7 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
 
     name = load_playbook(playbook, values).name  # (checked by compare already)
     info = {"playbook": name, "seeds": seeds}
-    if "race" in df.attrs:
+    if "race" in df.attrs and not df.attrs["race"].get("fixed"):
         info["race"] = True
     if "partial" in df.attrs:  # interrupted, or stopped by the time limit
         info["partial"] = df.attrs["partial"]
