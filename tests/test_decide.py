@@ -218,6 +218,7 @@ def test_a_sequential_comparison_plays_only_what_its_decision_needs_and_the_same
     pd.testing.assert_frame_equal(race, fixed, check_like=False)
 
 
+@pytest.mark.slow  # (the fast subset keeps the race itself and the refusals)
 def test_the_command_decides_writes_the_race_and_refuses_a_race_it_cannot_run(tmp_path):
     out = tmp_path / "cmp"
     proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
@@ -260,6 +261,7 @@ def test_each_seeds_world_is_drawn_evenly_from_the_ranges_and_does_not_depend_on
         assert quarters.min() >= 3 and quarters.max() <= 5, quarters
 
 
+@pytest.mark.slow  # (the fast subset keeps the draws)
 def test_a_comparison_over_uncertain_variables_says_how_often_the_best_is_best(tmp_path):
     out = tmp_path / "vary"
     proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
