@@ -246,6 +246,12 @@ def robustness_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
             for r in decide.robustness(df, how["primary"], drawn, sweep_vars, best)]
 
 
+def decision_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
+    """The report's decision: the race, how it holds across drawn worlds, what sharing saved."""
+    return ((race_lines(df.attrs["race"]) if "race" in df.attrs else []) + robustness_lines(df, sweep_vars)
+            + shared_line(df))
+
+
 def _paired(df: pd.DataFrame, sweep_vars: list[str]) -> list[dict]:
     """Every pair seed by seed, on the comparison's primary outcome and indifference amount
     (``attrs["decision"]``; a table without them: impact, with an amount of 1)."""
@@ -283,9 +289,10 @@ class Comparison(NamedTuple):
 def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: dict,
                      report: bool = True) -> Comparison:
     """A comparison's directory: results.csv (a row per run), summary.csv, paired.csv
-    (every pair seed by seed, on ``info["primary"]`` and ``info["delta"]``), pairs.csv (rank
-    tests), race.json (a sequential comparison's decision) and, with ``report``,
-    compare.md and compare.html. ``info`` heads the report (playbook, seeds)."""
+    (every pair seed by seed, on the primary outcome and indifference amount of
+    ``df.attrs["decision"]``), pairs.csv (rank tests), race.json (the race, or the race read
+    over a fixed comparison's seeds) and, with ``report``, compare.md and compare.html.
+    ``info`` heads the report (playbook, seeds)."""
     import json
 
     out = Path(out)
@@ -301,9 +308,7 @@ def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: d
         (out / "race.json").write_text(json.dumps(race, indent=1, default=str) + "\n", encoding="utf-8")
     written = None
     if report:
-        info = {**info, "horizon": format_duration(df["horizon_s"].max()),
-                "decision": (race_lines(race) if race else []) + robustness_lines(df, sweep_vars) + shared_line(df),
-                "paired": paired_lines(paired, sweep_vars)}
+        info = {**info, "horizon": format_duration(df["horizon_s"].max()), "paired": paired_lines(paired, sweep_vars)}
         written = write_comparison_report(df, out, sweep_vars, info, (summ, tests))[1]
     return Comparison(summ, tests, written, paired, race)
 
@@ -331,8 +336,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     (out / "charts").mkdir(parents=True, exist_ok=True)
     summ, tests = stats if stats is not None else (cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars))
     info = dict(info or {})
-    info.setdefault("decision", (race_lines(df.attrs["race"]) if "race" in df.attrs else [])
-                    + robustness_lines(df, sweep_vars) + shared_line(df))
+    info.setdefault("decision", decision_lines(df, sweep_vars))
     info.setdefault("paired", paired_lines(_paired(df, sweep_vars), sweep_vars))
     rows = [{**r, "median": f"{_fmt_s(r['median_break_s'])} ({_fmt_s(r['median_break_ci'][0])} to "
                               f"{_fmt_s(r['median_break_ci'][1])})",
