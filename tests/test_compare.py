@@ -179,7 +179,7 @@ def test_the_command_writes_the_table_the_statistics_and_the_report(ray_session,
 def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
     for i, (args, words) in enumerate(((["-r", "none", "-r", "no-such-runbook"], "no-such-runbook"),
                         (["-r", "none", "--sweep", "clients"], "--sweep"),
-                        (["-r", "none", "--sweep", "cleints=1,2"], "--sweep cleints: got 1; expected one of the "
+                        (["-r", "none", "--sweep", "cleints=1,2"], "--sweep: got 'cleints'; expected one of the "
                                                                      "playbook's variables"),
                         (["-r", "none", "--sweep", "clients=1000,many"], "--sweep clients: got 'many'; expected a "
                                                                          "value of the same type as the default 2000"),
@@ -454,7 +454,8 @@ def test_a_phasemaps_bad_axes_are_said_as_its_options_before_any_run(tmp_path):
     from orchestrator.cli import main
 
     cases = {("clients=1000", "clients=1000,2000"): "--y: got 'clients'; expected a variable other than --x's (clients)",
-             ("nosuch=1,2", "clients=1000"): "--x nosuch: got 1; expected one of the playbook's variables",
+             # (the name is what is wrong, not its first value; an outsider read "got 1")
+             ("nosuch=1,2", "clients=1000"): "--x: got 'nosuch'; expected one of the playbook's variables",
              ("clients=1000", "clients"): "--y: got 'clients'; expected name=value1,value2,...",
              ("clients=1000", "surge_setups=lots"): "--y surge_setups: got 'lots'; expected a value of the same type"}
     for (x, y), said in cases.items():
@@ -463,6 +464,10 @@ def test_a_phasemaps_bad_axes_are_said_as_its_options_before_any_run(tmp_path):
         assert result.exit_code == 2 and said in result.stderr, (x, y, result.output)
         assert "gameday compare" not in result.stderr and "--sweep" not in result.stderr
         assert not out.exists()
+    result = CliRunner().invoke(main, ["phasemap", MINI, "--x", "clients=1000,2000", "--y", "surge_setups=50",
+                                       "--set", "clients=100", "--serial", "--out", str(tmp_path / "map")])
+    assert result.exit_code == 2 and "--set clients: got 100; expected a variable that is not also swept (--x " \
+                                      "clients gives its values" in result.stderr and "--sweep" not in result.stderr
 
 
 def _every_cell_on_the_same_seeds(runs: pd.DataFrame) -> int:

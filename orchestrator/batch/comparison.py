@@ -25,7 +25,7 @@ import pandas as pd
 from reports import decide
 from reports.rundir import Score
 from reports.timefmt import format_duration, parse_duration
-from orchestrator.errors import InvalidInput, Issue, NotFound
+from orchestrator.errors import InvalidInput, Issue, NotFound, closest_first
 from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.engine.world import WorldPlan
 from orchestrator.hosting.inprocess import load_kernels
@@ -92,6 +92,10 @@ def _sweep_issues(playbook: str, sweeps: dict[str, list]) -> list[Issue]:
     tpl = read_template(find_playbook(playbook))
     issues: dict[tuple, Issue] = {}  # one per variable and problem: the first value that has it
     for var, values in sweeps.items():
+        if var not in tpl.header:  # (the name is what is wrong, not its first value)
+            issues[("--sweep", var)] = Issue("--sweep", var, f"one of the playbook's variables "
+                                                             f"({closest_first(var, tpl.header)})")
+            continue
         for value in values:
             try:
                 resolve_variables(tpl, {var: value}, tpl.source, {var: f"--sweep {var}"})

@@ -97,7 +97,12 @@ def _as_axes(e: InvalidInput, source: str, options: dict[str, str], bare: str | 
     def said(i: Issue) -> Issue:
         var = i.location[len("--sweep "):] if i.location.startswith("--sweep ") else i.value
         option = options.get(var) or (bare if i.location == "--sweep" else None)
-        return Issue(i.location.replace("--sweep", option, 1), i.value, i.expected) if option else i
+        expected = i.expected
+        for name, opt in options.items():  # (compare's words for an axis: "--sweep clients gives its values")
+            expected = expected.replace(f"--sweep {name}", f"{opt} {name}")
+        if option and i.location.startswith("--sweep"):
+            return Issue(i.location.replace("--sweep", option, 1), i.value, expected)
+        return Issue(i.location, i.value, expected)
     return InvalidInput(source if e.source in ("gameday compare", "--sweep") else e.source, e.stage,
                         [said(i) for i in e.issues])
 
