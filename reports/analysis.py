@@ -200,6 +200,8 @@ class _Reading:
     relapses: dict[str, list[int]]
     trigger: dict | None
     first_update: int | None  # tick of the first customer update
+    scoring: dict  # the playbook's scoring section, as validated (``_validated``)
+    works: dict  # population -> its work at the start, as validated
     loop: dict  # the playbook's scoring.loop
     signal: tuple | None  # loop_signal: (name, series, threshold)
     effective: list[dict]  # action_effective events
@@ -211,14 +213,15 @@ class _Reading:
         dt = float(meta.get("tick_s", 1.0))
         playbook = _read_yaml(run.dir / PLAYBOOK)
         events = _records(run.events)
-        loop = (playbook.get("scoring") or {}).get("loop") or {}
+        scoring, works = _validated(meta, playbook)
+        loop = scoring.get("loop") or {}
         return cls(run, dt, parse_clock(meta.get("start_clock", "00:00")), playbook, _read_yaml(run.dir / RUNBOOK),
                    events, run.score or {}, meta.get("status") != COMPLETE, len(m),
                    {k: parse_clock(v) for k, v in (playbook.get("par") or {}).items()},
                    {x.get("name") for x in playbook.get("mitigations") or []}, *milestone_history(events),
                    next((e for e in events if e["event"] in STARTS_INCIDENT), None),
                    next((e["tick"] for e in events if e["event"] == "status_posted"), None),
-                   loop, loop_signal(loop, m, dt) if len(m) else None,
+                   scoring, works, loop, loop_signal(loop, m, dt) if len(m) else None,
                    [e for e in events if e["event"] == "action_effective"], _changes(events))
 
     @property
@@ -292,14 +295,14 @@ def analyse(run: RunData) -> Analysis:
                     summary=summary, verdict=_verdict(r), measures=_measures(r), impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
-                    scoring=r.playbook.get("scoring") or {},
+                    scoring=r.scoring,
                     works=_works(r))
 
 
 def _works(r: _Reading) -> dict[str, list[tuple[int, str]]]:
     """Each population's work over the run: [(from tick, perishable or durable)], the
     playbook's from tick 0, then each set_work applied (as the scorer follows it)."""
-    out = {p["name"]: [(0, p.get("work", "perishable"))] for p in r.playbook.get("populations") or []}
+    out = {p: [(0, work)] for p, work in r.works.items()}
     for e in r.events:
         if (switch := work_switch(e)) and switch[0] in out:
             out[switch[0]].append((int(e["tick"]), switch[1]))
@@ -345,7 +348,7 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     """(impact per population, the weighted impact, the backlog of each durable population and the
     queue of each service the backlog milestone names)."""
     m = r.m
-    weights = (r.playbook.get("scoring") or {}).get("impact") or {}
+    weights = r.scoring.get("impact") or {}
     scored = r.score.get("impact") or {}
     impact = impact_table(m, r.dt, scored.get("counted_by_attempts") or (), r.events,
                           scored.get("counted_by_attempts_from")) if r.ticks_done else []
@@ -357,7 +360,7 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     else:  # a run stopped before it was scored: its error-minutes only
         weighted = sum(x["failed_request_minutes"] * float(weights.get(x["population"], 0)) for x in impact) if weights else None
     backlog = []
-    scope = (r.playbook.get("scoring") or {}).get("backlog") or {}
+    scope = r.scoring.get("backlog") or {}
     pops, queues = scope.get("populations", []), scope.get("services", [])
     named = [(f"the backlog of {p}", f"{p}.backlog", "requests") for p in pops] + \
             [(f"the queue of {q}", f"{q}.queue_backlog", "units of work") for q in queues]
@@ -574,16 +577,34 @@ def _held_briefly(score: dict, changes: list[dict], dt: float, at, until: str) -
     return out
 
 
+#: what a run directory written before meta.json recorded its validated scoring (``_validated``)
+#: left to the format's defaults of then: the bounds of scoring.loop and a population's work
+_DEFAULTS_BEFORE_META = {"loop": {"setup_success_min": 0.95, "amplification_max": 1.5, "useful_work_min": 0.9},
+                         "work": "perishable"}
+
+
+def _validated(meta: dict, playbook: dict) -> tuple[dict, dict]:
+    """(the scoring section, population -> work) as the run was validated: from meta.json,
+    which records them with the format's defaults filled in; for a run directory written
+    before it did, the rendered playbook's, with the defaults of then for what it left out."""
+    if "scoring" in meta and "works" in meta:
+        return meta["scoring"], meta["works"]
+    scoring = dict(playbook.get("scoring") or {})
+    scoring["loop"] = {**_DEFAULTS_BEFORE_META["loop"], **(scoring.get("loop") or {})}
+    works = {p["name"]: p.get("work") or _DEFAULTS_BEFORE_META["work"] for p in playbook.get("populations") or []}
+    return scoring, works
+
+
 def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series, float] | None:
     """(what it is, its value per tick, its bound) of the loop's ground truth: the first
     loop device's connection-setup success, else the share of the first loop service's
     work that was useful (1-minute sums)."""
     for d in loop.get("devices", []):
         if f"{d}.setup_success_ratio" in m:
-            return f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop.get("setup_success_min", 0.95))
+            return f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop["setup_success_min"])
     for s in loop.get("services", []):
         if f"{s}.work_done" in m:
-            return f"{s} useful work", useful_share(m, s, dt), float(loop.get("useful_work_min", 0.9))
+            return f"{s} useful work", useful_share(m, s, dt), float(loop["useful_work_min"])
     return None
 
 

@@ -137,8 +137,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
     if loop_populations and wanted("amplification"):
         fig, ax = _figure("Retry amplification (tries per wanted request; durable: per one done)", "x")
         for p in loop_populations:
-            ratio, unbounded = amplification(m, p, analysis.works.get(p, [(0, "perishable")]), window,
-                                             float(loop.get("amplification_max", 1.5)))
+            ratio, unbounded = amplification(m, p, analysis.works[p], window, float(loop["amplification_max"]))
             ax.plot(hours, ratio.iloc[::every], label=f"{p} (at the top: unbounded)" if unbounded else p)
         charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
 

@@ -133,10 +133,10 @@ def _never_formed(r: dict) -> str:
 
 def _drained_cell(r: dict) -> str:
     """"N% (median T)" of runs whose backlog drained, where the playbook scores a backlog; else ""."""
-    rate = r.get("drained_rate", math.nan)
+    rate = r["drained_rate"]
     if rate != rate:
         return ""
-    never = r.get("backlog_never_formed", 0)
+    never = r["backlog_never_formed"]
     calm = f"{never} of {r['runs']} never over its threshold: drained at once; " if never else ""
     return f"{rate:.0%} ({calm}median {_fmt_s(r['median_drain_s'], 'not drained')})"
 
@@ -156,7 +156,7 @@ def _turned_away(r: dict) -> str:
     runbook's actions held back as failed (``reports.impact``). Two units in one count (a
     throttle refuses attempts, its callers' retries included; a lowered rate holds back
     requests), as score.json counts them: the words say so."""
-    n = r.get("mean_turned_away", 0.0)
+    n = r["mean_turned_away"]
     return f", {n:,.0f} turned away per run (mean; attempts refused, requests held back)" if n >= 0.5 else ""
 
 
@@ -239,7 +239,7 @@ def robustness_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
     drawn = df.attrs.get("drawn")
     if not drawn:
         return []
-    how = df.attrs.get("decision") or {"primary": decide.DEFAULT_PRIMARY}
+    how = _decision(df)
     race = df.attrs.get("race")
     best = {tuple(p["point"].values()): p["best"] for p in race["points"] if p["best"]} if race else None
     return [f"{_prefix(r, sweep_vars)}{decide.robustness_sentence(r, drawn)}"
@@ -252,10 +252,15 @@ def decision_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
             + shared_line(df))
 
 
+def _decision(df: pd.DataFrame) -> dict:
+    """How a results table's comparison decides (``attrs["decision"]``); a table that did not
+    come from ``compare`` has no playbook to scale an amount by (``decide.WITHOUT_PLAYBOOK``)."""
+    return df.attrs.get("decision") or decide.WITHOUT_PLAYBOOK
+
+
 def _paired(df: pd.DataFrame, sweep_vars: list[str]) -> list[dict]:
-    """Every pair seed by seed, on the comparison's primary outcome and indifference amount
-    (``attrs["decision"]``; a table without them: impact, with an amount of 1)."""
-    how = df.attrs.get("decision") or {"primary": decide.DEFAULT_PRIMARY, "delta": 1.0, "alpha": decide.DEFAULT_ALPHA}
+    """Every pair seed by seed, on the comparison's primary outcome and indifference amount."""
+    how = _decision(df)
     return decide.pairs(df, how["primary"], how["delta"], how["alpha"], sweep_vars)
 
 

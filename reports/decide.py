@@ -42,6 +42,9 @@ DEFAULT_DELTA_SHARE = 0.01
 DEFAULT_ALPHA = 0.05
 #: seeds every runbook plays before any is eliminated (they fix the variances; at least 2)
 DEFAULT_FIRST = 3
+#: how a results table decides without the playbook its comparison resolves them from (a table
+#: made by hand): the default primary outcome, an indifference amount of 1 in its unit
+WITHOUT_PLAYBOOK = {"primary": DEFAULT_PRIMARY, "delta": 1.0, "alpha": DEFAULT_ALPHA}
 #: the power an undecided pair's "smallest detectable difference" is stated at
 POWER = 0.8
 

@@ -480,3 +480,23 @@ def test_a_world_without_a_loop_or_a_status_page_is_not_said_to_miss_them(tmp_pa
     assert "no feedback loop formed" in summary and "not broken" not in summary, summary
     historical = orchestrator.run("us-east-1-2021", runbook="none", duration="40m", out=tmp_path / "2021")
     assert re.search(r"first customer update +not reached", summary_table(historical))  # (it can post one; none did)
+
+
+@pytest.mark.slow
+def test_a_run_directory_written_before_meta_recorded_its_scoring_reads_as_it_did(tmp_path):
+    """meta.json records the scoring and the populations' work as validated, defaults filled
+    in by the format, so the reports restate no default; a run directory from before has
+    them from its rendered playbook and the defaults of then, and reads the same."""
+    import orchestrator
+    from reports.rundir import load_run
+
+    out = tmp_path / "run"
+    orchestrator.run("us-east-1-2021", runbook="historical", seed=1, duration="2h", out=out)
+    now = analyse(load_run(out))
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["scoring"]["loop"]["setup_success_min"] == 0.95 and meta["works"]["event-delivery"] == "durable"
+    (out / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k not in ("scoring", "works")}))
+    before = analyse(load_run(out))
+    assert before.summary == now.summary and before.verdict == now.verdict and before.works == now.works
+    for bound in ("setup_success_min", "amplification_max", "useful_work_min"):
+        assert before.scoring["loop"][bound] == now.scoring["loop"][bound], bound

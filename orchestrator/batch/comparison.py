@@ -669,11 +669,11 @@ def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict
 
     pb = load_playbook(playbook, sets)  # (loaded by check_points already: no error here)
     scoring = pb.data["scoring"]
-    primary = decision.primary or scoring.get("primary", decide.DEFAULT_PRIMARY)
+    primary = decision.primary or scoring["primary"]
     unscored = primary_issue(pb.data, primary, "--primary")  # (the playbook's own is checked when it loads)
     if unscored:
         raise InvalidInput("gameday compare", "options", [unscored])
-    top = decide.scale(primary, scoring.get("impact", {}), float(duration or pb.data["clock"]["duration"]))
+    top = decide.scale(primary, scoring["impact"], float(duration or pb.data["clock"]["duration"]))
     if decision.delta is not None:
         if isinstance(decision.delta, str):  # a duration: only for a time
             if primary == "impact":
@@ -689,7 +689,7 @@ def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict
                                            f"{decide.unit_text(primary, top)}: with more, every runbook is as good "
                                            "as every other")])
         delta_from = "--delta"
-    elif scoring.get("indifference") is not None and primary == scoring.get("primary", decide.DEFAULT_PRIMARY):
+    elif scoring.get("indifference") is not None and primary == scoring["primary"]:  # (no default: optional)
         delta, delta_from = float(scoring["indifference"]), "the playbook's scoring.indifference"
     else:
         delta = decide.DEFAULT_DELTA_SHARE * top if top > 0 else 1.0

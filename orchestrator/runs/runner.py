@@ -106,7 +106,11 @@ class WorldRun:
                 "shards": {pop: len(parts) for pop, parts in self.plan.shards.items()},
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "never_reached": never_reached(pb.data, None if spec.console else rb,
-                                               self.plan.info.start_s + self.plan.ticks * self.plan.info.dt)} | (meta or {})
+                                               self.plan.info.start_s + self.plan.ticks * self.plan.info.dt),
+                # the scoring and each population's work as validated, defaults filled in by the
+                # format: the reports read them here rather than restate the defaults
+                "scoring": pb.data["scoring"], "works": {p["name"]: p["work"] for p in pb.data["populations"]}} \
+            | (meta or {})
         if out is not None:
             check_out_dir(out)  # before starting any actor
         self.dir = None if out is None else Path(out)
