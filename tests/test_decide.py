@@ -349,3 +349,11 @@ def test_ties_for_the_best_are_not_credited_to_one_runbook():
     rec = decide.robustness(df, "impact", {"x": [0, 40]})[0]
     assert rec["best"] == "a" and rec["best_on"] == 2 and rec["tied"] == 1 and rec["winners"] == {"a": 2}
     assert "a is best on 2 of 3 (a tie for the best on 1)" in decide.robustness_sentence(rec, {"x": [0, 40]})
+
+
+def test_a_race_whose_first_stage_does_not_fit_the_time_limit_says_so():
+    from orchestrator.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match=r"--time-limit: got '1e-09s'; expected time for the race's first stage "
+                                           r"\(6 runs\)"):
+        compare(MINI, ["none", FIX], 10, parallel=False, time_limit=1e-9, decision=Decision())

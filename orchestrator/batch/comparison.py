@@ -459,11 +459,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     if same:
         raise InvalidInput("gameday compare", "options", same)
     resolved = resolve_decision(decision, playbook, sets, duration) if decision is not None else None
-    race = _start_race(decision, resolved, runbooks, names, seeds, dict(sweeps or {})) \
-        if decision is not None and decision.sequential and len(runbooks) > 1 else None
-    # --fixed: the race is read over the seeds played, after them
-    replay = _start_race(decision, resolved, runbooks, names, seeds, dict(sweeps or {})) \
-        if decision is not None and not decision.sequential and len(runbooks) > 1 else None
+    # the race: played round by round, or (--fixed) read over the seeds played, after them
+    book = _start_race(decision, resolved, points, names, seeds, dict(sweeps or {})) \
+        if decision is not None and len(runbooks) > 1 else None
+    race = book if book is not None and decision.sequential else None
     keep = [str(keep_runs / p.label(names[p.runbook])) if keep_runs else None for p in points]
     rows: list[dict | None] = [None] * len(points)
     from_cache: dict[int, dict] = {}
@@ -536,7 +535,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     interrupted = stopped = False
     try:
         if race is not None:
-            stopped = _run_race(race, points, rows, play, names, bar)
+            stopped = _run_race(race, rows, play, bar)
         elif refine is not None:
             stopped = _run_rounds(refine, points, rows, play, rounds_done)
         else:
@@ -593,11 +592,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         df.attrs["ticks"] = dict(ticks_saved)
     if resolved is not None:
         df.attrs["decision"] = resolved
-    if race is not None:
-        df.attrs["race"] = race.record()
-    elif replay is not None and not interrupted:
-        _replay_race(replay, points, rows, names)
-        df.attrs["race"] = replay.record()
+    if book is not None and race is None and not interrupted:
+        _replay_race(book, rows)
+    if book is not None and (race is not None or not interrupted):
+        df.attrs["race"] = book.record()
     if partial:
         df.attrs["partial"] = partial
     if interrupted:
@@ -640,16 +638,28 @@ class RaceBook:
     the primary outcome, the indifference amount and where it came from."""
 
     def __init__(self, races: dict[tuple, decide.Race], primary: str, delta: float, delta_from: str,
-                 seeds: list[int], sweep_vars: list[str]):
+                 seeds: list[int], sweep_vars: list[str], index: dict[tuple, int]):
         self.races, self.primary, self.delta, self.delta_from = races, primary, delta, delta_from
         self.seeds, self.sweep_vars = seeds, sweep_vars
-        self.rounds = 0  # whole rounds played
+        self.index = index  # (seed, sweep point, runbook name) -> its run's place in the plan
         self.ended = ""
         self.fixed = False  # read over a fixed comparison's seeds, after they were played
 
     @property
     def decided(self) -> bool:
         return all(r.decided for r in self.races.values())
+
+    def runs(self, seed: int) -> list[int]:
+        """The runs of ``seed`` of the runbooks still in an undecided race."""
+        return [self.index[(seed, key, rb)] for key, race in self.races.items() if not race.decided
+                for rb in race.alive]
+
+    def take(self, seed: int, rows: list) -> None:
+        """``seed``'s outcomes, for every undecided race whose runs of it were all played."""
+        for key, race in self.races.items():
+            got = {} if race.decided else {rb: rows[self.index[(seed, key, rb)]] for rb in race.alive}
+            if got and all(row is not None for row in got.values()):
+                race.add({rb: decide.outcome(pd.DataFrame([row]), self.primary)[0] for rb, row in got.items()})
 
     def record(self) -> dict:
         """What the comparison's tables and report say of the race (``reports.decide``)."""
@@ -699,29 +709,29 @@ def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict
             "sequential": decision.sequential}
 
 
-def _start_race(decision: Decision, resolved: dict, runbooks: list[str], names: dict, seeds: list[int],
+def _start_race(decision: Decision, resolved: dict, points: list[Point], names: dict, seeds: list[int],
                 sweeps: dict) -> RaceBook:
     grid = [tuple(combo) for combo in itertools.product(*sweeps.values())] or [()]
-    books = [names[rb] for rb in runbooks]
+    books = list(dict.fromkeys(names[p.runbook] for p in points))
     races = {key: decide.Race(books, decision.alpha, resolved["delta"], decision.first) for key in grid}
-    return RaceBook(races, resolved["primary"], resolved["delta"], resolved["delta_from"], seeds, list(sweeps))
+    index = {(p.seed, tuple(p.sweep.values()), names[p.runbook]): i for i, p in enumerate(points)}
+    return RaceBook(races, resolved["primary"], resolved["delta"], resolved["delta_from"], seeds, list(sweeps), index)
 
 
-def _run_race(book: RaceBook, points: list[Point], rows: list, play, names: dict, bar) -> bool:
+def _run_race(book: RaceBook, rows: list, play, bar) -> bool:
     """Play the race round by round: the first stage's seeds, then one seed at a time, each
     round only the runbooks still in its sweep point's race; after each, every race takes
     its seeds' outcomes. Stops when every race is decided or the seeds run out; returns
     whether the deadline stopped it (then the round under way is not counted)."""
     first = next(iter(book.races.values())).first
-    index = {(p.seed, tuple(p.sweep.values()), names[p.runbook]): i for i, p in enumerate(points)}
     rounds = [book.seeds[:first]] + [[s] for s in book.seeds[first:]]
     for seeds in rounds:
         if book.decided:
             break
-        todo = [index[(s, key, rb)] for s in seeds for key, race in book.races.items() if not race.decided
-                for rb in race.alive]
+        todo = [i for s in seeds for i in book.runs(s)]
         if bar is not None:
-            alive = sorted({rb for race in book.races.values() for rb in race.alive}, key=list(names.values()).index)
+            names = next(iter(book.races.values())).names
+            alive = sorted({rb for race in book.races.values() for rb in race.alive}, key=names.index)
             bar.set_postfix_str(f"in the race: {', '.join(alive)}", refresh=False)
         if play(todo):
             for i in todo:  # (a round counts whole or not at all)
@@ -729,12 +739,7 @@ def _run_race(book: RaceBook, points: list[Point], rows: list, play, names: dict
             book.ended = "time limit"
             return True
         for s in seeds:
-            for key, race in book.races.items():
-                if not race.decided:
-                    values = {rb: decide.outcome(pd.DataFrame([rows[index[(s, key, rb)]]]), book.primary)[0]
-                              for rb in race.alive}
-                    race.add(values)
-        book.rounds += 1
+            book.take(s, rows)
     book.ended = "decided" if book.decided else "seeds"
     return False
 
@@ -751,19 +756,13 @@ def _run_rounds(next_round, points: list[Point], rows: list, play, rounds_done: 
         rounds_done.append(todo)
 
 
-def _replay_race(book: RaceBook, points: list[Point], rows: list, names: dict) -> None:
+def _replay_race(book: RaceBook, rows: list) -> None:
     """The race read over the seeds a fixed comparison played, in order, until it decides:
-    which runbook it would have named, and after how many seeds."""
-    index = {(p.seed, tuple(p.sweep.values()), names[p.runbook]): i for i, p in enumerate(points)}
+    which runbook it would have named, and after how many seeds (a seed not played whole,
+    in a comparison cut short, is not read)."""
     book.fixed = True
     for s in book.seeds:
-        for key, race in book.races.items():
-            if race.decided:
-                continue
-            got = {rb: rows[index[(s, key, rb)]] for rb in race.alive}
-            if any(row is None for row in got.values()):  # (a fixed comparison cut short)
-                continue
-            race.add({rb: decide.outcome(pd.DataFrame([row]), book.primary)[0] for rb, row in got.items()})
+        book.take(s, rows)
     book.ended = "decided" if book.decided else "seeds"
 
 
