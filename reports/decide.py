@@ -298,15 +298,15 @@ def pair(a: str, b: str, ga: pd.DataFrame, gb: pd.DataFrame, primary: str, delta
     for m in MEASURES:
         if m == "backlog_drained" and not scored_backlog:
             continue
-        xa, xb = outcome(ga, m), outcome(gb, m)
-        d = xa - xb
+        if m != "impact":
+            (ta, ra), (tb, rb) = restricted_times(ga, m), restricted_times(gb, m)
+        d = outcome(ga, m) - outcome(gb, m) if m == "impact" else ta - tb
         mean, lo, hi = paired_ci(d, alpha)
         sd = float(np.std(d, ddof=1)) if n > 1 else math.nan
         rec |= {f"{m}_diff": mean, f"{m}_ci": (lo, hi), f"{m}_sd": sd,
                 f"{m}_a_better": float(np.mean(d < 0)) if n else math.nan,
                 f"{m}_b_better": float(np.mean(d > 0)) if n else math.nan}
         if m != "impact":
-            (ta, ra), (tb, rb) = restricted_times(ga, m), restricted_times(gb, m)
             rec |= {f"{m}_median_a": km_median(ta, ra), f"{m}_median_b": km_median(tb, rb),
                     f"{m}_reached_a": float(ra.mean()) if n else math.nan,
                     f"{m}_reached_b": float(rb.mean()) if n else math.nan,
