@@ -8,7 +8,7 @@ checking and array building. numpy exports the C functions its Generator methods
 cffi); ``Draws`` calls those on the agent's bit generator, so every draw is exactly the
 one the Generator method would make and the stream stays the agent's own. Where cffi or
 those functions are not available, ``Draws`` makes the same draws through the Generator
-methods. ``tests/test_draws.py`` checks both against numpy's own calls, results and
+methods. ``tests/test_numpy_equivalence.py`` checks both against numpy's own calls, results and
 generator states.
 
 What is left to the Python side is numpy's argument checking: a probability outside

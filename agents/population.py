@@ -344,6 +344,16 @@ class PopulationControls:
         self.readmission = {"step": float(step), "every": in_ticks(every, self.world.dt), "next": tick}
         self._readmit_step(tick)
 
+    @operation(**SCALE_RATE_OP)
+    def op_scale_rate(self, tick: int, factor: float) -> None:
+        """Disable (0), throttle (<1) or restore (1) this population's fresh requests; the
+        factor replaces the last one, and retries already due still go out."""
+        self.rate_factor = float(factor)
+        self._rate_changed(tick)
+
+    def _rate_changed(self, tick: int) -> None:
+        """(A model that draws its requests ahead draws them again here.)"""
+
     @operation(example={"factor": 0.5},
                factor=Arg("dispatch as a multiple of max_rate: 0 pauses delivery, below 1 throttles, 1 restores",
                           unit="x max_rate", min=0))
@@ -572,12 +582,6 @@ class Population(PopulationControls, Agent):
         self.ready = kept.tolist()
         self.given_up += gone
         self.event(tick, "backlog_dropped", requests=gone)
-
-    @operation(**SCALE_RATE_OP)
-    def op_scale_rate(self, tick: int, factor: float) -> None:
-        """Disable (0), throttle (<1) or restore (1) this population's fresh requests; the
-        factor replaces the last one, and retries already due still go out."""
-        self.rate_factor = float(factor)
 
     @property
     def connected(self) -> int:

@@ -54,7 +54,7 @@ import math
 import numpy as np
 
 from .base import Agent, Message, StepResult, WorldInfo, operation, share_or_rate
-from .population import (DROP_BACKLOG_OP, SCALE_RATE_OP, SET_PATH_OP, Population, PopulationControls,
+from .population import (DROP_BACKLOG_OP, SET_PATH_OP, Population, PopulationControls,
                          read_population_spec, refuses_at_once)
 from .retry import RetryPolicy
 from .shards import HealthReports
@@ -281,11 +281,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
         self.given_up += gone
         self.event(tick, "backlog_dropped", requests=gone)
 
-    @operation(**SCALE_RATE_OP)
-    def op_scale_rate(self, tick: int, factor: float) -> None:
-        """Disable (0), throttle (<1) or restore (1) this population's fresh requests; the
-        factor replaces the last one, and retries already due still go out."""
-        self.rate_factor = float(factor)
+    def _rate_changed(self, tick: int) -> None:
         self._redraw_requests(tick * self.world.dt)
 
     # -- the tick ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pandas as pd
 from . import compare_stats as cs
 from . import decide
 from .build import data_uri, environment
+from .rundir import PHASES, STUCK
 from .timefmt import format_duration, format_minutes, format_minutes_difference
 
 
@@ -371,7 +372,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     return [out / "compare.md", out / "compare.html"]
 
 
-PHASE_COLOURS = {"healthy": "#4caf50", "recovered by itself": "#ffc107", "stuck": "#d32f2f", "mixed": "#9e9e9e"}
+PHASE_COLOURS = dict(zip((*PHASES, "mixed"), ("#4caf50", "#ffc107", "#2196f3", "#d32f2f", "#9e9e9e"), strict=True))
 
 
 def phase_chart(cells: pd.DataFrame, x: str, y: str, title: str = "") -> bytes:
@@ -386,8 +387,8 @@ def phase_chart(cells: pd.DataFrame, x: str, y: str, title: str = "") -> bytes:
     for _, c in cells.iterrows():
         i, j = xs.index(c[x]), ys.index(c[y])
         ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, color=PHASE_COLOURS[c["phase"]]))
-        runs = int(c["healthy"] + c["recovered by itself"] + c["stuck"])
-        ax.text(i, j, f"{int(c['stuck'])}/{runs}", ha="center", va="center", fontsize=9)
+        runs = int(sum(c[p] for p in PHASES))
+        ax.text(i, j, f"{int(c[STUCK])}/{runs}", ha="center", va="center", fontsize=9)
     ax.set_xlim(-0.5, len(xs) - 0.5)
     ax.set_ylim(-0.5, len(ys) - 0.5)
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])

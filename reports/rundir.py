@@ -84,6 +84,29 @@ class Score(TypedDict, total=False):
     backlog_peak: dict[str, int]
 
 
+#: a run's outcome, as a comparison's results table says it (``outcome``)
+HEALTHY, BY_ITSELF, AFTER_ACTION, RELAPSED, STUCK = OUTCOMES = (
+    "healthy", "recovered by itself", "broken after the runbook acted", "relapsed", "stuck")
+#: a phase map's phases, and a run's phase from its outcome: one whose loop broke and re-formed is
+#: stuck at the horizon
+PHASES = (HEALTHY, BY_ITSELF, AFTER_ACTION, STUCK)
+PHASE_OF = {o: STUCK if o == RELAPSED else o for o in OUTCOMES}
+
+
+def outcome(score: Score) -> str:
+    """No loop formed; it broke before any action took effect (nobody acted, or only after
+    it broke: the run's attribution says the same); it broke after an action took effect
+    (whether because of it, the counterfactuals of `gameday run` say; a comparison does not
+    play them); it broke and re-formed, and was not broken at the horizon; it never broke."""
+    broken = score["loop_broken"]
+    if not score["loop_formed"]:
+        return HEALTHY
+    if not broken["reached"]:
+        return RELAPSED if broken.get("relapsed") else STUCK
+    acted = score.get("first_action_effective")  # before the tick the loop holds broken from, as attribution asks
+    return BY_ITSELF if acted is None or acted["seconds_after_start"] >= broken["seconds_after_start"] else AFTER_ACTION
+
+
 class NotARunDirectory(Exception):
     pass
 

@@ -425,6 +425,18 @@ def test_the_phase_map_has_a_stuck_region_with_the_bug_and_none_without():
     assert (without["phase"] == "stuck").sum() == 0
 
 
+def test_a_phase_map_with_a_runbook_counts_its_runs_broken_after_it_acted_as_their_own_phase():
+    """A runbook that acts breaks the loop where it would have stayed stuck: those cells are
+    in the phase of that outcome (a map with a runbook once lost them: they were in no phase)."""
+    from orchestrator.batch.phasemap import phase_map
+
+    cells, runs = phase_map(MINI, ("clients", [1000, 2000]), ("surge_setups", [200]), seeds=1, runbook=FIX,
+                            duration=1800.0, parallel=False, full=True)
+    assert set(runs["outcome"]) == {"broken after the runbook acted"}
+    assert list(cells["phase"]) == ["broken after the runbook acted"] * 2
+    assert list(cells["broken after the runbook acted"]) == [1, 1] and cells["stuck"].sum() == 0
+
+
 def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path):
     """(with the options its runs share with compare's: --vars, --tick, --no-progress)"""
     out = tmp_path / "map"

@@ -23,7 +23,7 @@ from typing import Callable
 import pandas as pd
 
 from reports import decide
-from reports.rundir import Score
+from reports.rundir import Score, outcome
 from reports.timefmt import format_duration, parse_duration
 from orchestrator.errors import InvalidInput, Issue, NotFound, closest_first
 from orchestrator.batch.run_cache import RunCache, run_key
@@ -36,13 +36,6 @@ from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, 
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_scored",
            "backlog_formed", "backlog_drained_s", "backlog_drained",
            "impact", "first_update_s", "connections_broken", "turned_away", "actions", "outcome", "horizon_s")
-#: a run's outcome: no loop formed; it broke before any action took effect (nobody acted, or only
-#: after it broke: `gameday run`'s attribution says the same); it broke after an action took effect
-#: (whether because of it, the counterfactuals of `gameday run` say; a comparison does not play
-#: them); it broke and re-formed, and was not broken at the horizon; it never broke
-OUTCOMES = ("healthy", "recovered by itself", "broken after the runbook acted", "relapsed", "stuck")
-
-
 @dataclass
 class Point:
     """One run of a comparison."""
@@ -209,14 +202,6 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
         return float(m["seconds_after_trigger"]) if m and m.get("reached") and "seconds_after_trigger" in m else math.nan
 
     broken = score["loop_broken"]
-    if not score["loop_formed"]:
-        outcome = "healthy"
-    elif not broken["reached"]:
-        outcome = "relapsed" if broken.get("relapsed") else "stuck"
-    else:
-        acted = score.get("first_action_effective")  # before the tick the loop holds broken from, as attribution asks
-        by_itself = acted is None or acted["seconds_after_start"] >= broken["seconds_after_start"]
-        outcome = "recovered by itself" if by_itself else "broken after the runbook acted"
     backlog = score.get("backlog_drained") or {}
     row = {"runbook": point.runbook,
            "seed": point.seed, **point.sweep, **point.drawn,
@@ -231,7 +216,7 @@ def row_of(point: Point, score: Score, horizon_s: float) -> dict:
            "first_update_s": after_trigger(score.get("first_customer_update")),
            "connections_broken": int(score["collateral"]["connections_broken_by_actions"]),
            "turned_away": int(score["collateral"].get("requests_turned_away", 0)),
-           "actions": int(score["actions_taken"]), "outcome": outcome, "horizon_s": horizon_s}
+           "actions": int(score["actions_taken"]), "outcome": outcome(score), "horizon_s": horizon_s}
     return row
 
 

@@ -1,6 +1,7 @@
 """Mapping metastability: sweep two playbook variables (say baseline load and trigger
-size) with nobody acting, and classify each cell by what its runs did: stayed healthy
-(the loop never formed), recovered by itself, or stuck (still looping at the horizon).
+size), with nobody acting or with a runbook, and classify each cell by what its runs did:
+stayed healthy (the loop never formed), recovered by itself, broken after the runbook
+acted, or stuck (still looping at the horizon): ``reports.rundir.PHASES``.
 
 Hysteresis: the load at which a healthy system tips into the loop is higher than the
 load to which a stuck system must be brought back before it recovers. ``hysteresis``
@@ -16,10 +17,8 @@ import yaml
 
 from orchestrator.batch.comparison import compare, parse_sweeps
 from orchestrator.errors import InvalidInput, Issue
+from reports.rundir import PHASE_OF, PHASES, STUCK
 
-PHASES = ("healthy", "recovered by itself", "stuck")
-#: a run's phase from its outcome: one whose loop broke and re-formed is stuck at the horizon
-PHASE_OF = {"healthy": "healthy", "recovered by itself": "recovered by itself", "relapsed": "stuck", "stuck": "stuck"}
 
 
 def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, runbook: str = "none",
@@ -50,7 +49,7 @@ class Refinement:
     round by round, the next seed only in the cells not settled. A cell is settled when
     every run of it and of its neighbours on the grid (left, right, above, below) is in
     one phase: far from a boundary, more seeds would not change its majority; at a
-    boundary (between healthy, recovered and stuck) or where its own runs disagree, a cell
+    boundary (between two phases) or where its own runs disagree, a cell
     plays every seed, as in the full grid."""
 
     def __init__(self, x: str, y: str):
@@ -118,7 +117,7 @@ def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 
 def _majority_stuck(runs: pd.DataFrame) -> bool:
-    return (runs["outcome"].map(PHASE_OF) == "stuck").sum() * 2 > len(runs)
+    return (runs["outcome"].map(PHASE_OF) == STUCK).sum() * 2 > len(runs)
 
 
 def hysteresis(playbook: str, load_var: str, loads: list[float], shed_action: str, shed_param: str,

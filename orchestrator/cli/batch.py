@@ -153,7 +153,8 @@ def _from_cache(runs, cache: str) -> str:
 def phasemap_command(playbook, x, y, seeds, full, runbook, sets, vars_file, duration, tick, address, serial, cache,
                      time_limit, out, progress):
     """Map metastability over two variables: each cell healthy (the loop never formed),
-    recovered by itself, or stuck, by the majority of its runs. Writes phasemap.csv
+    recovered by itself, broken after the runbook acted (with --runbook), or stuck, by the
+    majority of its runs. Writes phasemap.csv
     (cells), runs.csv (every run), phasemap.png (the heat map) and phasemap.md. Every
     cell plays seed 1; then, round by round, only the cells at a boundary between phases
     (or whose runs disagree) play their next seed, up to --seeds, and the command says

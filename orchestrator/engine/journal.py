@@ -118,7 +118,9 @@ class ScoreOnly:
 
 
 class RunWriter:
-    def __init__(self, out: Path, plan: WorldPlan, meta: dict, playbook_text: str, runbook_text: str):
+    def __init__(self, out: Path, plan: WorldPlan, meta: dict, files: dict[str, str]):
+        """``files``: name -> text of the files a run directory starts with besides its
+        journal (the rendered playbook, the runbook), written with meta.json."""
         self.dir = Path(out)
         check_out_dir(self.dir)
         self.plan = plan
@@ -133,7 +135,7 @@ class RunWriter:
         try:
             shutil.rmtree(starting, ignore_errors=True)  # (one this process left when killed)
             starting.mkdir(parents=True)
-            self._write_first_files(starting, plan, playbook_text, runbook_text)
+            self._write_first_files(starting, plan, files)
             os.replace(starting, self.dir)  # (an empty directory there is replaced)
         except BaseException as e:
             if hasattr(self, "metrics") and not starting.exists():  # (stopped once in place: it says so)
@@ -147,9 +149,9 @@ class RunWriter:
                 raise RunDirectoryError(f"cannot create run directory {self.dir}: {e.strerror}") from None
             raise
 
-    def _write_first_files(self, where: Path, plan: WorldPlan, playbook_text: str, runbook_text: str) -> None:
-        (where / rundir.PLAYBOOK).write_text(playbook_text, encoding="utf-8")
-        (where / rundir.RUNBOOK).write_text(runbook_text, encoding="utf-8")
+    def _write_first_files(self, where: Path, plan: WorldPlan, files: dict[str, str]) -> None:
+        for name, text in files.items():
+            (where / name).write_text(text, encoding="utf-8")
         write_json_atomic(where / rundir.COLUMNS, {
             "tick": "tick number, from 0", "time_s": "simulated seconds since the start of the run",
             "clock": "simulated clock time (HH:MM[:SS])",

@@ -3,7 +3,9 @@ value that chooses and configures a hosting (``HostingOptions``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
+
+from agents import Agent, Message
 
 from orchestrator.engine.world import WorldPlan
 from orchestrator.hosting.inprocess import InProcessHost, TickResult
@@ -42,6 +44,30 @@ class Host(Protocol):
 
     def close(self) -> None:
         """Release the processes and sockets (the host steps no more)."""
+
+    # -- hosts whose agents are in this process (``local``) only: what replays, forks,
+    # counterfactuals and shared beginnings reach into the world with --------------------
+
+    def snapshot(self) -> dict:
+        """The world's state: the tick, the messages on their way and every agent's state."""
+
+    def restore(self, snap: dict) -> None:
+        """Back to a ``snapshot`` (or a ``frozen`` one, its agents' states unpickled)."""
+
+    def frozen(self) -> dict:
+        """``snapshot`` with the agents' states pickled: plain bytes, for another process."""
+
+    def agent(self, name: str) -> Agent:
+        """The agent ``name``."""
+
+    def replace_agent(self, name: str, agent: Agent) -> None:
+        """``agent`` plays ``name`` from the next tick on (an operator taking over)."""
+
+    def inbox(self, name: str) -> list[Message]:
+        """What ``name`` is delivered in the next tick, in the order it gets it."""
+
+    def drop(self, unwanted: Callable[[Message], bool]) -> None:
+        """Take the messages on their way for which ``unwanted`` is true out of the world."""
 
 
 @dataclass(frozen=True)

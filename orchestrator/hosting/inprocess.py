@@ -7,6 +7,7 @@ they are, after the checks decoding would make (``wire.admit``); with
 """
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable
@@ -150,6 +151,27 @@ class InProcessHost:
 
     def close(self) -> None:
         """(Nothing to release.)"""
+
+    def agent(self, name: str) -> Agent:
+        return self.agents[name]
+
+    def replace_agent(self, name: str, agent: Agent) -> None:
+        self.agents[name] = agent
+
+    def inbox(self, name: str) -> list[Message]:
+        """What ``name`` is delivered in the next tick, in the order it gets it."""
+        return sorted(self.pending.get(name, []), key=_BY_SENDER)
+
+    def drop(self, unwanted: Callable[[Message], bool]) -> None:
+        """Take the messages on their way for which ``unwanted`` is true out of the world."""
+        for dst, messages in self.pending.items():
+            self.pending[dst] = [m for m in messages if not unwanted(m)]
+
+    def frozen(self) -> dict:
+        """``snapshot`` with the agents' states pickled at once (a deep copy of a large
+        world's state costs several times as much); ``restore`` takes it unpickled."""
+        return {"tick": self.tick, "pending": {k: [encode(m) for m in v] for k, v in self.pending.items()},
+                "agents": pickle.dumps({n: a.state_to_serialise() for n, a in self.agents.items()})}
 
     def snapshot(self) -> dict:
         """(Messages on their way are kept as frames: a restored world gets its own copies.)"""

@@ -26,22 +26,17 @@ directory, so reports keep reading only the run directory.
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
 
-from agents import OUTSIDE, Message
 from reports import rundir
 from reports.rundir import read_events
 
-from orchestrator.hosting.inprocess import InProcessHost
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.errors import RunDirectoryError
-from orchestrator.runs.runner import prepare, recording
-from orchestrator.engine.scoring import Scorer
+from orchestrator.runs.runner import WorldRun, recording
 from reports.timefmt import format_clock, parse_clock
-from orchestrator.hosting.wire import encode
 
 MAX_ACTIONS = 3  # counterfactuals per run: each costs up to LOOKAHEAD_S past the action's own time to the loop
 LOOKAHEAD_S = 3600.0
@@ -49,44 +44,19 @@ MIN_SLACK_S = 300.0
 FILE = rundir.ATTRIBUTION
 
 
-class Replay:
-    """A recorded world played in process without a run directory, tick by tick, with
-    its score, whose effects of some actions can be withheld."""
+def replaying(run_dir: Path) -> tuple[WorldRun, dict[int, list[dict]]]:
+    """A recorded world to play again in process without a run directory, with its score,
+    to the ticks the run did; and its recorded inputs (tick -> events to ``feed``)."""
+    meta, injections, takeovers, spec = recording(run_dir)
+    if takeovers:
+        raise RunDirectoryError(f"{run_dir} is a fork: its counterfactuals are not played (attribute its original)")
+    return WorldRun(spec, None), injections
 
-    def __init__(self, run_dir: Path):
-        self.meta, self.injections, takeovers, spec = recording(run_dir)
-        if takeovers:
-            raise RunDirectoryError(f"{run_dir} is a fork: its counterfactuals are not played (attribute its original)")
-        spec.duration = float(self.meta["ticks_done"]) * float(self.meta["tick_s"])
-        self.pb, _, _, self.plan = prepare(spec)
-        self.host = InProcessHost(self.plan)
-        self.scorer = Scorer(self.pb.data, self.plan.info.dt, self.plan.info.start_s)
-        self.seq = 0
 
-    def step(self) -> list[dict]:
-        """One tick; returns the scorer's milestone and relapse events."""
-        t = self.host.tick
-        for e in self.injections.get(t, []):
-            if e["event"] == "injected":
-                self.seq += 1
-                self.host.inject(encode(Message(kind=e["kind"], src=OUTSIDE, dst=e["dst"], body=e["body"], seq=self.seq,
-                                                tick=t)))
-        res = self.host.step()
-        world, _ = self.plan.merge_shards(res.metrics)
-        return self.scorer.update(res.tick, world, res.events)
-
-    def state(self) -> dict:
-        return {"host": self.host.snapshot(), "scorer": copy.deepcopy(self.scorer), "seq": self.seq}
-
-    def restore(self, state: dict) -> None:
-        self.host.restore(state["host"])
-        self.scorer = copy.deepcopy(state["scorer"])
-        self.seq = state["seq"]
-
-    def withhold(self, action: str) -> None:
-        """Drop the effects ``action`` sent in the tick just played, before they arrive."""
-        for dst, messages in self.host.pending.items():
-            self.host.pending[dst] = [m for m in messages if not (m.kind == "apply" and m.body.get("by") == action)]
+def play_tick(run: WorldRun, injections: dict[int, list[dict]]) -> list[dict]:
+    """One tick of a replay, its recorded inputs fed first; returns the tick's events."""
+    run.feed(injections.get(run.tick, []))
+    return run.step().events
 
 
 def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> tuple[list[dict], list[str]]:
@@ -105,7 +75,7 @@ def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> 
 
 def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: int = MAX_ACTIONS) -> dict:
     """Play the counterfactuals of a finished run and return what ``attribution.json``
-    holds. ``snapshots``: tick -> ``Replay.state()`` at the end of that tick, taken
+    holds. ``snapshots``: tick -> ``WorldRun.state()`` at the end of that tick, taken
     during the run; the ticks missing are reached by playing the recording again."""
     run_dir = Path(run_dir)
     score = json.loads((run_dir / rundir.SCORE).read_text(encoding="utf-8"))
@@ -128,36 +98,39 @@ def attribute(run_dir: Path, snapshots: dict[int, dict] | None = None, limit: in
     if not picks:
         out["text"] = f"No action took effect before the loop broke at {lb['clock']}: it broke by itself."
         return out
-    replay = Replay(run_dir)
-    hold_s = float(replay.pb.data["scoring"]["loop"]["hold"])
-    slack_s = max(MIN_SLACK_S, hold_s)
-    out["slack_s"] = slack_s
-    until = min(horizon, loop_tick + round((hold_s + LOOKAHEAD_S) / dt) + 1)
-    states = dict(snapshots or {})
-    wanted = sorted({int(e["tick"]) for e in picks} - set(states))
-    for t in wanted:  # play the recording again (in order) to the ticks no snapshot covers
-        while replay.host.tick <= t:
-            replay.step()
-        states[t] = replay.state()
-    for e in picks:
-        t = int(e["tick"])
-        replay.restore(states[t])
-        replay.withhold(e["action"])
-        broke_at = None
-        while replay.host.tick < until:
-            changes = replay.step()
-            replay.withhold(e["action"])  # (asked for again and taking effect again: still without it)
-            confirmed = [c for c in changes if c["event"] == "milestone" and c["milestone"] == "loop_broken"]
-            if confirmed:
-                broke_at = int(confirmed[0]["at_tick"])
-                break
-        later_s = math.inf if broke_at is None else (broke_at - loop_tick) * dt
-        out["counterfactuals"].append({
-            "action": e["action"], "took_effect": format_clock_of(meta, t), "tick": t,
-            "loop_broken_without": None if broke_at is None else format_clock_of(meta, broke_at),
-            "played_until": format_clock_of(meta, replay.host.tick),
-            "later_by_s": None if math.isinf(later_s) else later_s, "mattered": later_s > slack_s,
-            "delayed": later_s < -slack_s})
+    replay, injections = replaying(run_dir)
+    try:
+        hold_s = float(replay.pb.data["scoring"]["loop"]["hold"])
+        slack_s = max(MIN_SLACK_S, hold_s)
+        out["slack_s"] = slack_s
+        until = min(horizon, loop_tick + round((hold_s + LOOKAHEAD_S) / dt) + 1)
+        states = dict(snapshots or {})
+        wanted = sorted({int(e["tick"]) for e in picks} - set(states))
+        for t in wanted:  # play the recording again (in order) to the ticks no snapshot covers
+            while replay.tick <= t:
+                play_tick(replay, injections)
+            states[t] = replay.state()
+        for e in picks:
+            t = int(e["tick"])
+            replay.restore(states[t])
+            replay.withhold(e["action"])
+            broke_at = None
+            while replay.tick < until:
+                changes = play_tick(replay, injections)
+                replay.withhold(e["action"])  # (asked for again and taking effect again: still without it)
+                confirmed = [c for c in changes if c["event"] == "milestone" and c["milestone"] == "loop_broken"]
+                if confirmed:
+                    broke_at = int(confirmed[0]["at_tick"])
+                    break
+            later_s = math.inf if broke_at is None else (broke_at - loop_tick) * dt
+            out["counterfactuals"].append({
+                "action": e["action"], "took_effect": format_clock_of(meta, t), "tick": t,
+                "loop_broken_without": None if broke_at is None else format_clock_of(meta, broke_at),
+                "played_until": format_clock_of(meta, replay.tick),
+                "later_by_s": None if math.isinf(later_s) else later_s, "mattered": later_s > slack_s,
+                "delayed": later_s < -slack_s})
+    finally:
+        replay.close(rundir.INTERRUPTED)  # (its score is not read: the counterfactuals are)
     needed = [c for c in out["counterfactuals"] if c["mattered"]]
     delayed = [c for c in out["counterfactuals"] if c["delayed"]]
     out["needed"] = [c["action"] for c in needed]

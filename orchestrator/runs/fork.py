@@ -17,7 +17,7 @@ from pathlib import Path
 from reports import rundir
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.playbook.loader import load_playbook, load_runbook
-from orchestrator.runs.runner import TAKEOVERS, WorldRun, feed, recording, take_over, watch_takeovers
+from orchestrator.runs.runner import TAKEOVERS, execute, recording
 from reports.timefmt import format_clock, parse_clock
 from orchestrator.errors import InvalidInput, Issue
 
@@ -55,30 +55,19 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
         raise type(e)(e.source, f"{e.stage}, against the playbook the run recorded, {Path(run_dir) / rundir.PLAYBOOK}, "
                                 "which a fork plays", e.issues) from None
     # Up to the fork, the recording: its inputs and its own takeovers (a fork of a fork);
-    # at the fork, the new runbook's.
+    # at the fork, the new runbook's, and a note in the journal.
     plays = {t: a for t, a in takeovers.items() if t < t_fork}
     plays[t_fork] = {"tick": t_fork, "runbook": rb["name"], "rules": rb.get("rules") or []}
-    run = WorldRun(spec, out, meta={"forked_from": str(run_dir.resolve()), "forked_at": at, "forked_at_tick": t_fork,
-                                    "runbook": rb["name"], "runbook_before_fork": meta.get("runbook"),
-                                    "variables": meta.get("variables", {}),
-                                    TAKEOVERS: [plays[t] for t in sorted(plays)]})
-    status = rundir.INTERRUPTED
-    try:  # (from here on, a Ctrl-C leaves the fork's directory marked interrupted)
-        watch_takeovers(run, plays)
-        (Path(out) / rundir.RUNBOOK_BEFORE_FORK).write_text(Path(spec.runbook).read_text(encoding="utf-8"))
-        (Path(out) / rundir.RUNBOOK).write_text(rb_text, encoding="utf-8")
-        while not run.done:
-            take_over(run, plays.get(run.tick))
-            if run.tick < t_fork:
-                feed(run, injections.get(run.tick, []))  # the recording's commands, before the fork only
-            elif run.tick == t_fork:
-                run.note("forked", runbook=rb["name"], before=meta.get("runbook"))
-            run.step()
-        status = rundir.COMPLETE
-    finally:
-        run.close(status)
+    inputs = {t: recorded for t, recorded in injections.items() if t < t_fork}
+    inputs[t_fork] = [{"tick": t_fork, "agent": "session", "event": "forked", "runbook": rb["name"],
+                       "before": meta.get("runbook")}]
+    forked = execute(spec, out, injections=inputs, takeovers=plays,
+                     meta={"forked_from": str(run_dir.resolve()), "forked_at": at, "forked_at_tick": t_fork,
+                           "runbook": rb["name"], "runbook_before_fork": meta.get("runbook"),
+                           "variables": meta.get("variables", {}), TAKEOVERS: [plays[t] for t in sorted(plays)]},
+                     files={rundir.RUNBOOK_BEFORE_FORK: Path(spec.runbook).read_text(encoding="utf-8"),
+                            rundir.RUNBOOK: rb_text}).score
     original = json.loads((run_dir / rundir.SCORE).read_text(encoding="utf-8"))
-    forked = json.loads((Path(out) / rundir.SCORE).read_text(encoding="utf-8"))
     stopped = stopped_early(meta)
     result = {"original": str(run_dir.resolve()), "fork": str(Path(out).resolve()), "at": at, "runbook": rb["name"],
               "runbook_before": meta.get("runbook"), "differences": differences(original, forked, stopped)}

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from orchestrator.engine.world import OPERATOR
 from orchestrator.hosting.inprocess import build_agent
-from orchestrator.hosting.wire import encode
 from orchestrator.runs.runner import RunData, RunSpec, WorldRun, prepare
 from reports import rundir
 
@@ -33,8 +32,6 @@ from reports import rundir
 #: checkpoint of a large world costs about a dozen ticks (its state pickled)
 CHECKPOINT_S = 300.0
 CHECKPOINTS = 40
-
-_BY_SENDER = lambda m: (m.src, m.seq)  # noqa: E731 (the order a host delivers an inbox in)
 
 
 @dataclass
@@ -47,13 +44,6 @@ class Branch:
     host: dict
     scorer: bytes
     operator: bytes
-
-
-def _frozen(host) -> dict:
-    """An in-process host's snapshot, its agents' states pickled at once (a deep copy of a
-    large world's state costs several times as much)."""
-    return {"tick": host.tick, "pending": {k: [encode(m) for m in v] for k, v in host.pending.items()},
-            "agents": pickle.dumps({n: a.state_to_serialise() for n, a in host.agents.items()})}
 
 
 def trunk(specs: list[RunSpec], on_branch=None) -> tuple[dict[int, RunData], dict[int, Branch], int, int]:
@@ -78,9 +68,9 @@ def trunk(specs: list[RunSpec], on_branch=None) -> tuple[dict[int, RunData], dic
         while not base.done and (shadows or quiet):
             t = base.tick
             if t % every == 0 and shadows:
-                checkpoint = (t, _frozen(base.host), pickle.dumps(base.scorer),
+                checkpoint = (t, base.host.frozen(), pickle.dumps(base.scorer),
                               {i: pickle.dumps(s.state_to_serialise()) for i, s in shadows.items()})
-            inbox = sorted(base.host.pending.get(OPERATOR, []), key=_BY_SENDER)
+            inbox = base.host.inbox(OPERATOR)
             expected = reference.step(t, inbox)
             for i in list(shadows):
                 if shadows[i].step(t, inbox) != expected:
@@ -112,7 +102,7 @@ def branch(spec: RunSpec, at: Branch) -> RunData:
     try:
         agents = pickle.loads(at.host["agents"])
         run.host.restore({**at.host, "agents": {n: s for n, s in agents.items() if n != OPERATOR}})
-        run.host.agents[OPERATOR].restore(pickle.loads(at.operator))
+        run.host.agent(OPERATOR).restore(pickle.loads(at.operator))
         run.scorer = pickle.loads(at.scorer)
         while not run.done:
             run.step()

@@ -90,11 +90,13 @@ class WorldRun:
     ``replay`` can play the run again exactly."""
 
     def __init__(self, spec: RunSpec, out: Path | None, hosting: HostingOptions = HostingOptions(),
-                 speed: float | None = None, meta: dict | None = None, keep_action_states: bool = False):
+                 speed: float | None = None, meta: dict | None = None, keep_action_states: bool = False,
+                 files: dict[str, str] | None = None):
         """``out``: the run directory, or None for none (``journal.ScoreOnly``: the score
         and meta are kept in memory). ``keep_action_states``: keep the world's state at
         the end of every tick in which an action took effect (in-process hosting only),
-        for the counterfactuals."""
+        for the counterfactuals. ``files``: name -> text of more files the run directory
+        starts with (over the rendered playbook and runbook it writes: a fork's)."""
         pb, rb_text, rb, self.plan = prepare(spec)
         self.pb = pb
         # the playbook's absolute path, so that a fork finds the runbooks beside it from anywhere
@@ -124,7 +126,7 @@ class WorldRun:
         self.wall0 = time.perf_counter()
         # (the writer last: from the moment there is a run directory, the caller closes it)
         try:
-            self.writer = RunWriter(out, self.plan, info, pb.text, rb_text) if out is not None else ScoreOnly(self.plan, info)
+            self.writer = RunWriter(out, self.plan, info, {rundir.PLAYBOOK: pb.text, rundir.RUNBOOK: rb_text, **(files or {})}) if out is not None else ScoreOnly(self.plan, info)
         except BaseException:
             self.host.close()
             raise
@@ -166,14 +168,61 @@ class WorldRun:
         self.writer.write_tick(res.tick, full, events + milestones)
         res.events = events + milestones
         if self.keep_action_states and any(e["event"] == "action_effective" for e in res.events):
-            # the state orchestrator/runs/attribution.py's Replay restores
-            self.action_states[res.tick] = {"host": self.host.snapshot(), "scorer": copy.deepcopy(self.scorer),
-                                            "seq": self.injections}
+            self.action_states[res.tick] = self.state()  # (where the counterfactuals start from)
         return res
 
     def step(self) -> TickResult:
         self.begin()
         return self.finish()
+
+    # -- what enters the world other than by stepping it -------------------------------
+
+    def feed(self, recorded: list[dict]) -> None:
+        """Send recorded inputs in again: what was injected, and a session's notes."""
+        for e in recorded:
+            rest = {k: v for k, v in e.items() if k not in ("tick", "clock", "agent", "event", "kind", "dst", "body")}
+            if e["event"] == "injected":
+                self.inject(e["kind"], e["dst"], e["body"], **rest)
+            else:
+                self.note(e["event"], **rest)
+
+    def _local(self, what: str):
+        if not self.host.local:
+            raise ValueError(f"{what} needs the world's agents in this process (in-process hosting)")
+        return self.host
+
+    def watch(self, takeovers: dict[int, dict]) -> None:
+        """Before the first tick: the world's operator (scripted or a team's) watches the
+        conditions of the runbooks that will take over from it, in tick order
+        (``Operator.watching``). ``takeovers``: tick -> {"rules": ...}."""
+        op = self._local("watching takeovers").agent(OPERATOR) if takeovers else None
+        if isinstance(op, Operator):
+            op.watching = [takeovers[t]["rules"] for t in sorted(takeovers)]
+
+    def take_over(self, runbook: dict | None) -> None:
+        """From the next tick, an operator that follows ``runbook["rules"]`` replaces the
+        world's, with what the old one knew (None: nothing to do)."""
+        if runbook is None:
+            return
+        host = self._local("a takeover")
+        old = host.agent(OPERATOR)
+        new = build_agent("operator:runbook", OPERATOR, {"rules": runbook["rules"], "_wiring": old.wiring}, self.plan.info)
+        new.take_over(old)
+        host.replace_agent(OPERATOR, new)
+
+    def withhold(self, action: str) -> None:
+        """Drop the effects ``action`` sent in the tick just played, before they arrive (a
+        counterfactual: the world without that action)."""
+        self._local("withholding an action").drop(lambda m: m.kind == "apply" and m.body.get("by") == action)
+
+    def state(self) -> dict:
+        """The world, its score so far and the count of what was injected: ``restore`` goes back to it."""
+        return {"host": self._local("a snapshot").snapshot(), "scorer": copy.deepcopy(self.scorer), "seq": self.injections}
+
+    def restore(self, state: dict) -> None:
+        self._local("a restore").restore(state["host"])
+        self.scorer = copy.deepcopy(state["scorer"])
+        self.injections = state["seq"]
 
     def close(self, status: str) -> None:
         if self.closed:
@@ -193,37 +242,38 @@ class WorldRun:
 
 def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None, hosting: HostingOptions = HostingOptions(),
             speed: float | None = None, injections: dict[int, list[dict]] | None = None,
-            attribution: bool = False, takeovers: dict[int, dict] | None = None, meta: dict | None = None) -> RunData:
+            attribution: bool = False, takeovers: dict[int, dict] | None = None, meta: dict | None = None,
+            files: dict[str, str] | None = None) -> RunData:
     """``out``: the run directory; None writes none (the returned ``RunData`` has its meta
     and score, and no ``dir``: a comparison's runs). ``speed``: simulated seconds per
     wall second (None: as fast as possible).
     ``injections``: tick -> recorded ``injected`` events (and session notes) to send into
     the world again before that tick (a replay). ``takeovers``: tick -> the runbook whose
-    operator takes over before that tick (a replayed fork: ``take_over``). ``meta``: more
-    for meta.json. ``attribution``: once the run is
+    operator takes over before that tick (a fork, played or replayed: ``take_over``). ``meta``: more
+    for meta.json, ``files`` for the run directory (``WorldRun``). ``attribution``: once the run is
     complete, play the counterfactuals of the actions before the loop broke and write
     ``attribution.json`` (orchestrator/runs/attribution.py)."""
     if attribution and out is None:
         raise ValueError("execute: the counterfactuals are played from a run directory (out is None)")
     status = rundir.INTERRUPTED
     bar = None
-    run = WorldRun(spec, out, hosting, speed, meta=meta, keep_action_states=attribution)
+    run = WorldRun(spec, out, hosting, speed, meta=meta, keep_action_states=attribution, files=files)
     try:  # (from here on, whatever stops the run closes its directory: a Ctrl-C, a comparison's time limit)
         if not injections and not takeovers:  # nothing comes from outside: the hosts may step ahead of the journal
             run.host.run_ahead()
-        watch_takeovers(run, takeovers or {})
+        run.watch(takeovers or {})
         if speed is not None:
             clock = PacedClock(run.plan.info.dt, speed)
         clock = clock or SimulatedClock()
         bar = _progress(run.plan.ticks, run.plan.info.dt) if progress else None
         while not run.done:
-            take_over(run, (takeovers or {}).get(run.tick))
-            feed(run, (injections or {}).get(run.tick, []))
+            run.take_over((takeovers or {}).get(run.tick))
+            run.feed((injections or {}).get(run.tick, []))
             clock.wait_for(run.tick)
             run.step()
             if bar is not None:
                 bar.update(1)
-        feed(run, (injections or {}).get(run.tick, []))  # a session's notes after the last tick
+        run.feed((injections or {}).get(run.tick, []))  # a session's notes after the last tick
         status = rundir.COMPLETE
     except HostingError as e:
         status = rundir.FAILED
@@ -252,41 +302,10 @@ def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None,
     return load_run(out)
 
 
-def feed(run: WorldRun, recorded: list[dict]) -> None:
-    """Send recorded inputs into ``run`` again: what was injected, and a session's notes."""
-    for e in recorded:
-        rest = {k: v for k, v in e.items() if k not in ("tick", "clock", "agent", "event", "kind", "dst", "body")}
-        if e["event"] == "injected":
-            run.inject(e["kind"], e["dst"], e["body"], **rest)
-        else:
-            run.note(e["event"], **rest)
-
-
 #: meta.json's key for the runbooks that took over during a run (a fork's): [{tick, runbook, rules}]
 TAKEOVERS = "takeovers"
 #: what meta.json says of a fork (written by runs/fork.py)
 FORK_META = ("forked_from", "forked_at", "forked_at_tick", "runbook_before_fork", TAKEOVERS)
-
-
-def watch_takeovers(run: WorldRun, takeovers: dict[int, dict]) -> None:
-    """Before the first tick: the world's operator (scripted or a team's) watches the conditions of the
-    runbooks that will take over from it, in tick order (``Operator.watching``)."""
-    op = run.host.agents.get(OPERATOR) if run.host.local else None
-    if takeovers and isinstance(op, Operator):
-        op.watching = [takeovers[t]["rules"] for t in sorted(takeovers)]
-
-
-def take_over(run: WorldRun, runbook: dict | None) -> None:
-    """Replace the world's operator by one that follows ``runbook["rules"]``, with what the
-    old one knew (None: nothing to do)."""
-    if runbook is None:
-        return
-    host = run.host
-    old = host.agents[OPERATOR]
-    spec = {"rules": runbook["rules"], "_wiring": old.wiring}
-    new = build_agent("operator:runbook", OPERATOR, spec, run.plan.info)
-    new.take_over(old)
-    host.agents[OPERATOR] = new
 
 
 def recording(run_dir: Path, duration_s: float | None = None) \
@@ -323,15 +342,16 @@ def recording(run_dir: Path, duration_s: float | None = None) \
     return meta, injections, takeovers, spec
 
 
-def replay(run_dir: Path, out: Path, hosting: HostingOptions = HostingOptions()) -> RunData:
+def replay(run_dir: Path, out: Path) -> RunData:
     """Play a recorded run again from its directory: the rendered playbook and runbook,
     the seed, and everything that entered the world from outside (a team's commands, a
     facilitator's faults) at the tick it did; a live session's notes (pauses, messages)
-    are copied at their ticks. The result is identical, ticks and events."""
+    are copied at their ticks. The result is identical, ticks and events, whichever hosting
+    played the recording: the replay plays in process."""
     meta, injections, takeovers, spec = recording(run_dir)
     # what the rendered playbook and runbook do not say: the variables, and a fork's history
     keep = {k: meta[k] for k in ("variables", *FORK_META) if k in meta}
-    return execute(spec, out, hosting=hosting, injections=injections, takeovers=takeovers, meta=keep)
+    return execute(spec, out, injections=injections, takeovers=takeovers, meta=keep)
 
 
 #: what a replay must reproduce byte for byte
