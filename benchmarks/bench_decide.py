@@ -35,7 +35,8 @@ SCENARIOS = ("us-east-1-2021", "us-east-1-2025", "us-east-1-2015")
 
 def scenario(name: str) -> None:
     from orchestrator.batch.comparison import Decision, compare
-    from orchestrator.playbook.loader import find_playbook, load_playbook, runbook_files
+    from orchestrator.playbook.files import find_playbook, runbook_files
+    from orchestrator.playbook.loader import load_playbook
     from reports.compare_report import race_lines, shared_line
 
     pb = load_playbook(name, {})

@@ -218,7 +218,7 @@ def built_in_from(tmp_path: Path, name: str, start: str) -> str:
     their clock times), as a file in ``tmp_path``: the same incident after a shorter quiet
     prologue, for tests that compare two ways of playing it (the world starts in its steady
     state either way). Its runbooks are found by name, as a copied built-in's are."""
-    from orchestrator.playbook.loader import builtin_dir
+    from orchestrator.playbook.files import builtin_dir
 
     text = (builtin_dir() / f"{name}.yaml.j2").read_text()
     starts = re.findall(r'^  start: "[0-9:]+"$', text, flags=re.M)

@@ -347,7 +347,8 @@ def test_a_runbooks_errors_come_rule_by_rule_as_the_file_reads(tmp_path):
     """A rule's field errors (a name that is not a text) used to come before every
     reference error (a misspelt metric of the rule before it)."""
     from orchestrator.errors import InvalidRunbook
-    from orchestrator.playbook.loader import load_playbook, load_runbook
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.playbook.runbooks import load_runbook
 
     book = tmp_path / "rules.yaml"
     book.write_text("name: rules\nrules:\n"

@@ -231,7 +231,7 @@ def test_a_cache_world_continues_bit_identically_after_a_snapshot(tmp_path):
 def test_a_tick_longer_than_a_caches_ttl_is_refused():
     """An outsider trial's ttl of 0.5 s at 1 s ticks passed, and every key lapsed each tick
     (hit ratio 0, whatever the popularity)."""
-    from orchestrator.playbook.loader import tick_issues
+    from orchestrator.playbook.checks import tick_issues
 
     data = {"populations": [], "services": [{"name": "edge", "cache": {"ttl": 0.5}}, {"name": "db"}]}
     (issue,) = tick_issues(data, 1.0, "--tick")

@@ -10,7 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from orchestrator.cli import main
-from orchestrator.playbook.loader import builtin_runbooks, find_playbook, read_template
+from orchestrator.playbook.files import builtin_runbooks, find_playbook
+from orchestrator.playbook.template import read_template
 
 CORPUS = Path(__file__).parent / "corpus"
 VALID = CORPUS / "valid_minimal.yaml.j2"
@@ -239,7 +240,7 @@ def test_what_a_run_can_never_reach_is_a_warning_before_it_plays(tmp_path):
                 "rules[1].when.at 07:01 is at or after the end of the run (07:00:30): it never holds"]
     assert result.stderr.splitlines() == [f"warning: {t}" for t in expected]
     assert json.loads((out / "meta.json").read_text())["never_reached"] == expected
-    from orchestrator.playbook.loader import never_reached
+    from orchestrator.playbook.hints import never_reached
     assert never_reached({"triggers": [{"at": 7 * 3600.0}, {"at": 9 * 3600.0}]}, None, 8 * 3600.0) == [
         "triggers[1].at 09:00 is at or after the end of the run (08:00): it never fires"]
 

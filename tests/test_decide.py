@@ -330,7 +330,7 @@ def test_a_primary_outcome_the_playbook_does_not_score_is_refused_before_any_run
 
 
 def test_a_misspelt_key_of_a_variable_is_warned_of(tmp_path):
-    from orchestrator.playbook.loader import unused_variables
+    from orchestrator.playbook.template import unused_variables
 
     path = tmp_path / "pb.yaml.j2"
     path.write_text(Path(MINI).read_text().replace("range: [1000, 3000]", "rnage: [1000, 3000]"))

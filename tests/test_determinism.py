@@ -8,7 +8,8 @@ import pytest
 import orchestrator
 from agents import PROTOCOL_VERSION, Message
 from orchestrator.hosting.inprocess import InProcessHost, checked_copy
-from orchestrator.playbook.loader import load_playbook, load_runbook
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.playbook.runbooks import load_runbook
 from orchestrator.hosting.wire import WireError, admit, decode, encode
 from orchestrator.engine.world import build_plan
 

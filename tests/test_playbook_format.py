@@ -24,8 +24,11 @@ from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.reference import reference_markdown, undocumented, walk_fields
 from orchestrator.playbook.json_schema import playbook_schema, runbook_schema
 from orchestrator.playbook.operations import TARGET_KINDS, operations
-from orchestrator.playbook.loader import (builtin_dir, builtin_playbooks, builtin_runbooks, find_playbook, load_playbook,
-                                   load_runbook, load_yaml, read_template, render, resolve_variables)
+from orchestrator.playbook.files import builtin_dir, builtin_playbooks, builtin_runbooks, find_playbook
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.playbook.runbooks import load_runbook
+from orchestrator.playbook.yaml_text import load_yaml
+from orchestrator.playbook.template import read_template, render, resolve_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "playbook-reference.md"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.playbook.loader import find_playbook, runbook_files
+from orchestrator.playbook.files import find_playbook, runbook_files
 from orchestrator.runs.prefix import play_shared, trunk
 from orchestrator.runs.runner import RunSpec, execute
 

@@ -87,7 +87,7 @@ def test_builtin_playbooks_are_found_after_a_non_editable_install(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(target), str(ROOT)], check=True, capture_output=True)
-    code = ("import orchestrator.playbook.loader as p, json; "
+    code = ("import orchestrator.playbook.files as p, json; "
             "print(json.dumps([p.builtin_playbooks(), p.builtin_runbooks('us-east-1-2021'), p.__file__]))")
     env = dict(os.environ, PYTHONPATH=str(target))
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)

@@ -30,7 +30,9 @@ from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.engine.world import WorldPlan
 from orchestrator.hosting.inprocess import load_kernels
 from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
-from orchestrator.playbook.loader import Playbook, find_playbook, find_runbook, read_template, resolve_variables
+from orchestrator.playbook.loader import Playbook
+from orchestrator.playbook.files import find_playbook, find_runbook
+from orchestrator.playbook.template import read_template, resolve_variables
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_scored",
@@ -104,7 +106,7 @@ def _vary(playbook: str, vary: list[str], sweeps: dict, sets: dict) -> tuple[tup
     ones), issues)."""
     if not vary:
         return ({}, set()), []
-    from orchestrator.playbook.loader import variable_ranges
+    from orchestrator.playbook.template import variable_ranges
 
     tpl = read_template(find_playbook(playbook))
     declared = variable_ranges(tpl)
@@ -660,7 +662,8 @@ def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict
     """The primary outcome, indifference amount (and where it came from) and error rate a
     comparison decides with: the options', else the playbook's ``scoring``, else the defaults.
     ``decision.delta`` may be a duration as text ("5m"), for a time."""
-    from orchestrator.playbook.loader import load_playbook, primary_issue
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.playbook.checks import primary_issue
 
     pb = load_playbook(playbook, sets)  # (loaded by check_points already: no error here)
     scoring = pb.data["scoring"]

@@ -12,7 +12,8 @@ import click
 
 from orchestrator.hosting.host import HOSTINGS
 from orchestrator.hosting.ray_hosting import PLACEMENTS
-from orchestrator.playbook.loader import find_playbook, read_template, resolve_variables
+from orchestrator.playbook.files import find_playbook
+from orchestrator.playbook.template import read_template, resolve_variables
 from orchestrator.runs.runner import parse_sets, read_vars_file
 from reports.timefmt import parse_duration
 

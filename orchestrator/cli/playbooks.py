@@ -5,7 +5,9 @@ import json
 
 import click
 
-from orchestrator.playbook.loader import builtin_playbooks, describe, find_playbook, read_template, render, resolve_variables
+from orchestrator.playbook.files import builtin_playbooks, find_playbook
+from orchestrator.playbook.loader import describe
+from orchestrator.playbook.template import read_template, render, resolve_variables
 
 from .options import variable_options, variables
 from .root import main
@@ -74,8 +76,11 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     import sys
 
     from orchestrator.errors import InvalidRunbook
-    from orchestrator.playbook.loader import (load_playbook, load_runbook, never_reached,
-                                              retried_without_limit_by_default, runbook_files, unused_variables)
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.playbook.runbooks import load_runbook
+    from orchestrator.playbook.hints import never_reached, retried_without_limit_by_default
+    from orchestrator.playbook.files import runbook_files
+    from orchestrator.playbook.template import unused_variables
 
     pb = load_playbook(file, variables(file, sets, vars_file))
     counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (

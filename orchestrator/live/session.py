@@ -23,7 +23,8 @@ from reports import rundir
 from orchestrator.errors import GamedayError, InvalidInput, Issue
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.hosting.host import HostingOptions
-from orchestrator.playbook.loader import agent_names, normalised_params, param_problems
+from orchestrator.playbook.names import agent_names
+from orchestrator.playbook.effects import normalised_params, param_problems
 from orchestrator.live.protocol import ProtocolError
 from orchestrator.runs.runner import RunSpec, WorldRun
 from reports.timefmt import format_clock

@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 
 from orchestrator.errors import GamedayError, InvalidInput, Issue
-from orchestrator.playbook.loader import builtin_dir, builtin_playbooks, load_playbook, load_runbook, read_text, runbook_files
+from orchestrator.playbook.files import builtin_dir, builtin_playbooks, read_text, runbook_files
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.playbook.runbooks import load_runbook
 
 STARTER = "starter"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from reports import rundir
 from orchestrator.engine.journal import write_json_atomic
-from orchestrator.playbook.loader import load_playbook, load_runbook
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.playbook.runbooks import load_runbook
 from orchestrator.runs.runner import TAKEOVERS, execute, recording
 from reports.timefmt import format_clock, parse_clock
 from orchestrator.errors import InvalidInput, Issue

@@ -20,8 +20,13 @@ from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Is
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import RunWriter, ScoreOnly, check_out_dir
-from orchestrator.playbook.loader import (MAX_TICK_S, MAX_TICKS, Playbook, coerce_value, load_playbook, load_runbook,
-                                         never_reached, parse_yaml, read_text, runbook_files, tick_issues)
+from orchestrator.playbook.checks import MAX_TICK_S, MAX_TICKS, tick_issues
+from orchestrator.playbook.loader import Playbook, load_playbook
+from orchestrator.playbook.template import coerce_value
+from orchestrator.playbook.runbooks import load_runbook
+from orchestrator.playbook.hints import never_reached
+from orchestrator.playbook.yaml_text import parse_yaml
+from orchestrator.playbook.files import read_text, runbook_files
 from orchestrator.engine.scoring import Scorer
 from orchestrator.hosting.wire import encode
 from orchestrator.engine.world import OPERATOR, build_plan

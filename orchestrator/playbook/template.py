@@ -1,0 +1,219 @@
+"""A playbook file's template: its variables header, the values a run gives them, and rendering.
+
+A playbook file is Jinja2-templated YAML. It may start with a plain YAML header
+document declaring its variables (``variables: {name: {default, description}}``),
+followed by a line ``---`` and the templated body. Rendering runs in Jinja's sandbox
+with ``StrictUndefined``, so an undefined variable is an error, never an empty string.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import jinja2.meta
+import jinja2.sandbox
+import yaml
+
+from orchestrator.errors import InvalidPlaybook, Issue, closest_first, nearest
+from orchestrator.playbook.schema import is_duration
+from reports.timefmt import format_clock, parse_clock
+from orchestrator.playbook.files import find_playbook, read_text
+from orchestrator.playbook.yaml_text import load_yaml, yaml_issue
+
+
+@dataclass
+class Template:
+    name: str
+    source: str
+    header: dict  # variables declared: name -> {default, description}
+    body: str
+    body_line: int = 1  # line of the file the body starts on, so errors name the file's lines
+
+
+def read_template(path: Path) -> Template:
+    text = read_text(path, InvalidPlaybook)
+    name = path.name.split(".")[0]
+    header, body, body_line = {}, text, 1
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip() == "---":
+            head = "".join(lines[:i])
+            if head.strip() and "variables" in head:
+                try:
+                    doc = load_yaml(head) or {}
+                except yaml.YAMLError as e:
+                    raise InvalidPlaybook(str(path), "parse of the variables header", [yaml_issue(e)])
+                header = doc.get("variables") or {}
+                if not isinstance(header, dict):
+                    raise InvalidPlaybook(str(path), "variables header", [Issue("variables", header, "a mapping of name -> {default, description}")])
+                body, body_line = "".join(lines[i + 1:]), i + 2
+            break
+    return Template(name=name, source=str(path), header=header, body=body, body_line=body_line)
+
+
+def _template_line(e: Exception, tpl: Template) -> str:
+    """The file line a rendering error happened on (Jinja puts template frames in the traceback)."""
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"line {line + tpl.body_line - 1}" if line else "template"
+
+
+def coerce_value(text: str):
+    """A --set value as YAML reads it: numbers, booleans and lists come out typed."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict | None = None) -> dict:
+    """``where``: name -> the location to report for that override (default ``--set NAME``)."""
+    issues = []
+    values = {}
+    for name, decl in tpl.header.items():
+        if not isinstance(decl, dict) or "default" not in decl:
+            odd = sorted(map(str, set(decl) - {"default", "description"})) if isinstance(decl, dict) else []
+            guess = nearest(odd[0], ("default", "description")) if odd else None
+            issues.append(Issue(f"variables.{name}", decl, "a mapping with 'default' and 'description'"
+                                + (f" (did you mean default for {odd[0]}?)" if guess == "default" else "")))
+            continue
+        values[name] = decl["default"]
+        if "range" in decl:
+            issues += _range_issues(name, decl)
+    used = _used_variables(tpl) if overrides else set()
+    for name, value in overrides.items():
+        loc = (where or {}).get(name) or f"--set {name}"
+        if name not in tpl.header:
+            issues.append(Issue(loc, value, f"one of the playbook's variables ({closest_first(name, tpl.header)})"))
+            continue
+        if name not in used:
+            issues.append(Issue(loc, value, f"a variable the template uses: {name} is declared, but {{{{ {name} }}}} "
+                                            "appears nowhere in the template, so setting it would change nothing"))
+            continue
+        default = values.get(name)
+        value = _clock_as_typed(default, value)
+        if default is not None and not same_type(default, value):
+            issues.append(Issue(loc, value, type_wanted(default)))
+            continue
+        values[name] = value
+    if issues:
+        raise InvalidPlaybook(source, "variables", issues)
+    return values
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _range_issues(name: str, decl: dict) -> list[Issue]:
+    """A variable's ``range: [low, high]``: the values a team thinks plausible, which a
+    comparison with ``--vary`` draws from; only for a numeric default."""
+    rng, default = decl["range"], decl["default"]
+    if not _is_number(default):
+        return [Issue(f"variables.{name}.range", rng, f"no range: only a variable whose default is a number has one "
+                                                      f"(its default is {default!r})")]
+    if not (isinstance(rng, list) and len(rng) == 2 and all(map(_is_number, rng)) and rng[0] < rng[1]):
+        return [Issue(f"variables.{name}.range", rng, "[low, high]: two numbers, low < high")]
+    return []
+
+
+def variable_ranges(tpl: Template) -> dict[str, tuple[float, float]]:
+    """The variables that declare a plausible ``range`` (checked by ``resolve_variables``):
+    name -> (low, high); an integer default's range is drawn as integers."""
+    return {name: (float(decl["range"][0]), float(decl["range"][1])) for name, decl in tpl.header.items()
+            if isinstance(decl, dict) and "range" in decl}
+
+
+def _is_clock(value) -> bool:
+    """Whether ``value`` is a clock time as text (``"09:30"``)."""
+    try:
+        return isinstance(value, str) and parse_clock(value) >= 0
+    except ValueError:
+        return False
+
+
+def _clock_as_typed(default, value):
+    """A clock time variable's value (its default a clock time) that YAML 1.1 read as a number
+    (``--set flush_at=10:30`` is 630; one read so is at least 60, 1:00), as the clock time typed;
+    any other value as it is."""
+    if _is_clock(default) and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
+        return format_clock(parse_clock(value))
+    return value
+
+
+def _used_variables(tpl: Template) -> set[str]:
+    """The variables the template's body reads (every declared one if it does not parse:
+    rendering reports that)."""
+    try:
+        return jinja2.meta.find_undeclared_variables(_environment().parse(tpl.body))
+    except jinja2.exceptions.TemplateSyntaxError:
+        return set(tpl.header)
+
+
+#: the keys a variable's declaration in the header may hold
+VARIABLE_KEYS = ("default", "description", "range")
+
+
+def unused_variables(ref: str) -> list[str]:
+    """Warnings for the variables a playbook declares and its template never reads: setting
+    one changes nothing (``--set`` refuses it; validate says so before anyone tries); and
+    for keys of a declaration that mean nothing (a misspelt ``range`` would be ignored;
+    an error would refuse a playbook that validated before)."""
+    tpl = read_template(find_playbook(ref))
+    used = _used_variables(tpl)
+    out = [f"variables.{name} is declared but the template never reads it: setting it changes nothing"
+           for name in tpl.header if name not in used]
+    for name, decl in tpl.header.items():
+        for key in (k for k in decl if k not in VARIABLE_KEYS) if isinstance(decl, dict) else ():
+            guess = nearest(str(key), VARIABLE_KEYS)
+            out.append(f"variables.{name}.{key} means nothing and is ignored: a variable takes "
+                       f"{', '.join(VARIABLE_KEYS)}" + (f" (did you mean {guess}?)" if guess else ""))
+    return out
+
+
+def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                                        autoescape=False)
+
+
+def type_wanted(default) -> str:
+    """What a value given for something whose default is ``default`` should be."""
+    if isinstance(default, bool):
+        return f"true or false (the default is {str(default).lower()})"
+    if _is_clock(default):
+        return f"a clock time, HH:MM or HH:MM:SS, as the default {default!r} is"
+    return f"a value of the same type as the default {default!r}"
+
+
+def same_type(default, value) -> bool:
+    num = (int, float)
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, num):
+        return isinstance(value, num)
+    if isinstance(default, str) and isinstance(value, num) and is_duration(default):
+        return True  # a number of seconds is a duration too (the format says so)
+    return isinstance(value, type(default))
+
+
+def render(tpl: Template, values: dict) -> str:
+    try:
+        return _environment().from_string(tpl.body).render(**values)
+    except jinja2.exceptions.SecurityError as e:
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "no access to unsafe attributes")])
+    except jinja2.exceptions.UndefinedError as e:
+        name = re.match(r"'(\w+)' is undefined", str(e))  # (an attribute missing reads otherwise)
+        known = closest_first(name.group(1), values) if name else ", ".join(sorted(values)) or "none"
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), f"only defined variables ({known})")])
+    except jinja2.exceptions.TemplateSyntaxError as e:
+        raise InvalidPlaybook(tpl.source, "render", [Issue(f"line {e.lineno + tpl.body_line - 1}", e.message, "valid Jinja2 syntax")])
+    except jinja2.exceptions.TemplateError as e:
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "a template that renders")])
+    except Exception as e:  # the template's own arithmetic and calls ({{ n // 0 }}) are the user's mistake too
+        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), f"{type(e).__name__}: {e}", "a template that renders")])
