@@ -13,7 +13,8 @@ from pathlib import Path
 
 from reports.rundir import RunData
 from orchestrator.hosting.host import HostingOptions
-from orchestrator.runs.runner import RunSpec, execute, read_vars_file
+from orchestrator.playbook.template import Given
+from orchestrator.runs.runner import RunSpec, execute
 from reports.timefmt import parse_duration
 
 
@@ -27,9 +28,7 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
     directory when ``out`` is not given). ``attribution``: also play the counterfactuals
     that say which action broke the loop (``attribution.json``; ``gameday run`` does by
     default)."""
-    values = read_vars_file(vars_file) if vars_file else {}
-    values.update(sets or {})
-    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=values,
+    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=Given.of(sets, vars_file),
                    duration=parse_duration(duration) if duration is not None else None,
                    tick=parse_duration(tick) if tick is not None else None, shards=shards)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-run-"))

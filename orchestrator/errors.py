@@ -2,6 +2,8 @@
 and the CLI turns it into a message and exit code 2, never a traceback."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import re
 from dataclasses import dataclass
@@ -73,6 +75,36 @@ def closest_first(value, known) -> str:
     by_likeness = difflib.get_close_matches(str(value), known, n=len(known), cutoff=0.0)
     listed = ", ".join([*guesses, *(k for k in by_likeness if k not in guesses)])
     return listed if not guesses else f"{listed}; did you mean {' or '.join(guesses[:3])}?"
+
+
+#: how errors name the settings a caller gave (field -> words): none, the Python API's keyword
+#: names; a front end says how its users typed them (the CLI: its flags) with ``speaking``
+_VOCABULARY: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("vocabulary", default={})
+
+
+@contextlib.contextmanager
+def speaking(vocabulary: dict[str, str]):
+    """Inside the block, ``setting`` names a field as ``vocabulary`` says (field -> words),
+    and one item of a field as it says under "FIELD ITEM" if it does (a phase map says its
+    swept variables as its axes), over what was spoken before."""
+    token = _VOCABULARY.set({**_VOCABULARY.get(), **vocabulary})
+    try:
+        yield
+    finally:
+        _VOCABULARY.reset(token)
+
+
+def setting(field: str, item: str | None = None) -> str:
+    """How an error names a setting the caller gave, or one ``item`` of it: by the API's
+    keyword (``tick``, ``sets['clients']``), or as the front end speaking says (``--tick``,
+    ``--set clients``). Modules below the CLI name settings only through this."""
+    vocabulary = _VOCABULARY.get()
+    if item is not None and f"{field} {item}" in vocabulary:
+        return vocabulary[f"{field} {item}"]
+    words = vocabulary.get(field)
+    if words is None:
+        return field if item is None else f"{field}[{item!r}]"
+    return words if item is None else f"{words} {item}"
 
 
 class InvalidInput(GamedayError):

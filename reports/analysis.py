@@ -468,7 +468,7 @@ def _findings(r: _Reading) -> list[Finding]:
                 f"it averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
                 f"the loop condition held from {at(loop_at)} on (a heuristic: no counterfactual was played for this "
                 + ("fork: a fork's counterfactuals are not played)" if r.meta.get("forked_from")
-                   else "run, see gameday run --attribution)"), "loop_breaker"))
+                   else "run, see `gameday run --attribution`)"), "loop_breaker"))
     return findings
 
 

@@ -194,7 +194,7 @@ def race_lines(race: dict) -> list[str]:
     head = (f"the race: {primary.replace('_', ' ')} (lower is better), {1 - alpha:.0%} confidence, "
             f"indifference {decide.unit_text(primary, race['delta'])} ({race['delta_from']}); "
             f"Kim-Nelson sequential selection, {race['first']} seeds first, then one at a time, "
-            f"at most {race['seeds_max']}" + (" (read over the seeds a --fixed comparison played)"
+            f"at most {race['seeds_max']}" + (" (read over the seeds a fixed comparison played: every seed)"
                                               if race.get("fixed") else "")
             + "; it guarantees the runbook it names, not each one it puts out, which may be within the "
               "indifference amount of the best: the pairs say how far apart each two are")

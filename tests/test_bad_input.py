@@ -423,7 +423,8 @@ def test_setting_a_variable_the_template_never_uses_is_refused(tmp_path):
             assert isinstance(result.exception, SystemExit), result.exc_info
             _assert_clear_error(result.exit_code, result.stdout, result.stderr, case)
         assert list(Path(cwd).iterdir()) == []
-    with pytest.raises(InvalidInput, match="--sweep surge: got 1; expected a variable the template uses"):
+    # (the Python API names its keyword, sweep['surge']; the command line its flag, --sweep surge)
+    with pytest.raises(InvalidInput, match=r"sweep\['surge'\]: got 1; expected a variable the template uses"):
         compare(str(path), ["none"], 1, sweeps={"surge": [1, 2]}, parallel=False)
     assert runner.invoke(main, ["playbooks", "validate", str(path)]).exit_code == 0  # declaring it alone is no mistake
 
@@ -450,3 +451,42 @@ def test_a_ray_address_where_nothing_answers_is_a_clear_error_at_once(tmp_path):
         assert out.stderr.startswith("error: gameday: 1 error (options)\n  --address (or RAY_ADDRESS): "), out.stderr
         assert expected in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_python_api_names_its_keywords_and_where_each_value_came_from(tmp_path):
+    """Through ``orchestrator.run`` a vars file's value is said as the file's (it was said as
+    ``--set NAME``), a ``sets`` entry and an option by their keywords, never a flag; nothing
+    is written."""
+    import orchestrator
+    from orchestrator.errors import InvalidInput
+
+    cases = {"vars_file": (dict(vars_file=str(CORPUS / "vars_wrong_type.yaml")),
+                           f"bridge_devices (vars_file {CORPUS / 'vars_wrong_type.yaml'}): got 'many'"),
+             "sets": (dict(sets={"nope": 1}), "sets['nope']: got 1; expected one of the playbook's variables"),
+             "sets over the file": (dict(vars_file=str(CORPUS / "vars_wrong_type.yaml"), sets={"bridge_devices": "x"}),
+                                    "sets['bridge_devices']: got 'x'"),
+             "tick": (dict(tick=0), "tick: got 0.0; expected a duration > 0"),
+             "shards": (dict(shards=0), "shards: got 0; expected an integer >= 1")}
+    for what, (kwargs, said) in cases.items():
+        out = tmp_path / what
+        with pytest.raises(InvalidInput) as e:
+            orchestrator.run(str(VALID), runbook="none", out=out, **kwargs)
+        assert said in str(e.value) and "--" not in str(e.value), (what, str(e.value))
+        assert not out.exists()
+
+
+def test_gameday_run_resolves_the_variables_once(tmp_path, monkeypatch):
+    """The command line hands --set and --vars to the run as given, with where each was
+    said; the playbook resolves them when it loads, once (they were resolved, checked and
+    thrown away first)."""
+    from orchestrator.playbook import loader
+
+    calls = []
+    resolve = loader.resolve_variables
+    monkeypatch.setattr(loader, "resolve_variables", lambda *a, **k: calls.append(a) or resolve(*a, **k))
+    result = CliRunner().invoke(main, ["run", str(VALID), "--runbook", "none", "--set", "bridge_devices=3",
+                                       "--duration", "5m", "--hosting", "inprocess", "--no-attribution", "--no-report",
+                                       "--no-progress", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1 and calls[0][1].values == {"bridge_devices": 3}
+    assert calls[0][1].where("bridge_devices") == "--set bridge_devices"  # (as the command line says it)

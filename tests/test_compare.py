@@ -302,12 +302,12 @@ def test_a_comparison_cut_short_keeps_the_first_seeds_whose_runs_were_all_done()
     assert leading_whole_seeds([1, 2, 3, 4], [1, 1, 3, 3, 2, 4, 4], 2) == [1]
     assert leading_whole_seeds([1, 2, 3], [1, 1, 2, 2, 3, 3], 2) == [1, 2, 3]
     assert leading_whole_seeds([5, 3], [3, 3], 2) == []  # in the order planned
-    with pytest.raises(InvalidInput, match=r"--seeds: got \[1, 2, 1\]; expected seeds without repeats"):
+    with pytest.raises(InvalidInput, match=r"seeds: got \[1, 2, 1\]; expected seeds without repeats"):
         compare(MINI, ["none"], [1, 2, 1], parallel=False)
 
 
 def test_a_time_limit_too_short_for_one_seed_says_so():
-    with pytest.raises(InvalidInput, match=r"--time-limit: got '1e-09s'; expected time for every run of one seed "
+    with pytest.raises(InvalidInput, match=r"time_limit: got '1e-09s'; expected time for every run of one seed "
                                            r"\(2 runs; 0 runs were done\)"):
         compare(MINI, ["none", FIX], 3, parallel=False, time_limit=1e-9)
 

@@ -354,6 +354,6 @@ def test_ties_for_the_best_are_not_credited_to_one_runbook():
 def test_a_race_whose_first_stage_does_not_fit_the_time_limit_says_so():
     from orchestrator.errors import InvalidInput
 
-    with pytest.raises(InvalidInput, match=r"--time-limit: got '1e-09s'; expected time for the race's first stage "
+    with pytest.raises(InvalidInput, match=r"time_limit: got '1e-09s'; expected time for the race's first stage "
                                            r"\(6 runs\)"):
         compare(MINI, ["none", FIX], 10, parallel=False, time_limit=1e-9, decision=Decision())

@@ -4,6 +4,7 @@ orchestrator; within orchestrator, no sub-package imports one above it."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,3 +90,26 @@ def test_every_zeromq_call_is_in_the_fabric():
     importers = [str(path.relative_to(ROOT)) for package in ("orchestrator", "agents", "reports")
                  for path, parts in modules(package) if any(m.split(".")[0] == "zmq" for m in imported(path, parts))]
     assert importers == ["orchestrator/hosting/fabric.py"]
+
+
+def test_no_module_below_the_command_line_names_a_flag():
+    """Modules below ``cli/`` name what a caller gave by its field (``errors.setting``), which
+    the command line says as its flag and the Python API as its keyword: a flag written in
+    an error below would be wrong for the API, and one new option would touch every layer.
+    (Docstrings may say how a command is used; a command line quoted whole in backticks is
+    an instruction to type it.)"""
+    flag = re.compile(r"(?<![\w`-])--[a-z][a-z-]+")
+    found = []
+    for package in ("orchestrator", "reports", "agents"):
+        for path, parts in modules(package):
+            if parts[:2] == ("orchestrator", "cli"):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docs = {id(n.body[0].value) for n in ast.walk(tree)
+                    if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                    and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                    found += [f"{'/'.join(parts)}.py:{node.lineno}: {m}"
+                              for m in flag.findall(re.sub(r"`[^`]*`", "", node.value))]
+    assert not found, found

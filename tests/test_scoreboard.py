@@ -140,7 +140,7 @@ def test_a_failing_board_is_a_503_and_shutdown_frees_the_port(web):
     server, url = web(FakeBoard(fail_after=0))
     assert get(url + "scoreboard.json")[0] == 503
     port = server.port
-    with pytest.raises(GamedayError, match="--web-port"):
+    with pytest.raises(GamedayError, match="web_port"):
         WebServer("tcp://127.0.0.1:1", lambda: "{}", port=port)  # in use
     server.shutdown()
     with pytest.raises(OSError):

@@ -53,7 +53,7 @@ def test_the_world_plan_wires_every_shard():
 
 
 def test_shards_out_of_range_are_refused():
-    with pytest.raises(InvalidPlaybook, match="--shards"):
+    with pytest.raises(InvalidPlaybook, match="shards: got"):
         prepare(RunSpec(shards=0))
 
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.live
 
 
 def test_a_web_bind_beyond_loopback_is_refused_without_tls(tmp_path):
-    with pytest.raises(InsecureWebBind, match=r"--web-host 0\.0\.0\.0: not a loopback address.*--tls-cert"):
+    with pytest.raises(InsecureWebBind, match=r"web_host 0\.0\.0\.0: not a loopback address.*tls_cert"):
         WebServer("tcp://127.0.0.1:1", lambda: "{}", host="0.0.0.0", port=0)
     out = CliRunner().invoke(main, ["serve", "--team", "red", "--web-host", "0.0.0.0", "--out", str(tmp_path / "s")])
     assert out.exit_code == 2 and "not a loopback address" in out.output and "Traceback" not in out.output
@@ -56,7 +56,7 @@ def test_with_a_self_signed_pair_it_serves_https_to_a_client_that_trusts_it(tmp_
 
 def test_a_certificate_that_cannot_be_read_is_a_clear_error(tmp_path):
     (tmp_path / "bad.pem").write_text("not a certificate")
-    with pytest.raises(Exception, match=r"--tls-cert .*bad\.pem.*cannot load the certificate"):
+    with pytest.raises(Exception, match=r"tls_cert .*bad\.pem.*cannot load the certificate"):
         tls_context(str(tmp_path / "bad.pem"), str(tmp_path / "bad.pem"))
     cert, key, _ = make_self_signed(tmp_path / "k", [])
     assert tls_context(str(cert), str(key)) is not None

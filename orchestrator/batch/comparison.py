@@ -25,14 +25,14 @@ import pandas as pd
 from reports import decide
 from reports.rundir import Score, outcome
 from reports.timefmt import format_duration, parse_duration
-from orchestrator.errors import InvalidInput, Issue, NotFound, closest_first
+from orchestrator.errors import InvalidInput, Issue, NotFound, closest_first, setting
 from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.engine.world import WorldPlan
 from orchestrator.hosting.inprocess import load_kernels
-from orchestrator.runs.runner import RunSpec, coerce_value, execute, prepare
+from orchestrator.runs.runner import RunSpec, execute, prepare
 from orchestrator.playbook.loader import Playbook
 from orchestrator.playbook.files import find_playbook, find_runbook
-from orchestrator.playbook.template import read_template, resolve_variables
+from orchestrator.playbook.template import Given, read_template, resolve_variables
 
 #: the results table's columns, in order (sweep variables come after ``seed``)
 COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_scored",
@@ -45,11 +45,15 @@ class Point:
     runbook: str
     seed: int
     sweep: dict = field(default_factory=dict)
-    drawn: dict = field(default_factory=dict)  # the variables drawn for its seed (``--vary``)
+    drawn: dict = field(default_factory=dict)  # the variables drawn for its seed (``vary``)
 
     def variables(self) -> dict:
         """The playbook variables it sets: its sweep point's and its seed's draws."""
         return {**self.sweep, **self.drawn}
+
+    def given(self, sets: Given) -> Given:
+        """The variables its run is given: ``sets``, its sweep point's and its seed's draws."""
+        return sets.plus(self.sweep, "sweep").plus(self.drawn, "vary")
 
     def label(self, name: str) -> str:
         """The name of its run directory, ``name`` being its runbook's (any text: what a
@@ -62,47 +66,29 @@ def _file_safe(text: str) -> str:
     return re.sub(r"[^\w.=+-]+", "_", text)
 
 
-def parse_sweeps(items: list[str]) -> dict[str, list]:
-    """``--sweep var=v1,v2`` (repeatable) -> {var: [v1, v2]}."""
-    out: dict[str, list] = {}
-    issues = []
-    for item in items:
-        name, _, values = item.partition("=")
-        vals = [coerce_value(v.strip()) for v in values.split(",") if v.strip()]
-        if not name.strip() or not vals:
-            issues.append(Issue("--sweep", item, "name=value1,value2,... (a playbook variable and its values)"))
-        elif name.strip() in out:
-            issues.append(Issue("--sweep", item, f"each variable swept once ({name.strip()} is twice)"))
-        else:
-            out[name.strip()] = vals
-    if issues:
-        raise InvalidInput("--sweep", "options", issues)
-    return out
-
-
 def _sweep_issues(playbook: str, sweeps: dict[str, list]) -> list[Issue]:
-    """Each swept value checked as a variable of the playbook, named as the --sweep it came from."""
+    """Each swept value checked as a variable of the playbook, named as the sweep it came from."""
     if not sweeps:
         return []
     tpl = read_template(find_playbook(playbook))
     issues: dict[tuple, Issue] = {}  # one per variable and problem: the first value that has it
     for var, values in sweeps.items():
         if var not in tpl.header:  # (the name is what is wrong, not its first value)
-            issues[("--sweep", var)] = Issue("--sweep", var, f"one of the playbook's variables "
-                                                             f"({closest_first(var, tpl.header)})")
+            issues[(setting("sweep"), var)] = Issue(setting("sweep"), var, f"one of the playbook's variables "
+                                                                           f"({closest_first(var, tpl.header)})")
             continue
         for value in values:
             try:
-                resolve_variables(tpl, {var: value}, tpl.source, {var: f"--sweep {var}"})
+                resolve_variables(tpl, Given().plus({var: value}, "sweep"), tpl.source)
             except InvalidInput as e:
                 for i in e.issues:
-                    if i.location.startswith("--sweep"):
+                    if i.location == setting("sweep", var):
                         issues.setdefault((i.location, i.expected), i)
     return list(issues.values())
 
 
 def _vary(playbook: str, vary: list[str], sweeps: dict, sets: dict) -> tuple[tuple[dict, set], list[Issue]]:
-    """``--vary`` checked against the playbook's variables: ((name -> range, the integer
+    """``vary`` checked against the playbook's variables: ((name -> range, the integer
     ones), issues)."""
     if not vary:
         return ({}, set()), []
@@ -111,21 +97,21 @@ def _vary(playbook: str, vary: list[str], sweeps: dict, sets: dict) -> tuple[tup
     tpl = read_template(find_playbook(playbook))
     declared = variable_ranges(tpl)
     if "all" in vary and len(vary) > 1:
-        return ({}, set()), [Issue("--vary", "all", "all alone, or the names of variables, not both")]
+        return ({}, set()), [Issue(setting("vary"), "all", "all alone, or the names of variables, not both")]
     names = list(declared) if vary == ["all"] else vary
     issues = []
     if vary == ["all"] and not declared:
-        issues.append(Issue("--vary", "all", "a playbook with variables that declare a range: [low, high] "
+        issues.append(Issue(setting("vary"), "all", "a playbook with variables that declare a range: [low, high] "
                                              "(this one declares none)"))
     for name in names:
         if name not in declared:
-            issues.append(Issue("--vary", name, f"a variable that declares a range ({', '.join(declared) or 'none does'})"
+            issues.append(Issue(setting("vary"), name, f"a variable that declares a range ({', '.join(declared) or 'none does'})"
                                 if name in tpl.header else f"one of the playbook's variables with a range "
                                                            f"({', '.join(declared) or 'none declares one'})"))
         elif name in sweeps or name in sets:
-            issues.append(Issue("--vary", name, f"a variable not also {'swept' if name in sweeps else 'set'}"))
+            issues.append(Issue(setting("vary"), name, f"a variable not also {'swept' if name in sweeps else 'set'}"))
         elif name in COLUMNS:
-            issues.append(Issue("--vary", name, "a playbook variable whose name is not a column of the results"))
+            issues.append(Issue(setting("vary"), name, "a playbook variable whose name is not a column of the results"))
     ranges = {n: declared[n] for n in names if n in declared}
     integers = {n for n in ranges if isinstance(tpl.header[n]["default"], int)}
     return (ranges, integers), issues
@@ -249,12 +235,12 @@ def _materialise(ref, where: Path) -> str:
     return str(where / ref["name"])
 
 
-def _spec(playbook, point: dict, sets: dict, duration, tick, tmp: Path) -> RunSpec:
+def _spec(playbook, point: dict, sets: Given, duration, tick, tmp: Path) -> RunSpec:
     """A point's run, its files (``portable``) written in ``tmp``."""
     p = Point(**point)
     return RunSpec(playbook=_materialise(playbook, tmp / "playbook"),
                    runbook=_materialise(p.runbook, tmp / "runbook" / str(id(point))),
-                   seed=p.seed, sets={**sets, **p.variables()}, duration=duration, tick=tick)
+                   seed=p.seed, sets=p.given(sets), duration=duration, tick=tick)
 
 
 def _row(point: dict, data) -> dict:
@@ -262,7 +248,7 @@ def _row(point: dict, data) -> dict:
     return row_of(Point(data.meta["runbook"], p.seed, p.sweep, p.drawn), data.score, float(data.meta["duration_s"]))
 
 
-def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: float | None,
+def run_point(playbook, point: dict, sets: Given, duration: float | None, tick: float | None,
               keep: str | None = None) -> dict:
     """Play one point in process and return its row; the run directory is written in
     ``keep`` if given, else none is (the row needs only the score).
@@ -274,7 +260,7 @@ def run_point(playbook, point: dict, sets: dict, duration: float | None, tick: f
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_group(playbook, points: list[dict], sets: dict, duration, tick, keep: list, nested: bool = False) \
+def run_group(playbook, points: list[dict], sets: Given, duration, tick, keep: list, nested: bool = False) \
         -> tuple[list[dict], dict]:
     """Play the runs of one seed and sweep point (``points``, differing only in their
     runbook) and return their rows and {"ticks": played, "whole": what playing each whole
@@ -315,7 +301,7 @@ def run_group(playbook, points: list[dict], sets: dict, duration, tick, keep: li
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_branch(playbook, point: dict, sets: dict, duration, tick, at) -> tuple[dict, int]:
+def run_branch(playbook, point: dict, sets: Given, duration, tick, at) -> tuple[dict, int]:
     """A run played on from where it leaves its trunk (``runs.prefix.Branch``): its row and
     the ticks it played."""
     from orchestrator.runs import prefix
@@ -340,7 +326,7 @@ def _texts_key(p: Point) -> tuple:
     return p.runbook, tuple(sorted(p.variables().items()))
 
 
-def check_points(playbook: str, points: list[Point], sets: dict, duration, tick) -> tuple[dict, dict, dict, WorldPlan]:
+def check_points(playbook: str, points: list[Point], sets: Given, duration, tick) -> tuple[dict, dict, dict, WorldPlan]:
     """Load the playbook and runbook of every distinct (runbook, sweep point) before any
     run starts: bad input stops the comparison with every problem named. Returns their
     texts, the rendered playbook's and the runbook's, by (runbook, sweep point), each
@@ -352,12 +338,12 @@ def check_points(playbook: str, points: list[Point], sets: dict, duration, tick)
         if key not in texts:
             try:
                 pb, rb_text, rb, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
-                                                        sets={**sets, **p.variables()}, duration=duration, tick=tick))
+                                                        sets=p.given(sets), duration=duration, tick=tick))
             except InvalidInput as e:
                 if not p.drawn:
                     raise
                 drew = ", ".join(f"{k}={v}" for k, v in p.drawn.items())
-                raise type(e)(e.source, e.stage, [Issue(i.location, i.value, f"{i.expected}; --vary drew {drew} for "
+                raise type(e)(e.source, e.stage, [Issue(i.location, i.value, f"{i.expected}; {setting('vary')} drew {drew} for "
                                                         f"seed {p.seed} from the ranges the header declares: narrow "
                                                         "them to values the playbook takes") for i in e.issues]) from None
             texts[key] = (pb.text, rb_text)
@@ -377,12 +363,12 @@ def _same_names(names: dict[str, str]) -> list[Issue]:
             other, other_name = first[_file_safe(name)]
             same = f"its name, {name!r}, is also the name of {other}" if name == other_name else \
                 f"its name, {name!r}, and the name of {other}, {other_name!r}, are one as a directory name"
-            issues.append(Issue("--runbook", ref, f"runbooks with different names: {same} (change one's name: field)"))
+            issues.append(Issue(setting("runbooks"), ref, f"runbooks with different names: {same} (change one's name: field)"))
         first.setdefault(_file_safe(name), (ref, name))
     return issues
 
 
-def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: dict | None = None,
+def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: Given | dict | None = None,
             duration: float | None = None, tick: float | None = None, address: str | None = None,
             parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
             max_workers: int | None = None, cache: Path | None = None, time_limit: float | None = None,
@@ -415,30 +401,31 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     issues = []
     if not runbooks:
-        issues.append(Issue("--runbook", None, "at least one runbook"))
+        issues.append(Issue(setting("runbooks"), None, "at least one runbook"))
     if not seeds or any(s < 0 for s in seeds):
-        issues.append(Issue("--seeds", seeds, "a number of seeds >= 1"))
+        issues.append(Issue(setting("seeds"), seeds, "a number of seeds >= 1"))
     elif len(set(seeds)) < len(seeds):
-        issues.append(Issue("--seeds", seeds, "seeds without repeats"))
+        issues.append(Issue(setting("seeds"), seeds, "seeds without repeats"))
     if cache is not None and keep_runs is not None:
-        issues.append(Issue("--cache", str(cache), "--cache or --keep-runs, not both (a run taken from the cache has no directory to keep)"))
+        issues.append(Issue(setting("cache"), str(cache), f"{setting('cache')} or {setting('keep_runs')}, not both (a run "
+                                                          "taken from the cache has no directory to keep)"))
     elif cache is not None and not _can_write_dir(Path(cache)):
-        issues.append(Issue("--cache", str(cache), "a directory this user can create or write in"))
-    issues += [Issue("--runbook", rb, "each runbook once") for i, rb in enumerate(runbooks) if rb in runbooks[:i]]
-    issues += [Issue("--sweep", var, "a playbook variable whose name is not a column of the results")
+        issues.append(Issue(setting("cache"), str(cache), "a directory this user can create or write in"))
+    issues += [Issue(setting("runbooks"), rb, "each runbook once") for i, rb in enumerate(runbooks) if rb in runbooks[:i]]
+    issues += [Issue(setting("sweep"), var, "a playbook variable whose name is not a column of the results")
                for var in (sweeps or {}) if var in COLUMNS]
-    issues += [Issue(f"--set {var}", (sets or {})[var], f"a variable that is not also swept (--sweep {var} gives its "
-                     "values, which would override this one)") for var in (sweeps or {}) if var in (sets or {})]
+    sets = Given.of(sets)
+    issues += [Issue(sets.where(var), sets.values[var], f"a variable that is not also swept ({setting('sweep', var)} "
+                     "gives its values, which would override this one)") for var in (sweeps or {}) if var in sets.values]
     issues += _sweep_issues(playbook, dict(sweeps or {}))
-    ranges, vary_issues = _vary(playbook, list(vary or []), dict(sweeps or {}), dict(sets or {}))
+    ranges, vary_issues = _vary(playbook, list(vary or []), dict(sweeps or {}), sets.values)
     issues += vary_issues
     if decision is not None and seeds and len(runbooks) > 1:
         issues += decision_issues(decision, seeds)
     if time_limit is not None and not time_limit > 0:
-        issues.append(Issue("--time-limit", _limit_text(time_limit), "a wall-clock time longer than 0 (e.g. 5m)"))
+        issues.append(Issue(setting("time_limit"), _limit_text(time_limit), "a wall-clock time longer than 0 (e.g. 5m)"))
     if issues:
         raise InvalidInput("gameday compare", "options", issues)
-    sets = dict(sets or {})
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}), draw_worlds(*ranges, seeds) if ranges[0] else None)
     per_seed = len(points) // len(seeds)
     texts, shipped, names, plan = check_points(playbook, points, sets, duration, tick)
@@ -549,7 +536,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             raise KeyboardInterrupt  # (nothing to write)
         if not kept:
             raise InvalidInput("gameday compare", "options", [Issue(
-                "--time-limit", _limit_text(time_limit),
+                setting("time_limit"), _limit_text(time_limit),
                 f"time for every run of one seed ({per_seed} runs; {played_runs} runs were done"
                 f"{', kept in the cache' if cache is not None else ''})")])
         left_out = [i for i, (p, r) in enumerate(zip(points, rows)) if r is not None and p.seed not in kept]
@@ -568,7 +555,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         first = (f"the race's first stage ({sum(len(r.names) for r in race.races.values()) * decision.first} runs"
                  if race is not None else "the first round of the refinement (one seed in every cell")
         raise InvalidInput("gameday compare", "options", [Issue(
-            "--time-limit", _limit_text(time_limit),
+            setting("time_limit"), _limit_text(time_limit),
             f"time for {first}{', those done kept in the cache' if cache is not None else ''})")])
     df = table(done, list(dict(sweeps or {})), sorted(ranges[0]))
     if ranges[0]:
@@ -601,22 +588,22 @@ class Decision:
     delta: float | str | None = None  # a number in the primary's unit, or a duration as text for a time
     alpha: float = decide.DEFAULT_ALPHA
     first: int = decide.DEFAULT_FIRST
-    sequential: bool = True  # False: every seed played (--fixed)
+    sequential: bool = True  # False: every seed played (``fixed``)
 
 
 def decision_issues(decision: Decision, seeds: list[int]) -> list[Issue]:
     issues = []
     if decision.primary is not None and decision.primary not in decide.PRIMARY:
-        issues.append(Issue("--primary", decision.primary, f"one of {', '.join(decide.PRIMARY)}"))
+        issues.append(Issue(setting("primary"), decision.primary, f"one of {', '.join(decide.PRIMARY)}"))
     if isinstance(decision.delta, (int, float)) and not decision.delta > 0:
-        issues.append(Issue("--delta", decision.delta, "an amount > 0 in the primary outcome's unit"))
+        issues.append(Issue(setting("delta"), decision.delta, "an amount > 0 in the primary outcome's unit"))
     if not 0 < decision.alpha <= 0.5:
-        issues.append(Issue("--alpha", decision.alpha, "an error rate > 0 and <= 0.5 (0.05: 95% confidence)"))
+        issues.append(Issue(setting("alpha"), decision.alpha, "an error rate > 0 and <= 0.5 (0.05: 95% confidence)"))
     if decision.first < 2:
-        issues.append(Issue("--first-seeds", decision.first, "at least 2 seeds (a variance needs two)"))
+        issues.append(Issue(setting("first_seeds"), decision.first, "at least 2 seeds (a variance needs two)"))
     elif decision.sequential and len(seeds) < decision.first:
-        issues.append(Issue("--seeds", len(seeds), f"at least the first stage's {decision.first} seeds "
-                                                   "(--first-seeds), or --fixed"))
+        issues.append(Issue(setting("seeds"), len(seeds), f"at least the first stage's {decision.first} seeds "
+                                                          f"({setting('first_seeds')}), or {setting('fixed')}"))
     return issues
 
 
@@ -658,7 +645,7 @@ class RaceBook:
                             "best": r.best, "status": r.status()} for key, r in self.races.items()]}
 
 
-def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict:
+def resolve_decision(decision: Decision, playbook, sets: Given, duration) -> dict:
     """The primary outcome, indifference amount (and where it came from) and error rate a
     comparison decides with: the options', else the playbook's ``scoring``, else the defaults.
     ``decision.delta`` may be a duration as text ("5m"), for a time."""
@@ -668,7 +655,7 @@ def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict
     pb = load_playbook(playbook, sets)  # (loaded by check_points already: no error here)
     scoring = pb.data["scoring"]
     primary = decision.primary or scoring["primary"]
-    unscored = primary_issue(pb.data, primary, "--primary")  # (the playbook's own is checked when it loads)
+    unscored = primary_issue(pb.data, primary, setting("primary"))  # (the playbook's own is checked when it loads)
     if unscored:
         raise InvalidInput("gameday compare", "options", [unscored])
     top = decide.scale(primary, scoring["impact"], float(duration or pb.data["clock"]["duration"]))
@@ -676,17 +663,17 @@ def resolve_decision(decision: Decision, playbook, sets: dict, duration) -> dict
         if isinstance(decision.delta, str):  # a duration: only for a time
             if primary == "impact":
                 raise InvalidInput("gameday compare", "options", [Issue(
-                    "--delta", decision.delta, "a number of weighted error-minutes: the primary outcome is impact "
+                    setting("delta"), decision.delta, "a number of weighted error-minutes: the primary outcome is impact "
                                                "(a duration such as 5m is for loop_broken or backlog_drained)")])
             delta = parse_duration(decision.delta)
         else:
             delta = float(decision.delta)
         if top > 0 and delta >= top:
             raise InvalidInput("gameday compare", "options", [Issue(
-                "--delta", decision.delta, f"an amount below the most a run can score on {primary}, "
+                setting("delta"), decision.delta, f"an amount below the most a run can score on {primary}, "
                                            f"{decide.unit_text(primary, top)}: with more, every runbook is as good "
                                            "as every other")])
-        delta_from = "--delta"
+        delta_from = setting("delta")
     elif scoring.get("indifference") is not None and primary == scoring["primary"]:  # (no default: optional)
         delta, delta_from = float(scoring["indifference"]), "the playbook's scoring.indifference"
     else:

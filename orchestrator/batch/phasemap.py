@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from orchestrator.batch.comparison import compare, parse_sweeps
-from orchestrator.errors import InvalidInput, Issue
+from orchestrator.batch.comparison import compare
+from orchestrator.errors import InvalidInput, Issue, setting, speaking
 from reports.rundir import PHASE_OF, PHASES, STUCK
 
 
@@ -33,13 +33,19 @@ def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, 
     cell; else ``seeds`` is the most a cell plays, and the runs go where the answer
     changes (``Refinement``; ``runs.attrs["full_runs"]`` says how many a full grid plays)."""
     if x[0] == y[0]:
-        raise InvalidInput("gameday phasemap", "options", [Issue("--y", y[0], f"a variable other than --x's ({x[0]})")])
+        raise InvalidInput("gameday phasemap", "options", [Issue(setting("y"), x[0],
+                                                                 f"a variable other than {setting('x')}'s ({x[0]})")])
+    # (a map's axes are its sweeps: their errors are said as the axes given, a variable by its axis)
+    axis_of = {x[0]: setting("x"), y[0]: setting("y")}
     try:
-        runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick, address,
-                       parallel=parallel, progress=progress, cache=cache, time_limit=time_limit,
-                       refine=None if full else Refinement(x[0], y[0]))
-    except InvalidInput as e:  # (a map's axes are its sweeps: said as the options given)
-        raise _as_axes(e, "gameday phasemap", {x[0]: "--x", y[0]: "--y"}) from None
+        with speaking({f"sweep {x[0]}": setting("x", x[0]), f"sweep {y[0]}": setting("y", y[0])}):
+            runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick,
+                           address, parallel=parallel, progress=progress, cache=cache, time_limit=time_limit,
+                           refine=None if full else Refinement(x[0], y[0]))
+    except InvalidInput as e:
+        issues = [Issue(axis_of.get(i.value, i.location), i.value, i.expected) if i.location == setting("sweep") else i
+                  for i in e.issues]
+        raise type(e)("gameday phasemap" if e.source == "gameday compare" else e.source, e.stage, issues) from None
     runs.attrs["full_runs"] = len(x[1]) * len(y[1]) * (seeds if isinstance(seeds, int) else len(seeds))
     return classify(runs, x[0], y[0]), runs
 
@@ -80,30 +86,6 @@ class Refinement:
                 if nxt is not None:  # (its next seed, in the order planned; none left: it played them all)
                     todo.append(nxt)
         return todo
-
-
-def axis(value: str, option: str) -> tuple[str, list]:
-    """``--x``/``--y``'s VAR=V1,V2,... as (variable, values), its errors named as ``option``."""
-    try:
-        (name, values), = parse_sweeps([value]).items()
-    except InvalidInput as e:
-        raise _as_axes(e, option, {}, option) from None
-    return name, values
-
-
-def _as_axes(e: InvalidInput, source: str, options: dict[str, str], bare: str | None = None) -> InvalidInput:
-    """``e`` (the sweeps' errors) with ``--sweep VAR`` said as the axis option of VAR."""
-    def said(i: Issue) -> Issue:
-        var = i.location[len("--sweep "):] if i.location.startswith("--sweep ") else i.value
-        option = options.get(var) or (bare if i.location == "--sweep" else None)
-        expected = i.expected
-        for name, opt in options.items():  # (compare's words for an axis: "--sweep clients gives its values")
-            expected = expected.replace(f"--sweep {name}", f"{opt} {name}")
-        if option and i.location.startswith("--sweep"):
-            return Issue(i.location.replace("--sweep", option, 1), i.value, expected)
-        return Issue(i.location, i.value, expected)
-    return InvalidInput(source if e.source in ("gameday compare", "--sweep") else e.source, e.stage,
-                        [said(i) for i in e.issues])
 
 
 def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

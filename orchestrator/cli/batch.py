@@ -12,7 +12,7 @@ from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DE
 
 from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
                       playbook_argument, progress_option, say_if_not_compiled, serial_option, stem, tick_option,
-                      time_limit_option, variable_options, variables)
+                      time_limit_option, variable_options, variables, axis, parse_sweeps)
 from .root import interrupt_deferred, main
 
 
@@ -88,10 +88,10 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     """
     from reports.compare_report import (paired_lines, race_lines, robustness_lines, shared_line, summary_lines,
                                         write_comparison)
-    from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare, parse_sweeps
+    from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare
 
     sweep = parse_sweeps(list(sweeps))
-    values = variables(playbook, sets, vars_file)
+    values = variables(sets, vars_file)
     out = out_dir(out, f"runs/compare-{stem(playbook)}")
     check_out_dir(out)
     say_if_not_compiled()
@@ -163,7 +163,7 @@ def phasemap_command(playbook, x, y, seeds, full, runbook, sets, vars_file, dura
     (with --full: of seeds 1 to k, those played in every cell)."""
     from reports.compare_report import write_phase_map
     from orchestrator.batch.comparison import ComparisonInterrupted
-    from orchestrator.batch.phasemap import axis, classify, phase_map
+    from orchestrator.batch.phasemap import classify, phase_map
 
     xa, ya = axis(x, "--x"), axis(y, "--y")
     out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
@@ -171,7 +171,7 @@ def phasemap_command(playbook, x, y, seeds, full, runbook, sets, vars_file, dura
     say_if_not_compiled()
     interrupted = None
     try:
-        cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(playbook, sets, vars_file), duration,
+        cells, runs = phase_map(playbook, xa, ya, seeds, runbook, variables(sets, vars_file), duration,
                                 tick, address=address, parallel=not serial, progress=progress,
                                 cache=Path(cache) if cache else None, time_limit=time_limit, full=full)
     except ComparisonInterrupted as e:  # seeds 1 to k, each played in every cell

@@ -11,10 +11,9 @@ from click.core import ParameterSource
 
 from reports import rundir
 from orchestrator.errors import NotFound
-from orchestrator.runs.runner import parse_sets
 
 from .options import (duration_option, hosting_options, out_dir, out_option, playbook_argument, seed_option,
-                      speed_value, stacked, stem, tick_option, variable_options, variables)
+                      speed_value, stacked, stem, tick_option, variable_options, variables, parse_pairs)
 from .root import main
 
 
@@ -138,7 +137,7 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
         check_teams(list(teams))
         out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
         check_out_dir(out)
-        values = variables(playbook, sets, vars_file)
+        values = variables(sets, vars_file)
         click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
         session = Session(out, list(teams), playbook, seed, values, duration, tick, speed,
                           HostingOptions(hosting, placement, address))
@@ -332,7 +331,7 @@ def facilitate_speed(client, speed):
 @click.pass_obj
 def facilitate_inject(client, fault, teams, params):
     """Inject one of the playbook's faults (`gameday playbooks show` lists them)."""
-    args = {"fault": fault, "params": parse_sets(list(params))}
+    args = {"fault": fault, "params": parse_pairs(list(params), "params")}
     if teams:
         args["teams"] = list(teams)
     _print_result(client.call("inject", args))

@@ -59,7 +59,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
     Writes a run directory (rendered playbook and runbook, seed and versions,
     events.jsonl, metrics.csv, columns.json, score.json) and prints the score beside par.
     """
-    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=variables(playbook, sets, vars_file),
+    spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=variables(sets, vars_file),
                    duration=duration, tick=tick, shards=shards)
     out = out_dir(out, f"runs/{stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
     say_if_not_compiled()

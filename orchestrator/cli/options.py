@@ -12,12 +12,24 @@ import click
 
 from orchestrator.hosting.host import HOSTINGS
 from orchestrator.hosting.ray_hosting import PLACEMENTS
-from orchestrator.playbook.files import find_playbook
-from orchestrator.playbook.template import read_template, resolve_variables
-from orchestrator.runs.runner import parse_sets, read_vars_file
+from orchestrator.errors import InvalidInput, InvalidPlaybook, Issue
+from orchestrator.playbook.template import Given, coerce_value
 from reports.timefmt import parse_duration
 
 DEFAULT_PLAYBOOK = "us-east-1-2021"
+
+#: the flag that gives each setting the modules below say by its field (``errors.setting``): the
+#: one place the CLI's words for them are written
+FLAGS = {
+    "playbook": "PLAYBOOK", "runbook": "--runbook", "runbooks": "--runbook", "seed": "--seed", "seeds": "--seeds",
+    "sets": "--set", "vars_file": "--vars", "duration": "--duration", "tick": "--tick", "shards": "--shards",
+    "out": "--out", "address": "--address", "sweep": "--sweep", "vary": "--vary", "cache": "--cache",
+    "keep_runs": "--keep-runs", "time_limit": "--time-limit", "primary": "--primary", "delta": "--delta",
+    "alpha": "--alpha", "first_seeds": "--first-seeds", "fixed": "--fixed", "x": "--x", "y": "--y", "at": "--at",
+    "teams": "--team", "speed": "--speed", "resume": "--resume", "bind": "--bind", "curve_secret": "--curve-secret",
+    "server_key": "--server-key", "web_host": "--web-host", "web_port": "--web-port", "web": "--no-web",
+    "tls_cert": "--tls-cert", "tls_key": "--tls-key", "origin": "--from", "params": "--param",
+}
 
 
 def stacked(*options):
@@ -140,16 +152,46 @@ def beside(run_dir: str, suffix: str) -> str:
     return f"{Path(run_dir).as_posix().rstrip('/')}-{suffix}"
 
 
-def variables(playbook: str, sets: tuple, vars_file: str | None = None) -> dict:
-    """The variable overrides of --vars and --set (--set wins), checked against the playbook."""
-    values = read_vars_file(vars_file) if vars_file else {}
-    where = {name: f"{name} (--vars {vars_file})" for name in values}
-    for name, value in parse_sets(list(sets)).items():
-        values[name], where[name] = value, f"--set {name}"
-    # checked here, while it is known which values came from the vars file, so an error names the right place
-    tpl = read_template(find_playbook(playbook))
-    resolve_variables(tpl, values, tpl.source, where)
-    return values
+def parse_pairs(pairs: list[str], field: str = "sets") -> dict:
+    """NAME=VALUE flags (``--set``, ``--param``) -> {name: value}, each value typed as YAML reads it."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise InvalidPlaybook(FLAGS[field], "variables" if field == "sets" else "options",
+                                  [Issue(FLAGS[field], pair, "name=value")])
+        k, v = pair.split("=", 1)
+        out[k.strip()] = coerce_value(v)
+    return out
+
+
+def variables(sets: tuple, vars_file: str | None = None) -> Given:
+    """The values of --vars and --set (--set wins), each with where it was said: the
+    playbook checks them when it loads, once."""
+    return Given.of(parse_pairs(list(sets)), vars_file)
+
+
+def parse_sweeps(items: list[str], flag: str = "--sweep") -> dict[str, list]:
+    """``--sweep var=v1,v2`` (repeatable; or a phase map's ``--x``) -> {var: [v1, v2]}."""
+    out: dict[str, list] = {}
+    issues = []
+    for item in items:
+        name, _, values = item.partition("=")
+        vals = [coerce_value(v.strip()) for v in values.split(",") if v.strip()]
+        if not name.strip() or not vals:
+            issues.append(Issue(flag, item, "name=value1,value2,... (a playbook variable and its values)"))
+        elif name.strip() in out:
+            issues.append(Issue(flag, item, f"each variable swept once ({name.strip()} is twice)"))
+        else:
+            out[name.strip()] = vals
+    if issues:
+        raise InvalidInput(flag, "options", issues)
+    return out
+
+
+def axis(value: str, flag: str) -> tuple[str, list]:
+    """A phase map's ``--x``/``--y``: VAR=V1,V2,... as (variable, values)."""
+    (name, values), = parse_sweeps([value], flag).items()
+    return name, values
 
 
 def say_if_not_compiled() -> None:

@@ -62,7 +62,7 @@ def playbooks_show(name):
 def playbooks_render(name, sets, vars_file):
     """Print NAME (a built-in playbook or a file) rendered with its variables."""
     tpl = read_template(find_playbook(name))
-    click.echo(render(tpl, resolve_variables(tpl, variables(name, sets, vars_file), tpl.source)), nl=False)
+    click.echo(render(tpl, resolve_variables(tpl, variables(sets, vars_file), tpl.source)), nl=False)
 
 
 @playbooks.command("validate")
@@ -82,7 +82,7 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     from orchestrator.playbook.files import runbook_files
     from orchestrator.playbook.template import unused_variables
 
-    pb = load_playbook(file, variables(file, sets, vars_file))
+    pb = load_playbook(file, variables(sets, vars_file))
     counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (
         (len(pb.data["populations"]), "population"), (len(pb.data["devices"]), "device pool"),
         (len(pb.data["mitigations"]), "mitigation")))

@@ -8,7 +8,9 @@ import threading
 
 import click
 
-from orchestrator.errors import GamedayError
+from orchestrator.errors import GamedayError, speaking
+
+from .options import FLAGS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "GAMEDAY"}
 
@@ -54,7 +56,8 @@ class GamedayGroup(NamesTheEnvironment, click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with speaking(FLAGS):  # (the errors below name the flags the user typed)
+                return super().invoke(ctx)
         except GamedayError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)

@@ -19,7 +19,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from reports import rundir
-from orchestrator.errors import RunDirectoryError
+from orchestrator.errors import RunDirectoryError, setting
 from reports.timefmt import format_clock
 from orchestrator.engine.world import WorldPlan
 
@@ -87,7 +87,7 @@ def check_out_dir(out: Path) -> None:
     """A run directory must be new or empty: a run never writes over another."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise RunDirectoryError(f"run directory {out} exists and is not empty; choose another --out")
+        raise RunDirectoryError(f"run directory {out} exists and is not empty; choose another {setting('out')}")
 
 
 def run_meta(plan: WorldPlan, meta: dict) -> dict:

@@ -28,7 +28,7 @@ import uuid
 
 from agents import PROTOCOL_VERSION
 from agents.shards import shard_name, source_of
-from orchestrator.errors import HostingError, InvalidInput, Issue
+from orchestrator.errors import HostingError, InvalidInput, Issue, setting
 from orchestrator.hosting.control import Ahead, Beat, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
 from orchestrator.hosting.fabric import FabricError, Sockets, node_address, recv, send
 from orchestrator.hosting.group_host import HEARTBEAT_S, sign
@@ -86,17 +86,19 @@ def ensure_ray(address: str | None = None):
         given = address or os.environ["RAY_ADDRESS"]
         unreachable = _unreachable(given)
         if unreachable:
-            raise InvalidInput("gameday", "options", [Issue(ADDRESS_FIELD, given, unreachable)])
+            raise InvalidInput("gameday", "options", [Issue(_address_field(), given, unreachable)])
         try:
             ray.init(address=address, include_dashboard=False, logging_level="WARNING",
                      log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"), configure_logging=True)
         except ConnectionError as e:  # (no cluster to join, or one that refused this driver)
             raise InvalidInput("gameday", "options", [Issue(
-                ADDRESS_FIELD, given, f"a Ray cluster this machine can join ({str(e).splitlines()[0]})")]) from None
+                _address_field(), given, f"a Ray cluster this machine can join ({str(e).splitlines()[0]})")]) from None
     return ray
 
 
-ADDRESS_FIELD = "--address (or RAY_ADDRESS)"
+def _address_field() -> str:
+    return f"{setting('address')} (or RAY_ADDRESS)"
+
 ADDRESS_WAIT_S = 5.0
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from reports import rundir
 from orchestrator.hosting.fabric import FabricError, RequestServer, generate_curve_keys, load_curve_key
 from orchestrator.live import protocol as lp
-from orchestrator.errors import GamedayError
+from orchestrator.errors import GamedayError, setting
 from orchestrator.live.session import ENDED, Session
 
 log = logging.getLogger("gameday.serve")  # a bug in a request: said on stderr, the game day goes on
@@ -45,7 +45,7 @@ class InsecureBind(GamedayError):
 def parse_bind(bind: str) -> tuple[str, int]:
     m = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[^:/]+):(\d+)", bind)
     if not m:
-        raise InsecureBind(f"--bind {bind!r}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7700; port 0 picks a free one)")
+        raise InsecureBind(f"{setting('bind')} {bind!r}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7700; port 0 picks a free one)")
     return m.group(1), int(m.group(2))
 
 
@@ -56,9 +56,10 @@ def is_loopback(host: str) -> bool:
 def check_bind(bind: str, curve_secret: str | None) -> None:
     host, _ = parse_bind(bind)
     if not is_loopback(host) and not curve_secret:
-        raise InsecureBind(f"--bind {bind}: {host} is not a loopback address, and without encryption anyone on the "
+        raise InsecureBind(f"{setting('bind')} {bind}: {host} is not a loopback address, and without encryption anyone on the "
                            "network could read the session and its tokens. Generate keys with `gameday keys DIR` and "
-                           "pass --curve-secret DIR/server.key_secret (consoles then need --server-key DIR/server.key), "
+                           f"pass {setting('curve_secret')} DIR/server.key_secret (consoles then need "
+                           f"{setting('server_key')} DIR/server.key), "
                            "or bind tcp://127.0.0.1:PORT.")
 
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from agents.base import per_second
 from reports import rundir
-from orchestrator.errors import GamedayError, InvalidInput, Issue
+from orchestrator.errors import GamedayError, InvalidInput, Issue, setting
 from orchestrator.engine.journal import write_json_atomic
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.playbook.names import agent_names
 from orchestrator.playbook.effects import normalised_params, param_problems
+from orchestrator.playbook.template import Given
 from orchestrator.live.protocol import ProtocolError
 from orchestrator.runs.runner import RunSpec, WorldRun
 from reports.timefmt import format_clock
@@ -39,11 +40,11 @@ WAITING, RUNNING, PAUSED, ENDED = "waiting", "running", "paused", "ended"
 
 
 def check_teams(teams: list[str]) -> None:
-    issues = [Issue(f"--team {t}", t, "a name of 1-32 letters, digits, - or _") for t in teams if not TEAM_NAME.match(t)]
+    issues = [Issue(setting("teams", t), t, "a name of 1-32 letters, digits, - or _") for t in teams if not TEAM_NAME.match(t)]
     if not teams:
-        issues.append(Issue("--team", None, "at least one team"))
+        issues.append(Issue(setting("teams"), None, "at least one team"))
     dupes = sorted({t for t in teams if teams.count(t) > 1})
-    issues += [Issue(f"--team {t}", t, "a name given once") for t in dupes]
+    issues += [Issue(setting("teams", t), t, "a name given once") for t in dupes]
     if issues:
         raise InvalidInput("gameday serve", "options", issues)
 
@@ -205,12 +206,13 @@ class Session:
     server died (``gameday serve --resume``)."""
 
     def __init__(self, out: Path, teams: list[str], playbook: str = "us-east-1-2021", seed: int = 1,
-                 sets: dict | None = None, duration: float | None = None, tick: float | None = None,
+                 sets: Given | dict | None = None, duration: float | None = None, tick: float | None = None,
                  speed: float | None = 60.0, hosting: HostingOptions = HostingOptions("ray", "single"),
                  _restarting: bool = False):
         check_teams(teams)
+        sets = Given.of(sets)
         if speed is not None and not (0 < speed <= MAX_SPEED):
-            raise InvalidInput("gameday serve", "options", [Issue("--speed", speed, f"a number > 0 and <= {MAX_SPEED:g}, or max")])
+            raise InvalidInput("gameday serve", "options", [Issue(setting("speed"), speed, f"a number > 0 and <= {MAX_SPEED:g}, or max")])
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = _hold_lock(self.dir)
@@ -251,7 +253,7 @@ class Session:
                      "tick_s": self.dt, "start_clock": format_clock(self.start_s),
                      "end_clock": format_clock(self.start_s + self.ticks * self.dt), **hosting.meta()}
         if not _restarting:
-            options = {"playbook": playbook, "sets": sets, "duration": duration, "tick": tick, "speed": speed}
+            options = {"playbook": playbook, "sets": sets.values, "duration": duration, "tick": tick, "speed": speed}
             self._journal("created", **self.info, options=options)
         self.write_info("waiting")
 
@@ -268,15 +270,15 @@ class Session:
         records = _read_journal(out / rundir.SESSION_JOURNAL)
         created = next((r for r in records if r["control"] == "created" and "options" in r), None)
         if created is None:
-            raise NotResumable(f"--resume {out}: no journal.jsonl there that a session was created in; expected "
+            raise NotResumable(f"{setting('resume')} {out}: no journal.jsonl there that a session was created in; expected "
                                "a session directory written by `gameday serve`")
         if any(r["control"] == "end" for r in records):
-            raise NotResumable(f"--resume {out}: that session has ended; its run directories are complete "
+            raise NotResumable(f"{setting('resume')} {out}: that session has ended; its run directories are complete "
                                "(report them with `gameday report`)")
         teams = list(created["teams"])
         ticks = [r["tick"] for r in records]
         if ticks != sorted(ticks):
-            raise NotResumable(f"--resume {out}: the journal's ticks go backwards; it is damaged")
+            raise NotResumable(f"{setting('resume')} {out}: the journal's ticks go backwards; it is damaged")
         # How far the worlds got: the ticks every run directory holds whole, and at least as far as the
         # journal goes (a rebuild that failed halfway leaves shorter directories, never a shorter journal).
         try:
@@ -313,7 +315,7 @@ class Session:
             before = aside / rundir.TEAMS / name / rundir.PLAYBOOK
             now = t.run.writer.dir / rundir.PLAYBOOK
             if before.exists() and before.read_bytes() != now.read_bytes():
-                raise NotResumable(f"--resume {self.dir}: the playbook {self.playbook} no longer renders as it did "
+                raise NotResumable(f"{setting('resume')} {self.dir}: the playbook {self.playbook} no longer renders as it did "
                                    f"when the session began (compare {before} with {now}); the worlds would differ")
 
     def _replay(self, records: list[dict], done: int) -> None:
@@ -656,7 +658,7 @@ def _read_journal(path: Path) -> list[dict]:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise NotResumable(f"--resume {path.parent}: cannot read its journal ({e.strerror or e}); expected a session "
+        raise NotResumable(f"{setting('resume')} {path.parent}: cannot read its journal ({e.strerror or e}); expected a session "
                            "directory written by `gameday serve`") from None
     whole = data[:data.rfind(b"\n") + 1]
     if len(whole) < len(data):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
-from orchestrator.errors import GamedayError
+from orchestrator.errors import GamedayError, setting
 from orchestrator.hosting.fabric import AsyncRequestClient
 from orchestrator.live import protocol as lp
 from orchestrator.live.server import is_loopback
@@ -78,8 +78,9 @@ class InsecureWebBind(GamedayError):
 def check_web_bind(host: str, tls: bool) -> None:
     if not is_loopback(host) and not tls:
         raise InsecureWebBind(
-            f"--web-host {host}: not a loopback address, and without TLS anyone on the network could read the pages "
-            "and their tokens. Pass --tls-cert and --tls-key (`gameday keys DIR --tls` makes a self-signed pair), "
+            f"{setting('web_host')} {host}: not a loopback address, and without TLS anyone on the network could read "
+            f"the pages and their tokens. Pass {setting('tls_cert')} and {setting('tls_key')} (`gameday keys DIR --tls` "
+            "makes a self-signed pair), "
             "or serve on 127.0.0.1.")
 
 
@@ -89,7 +90,7 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     try:
         ctx.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as e:
-        raise GamedayError(f"--tls-cert {cert} --tls-key {key}: cannot load the certificate and its key ({e}); "
+        raise GamedayError(f"{setting('tls_cert')} {cert} {setting('tls_key')} {key}: cannot load the certificate and its key ({e}); "
                            "expected PEM files such as those `gameday keys DIR --tls` writes") from None
     return ctx
 
@@ -147,7 +148,7 @@ class WebServer:
             self.loop.run_until_complete(site.start())
             self.port = site._server.sockets[0].getsockname()[1]
         except OSError as e:
-            hint = "; pass another --web-port (0 picks a free one) or --no-web" if e.errno == errno.EADDRINUSE else ""
+            hint = f"; pass another {setting('web_port')} (0 picks a free one), or serve no pages ({setting('web')})" if e.errno == errno.EADDRINUSE else ""
             self._error = GamedayError(f"cannot serve the pages on {self.host}:{port}: {e.strerror or e}{hint}")
             self._started.set()
             return

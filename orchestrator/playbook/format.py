@@ -266,7 +266,7 @@ SERVICE = M(
             "are not counted against the caller's timeout, as the ticks a request the cache answers at once takes are "
             "not; but a missed key stays missing for them, and without coalescing each lookup of it meanwhile asks "
             "the store again: how hard a flush hits the store, and whether a stampede holds, depends on the tick. "
-            "Check a cache world's outcome at a shorter tick (--tick). The operations flush_cache, set_coalescing, "
+            "Check a cache world's outcome at a shorter tick (`--tick`). The operations flush_cache, set_coalescing, "
             "set_serve_stale, set_evict_on_error and set_cache_ttl change it during a run",
             store=Field("str", required=True, example="user-db",
                         doc="the service misses are asked of (another service; it answers the cache)"),

@@ -13,7 +13,7 @@ from orchestrator.errors import InvalidPlaybook, Issue
 from reports.timefmt import format_clock
 from orchestrator.playbook.files import runbook_files, find_playbook
 from orchestrator.playbook.yaml_text import load_yaml, parse_yaml
-from orchestrator.playbook.template import Template, read_template, resolve_variables, render
+from orchestrator.playbook.template import Given, Template, read_template, resolve_variables, render
 from orchestrator.playbook.checks import validate_playbook
 
 
@@ -28,20 +28,23 @@ class Playbook:
     variables: dict = field(default_factory=dict)  # name -> value used
 
 
-def load_playbook(ref: str, overrides: dict | None = None) -> Playbook:
+def load_playbook(ref: str, given: Given | dict | None = None) -> Playbook:
+    """``ref`` (a file or a built-in's name) with the variables ``given`` (values, or a
+    ``Given`` that says where each was said), rendered, parsed and validated."""
     path = find_playbook(ref)
     tpl = read_template(path)
-    values = resolve_variables(tpl, dict(overrides or {}), str(path))
+    given = Given.of(given)
+    values = resolve_variables(tpl, given, str(path))
     text = render(tpl, values)
     doc = parse_yaml(text, str(path), first_line=tpl.body_line)
     try:
         data = validate_playbook(doc, str(path))
     except InvalidPlaybook as e:
-        raise _naming_variables(e, overrides or {}, tpl, values, doc) from None
+        raise _naming_variables(e, given, tpl, values, doc) from None
     return Playbook(name=data["name"], source=str(path), text=text, data=data, variables=values)
 
 
-def _naming_variables(e: InvalidPlaybook, overrides: dict, tpl: Template, values: dict, doc: dict) -> InvalidPlaybook:
+def _naming_variables(e: InvalidPlaybook, given: Given, tpl: Template, values: dict, doc: dict) -> InvalidPlaybook:
     """``e`` with each issue whose value is a variable's saying so. One set for this run: the
     type check of an override is only against its default's (an integer default takes 2.5,
     since it may be a factor), so a field that wants an integer is the first to object. A
@@ -62,9 +65,9 @@ def _naming_variables(e: InvalidPlaybook, overrides: dict, tpl: Template, values
         return type(v) is type(i.value) and v == i.value
 
     def said(i: Issue) -> Issue:
-        if names := [k for k, v in overrides.items() if same(v, i)]:
+        if names := [k for k, v in given.values.items() if same(v, i)]:
             return Issue(i.location, i.value, i.expected + f" (variable {names[0]} was set to {i.value!r} for this run)")
-        if names := [k for k, v in values.items() if k not in overrides and same(v, i) and feeds(k, i.location)]:
+        if names := [k for k, v in values.items() if k not in given.values and same(v, i) and feeds(k, i.location)]:
             return Issue(i.location, i.value,
                          i.expected + f" (the default of variable {names[0]}, in the file's variables header)")
         return i

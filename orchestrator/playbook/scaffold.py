@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator.errors import GamedayError, InvalidInput, Issue
+from orchestrator.errors import GamedayError, InvalidInput, Issue, setting
 from orchestrator.playbook.files import builtin_dir, builtin_playbooks, read_text, runbook_files
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.playbook.runbooks import load_runbook
@@ -36,7 +36,7 @@ def new_playbook(name: str, origin: str = STARTER, directory: str | Path = ".") 
         raise InvalidInput("playbooks new", "arguments", [Issue("NAME", name, "letters, digits, '-', '_' or '.', "
                                                                               "starting with a letter or digit")])
     if origin not in origins():
-        raise InvalidInput("playbooks new", "arguments", [Issue("--from", origin, "one of " + ", ".join(origins()))])
+        raise InvalidInput("playbooks new", "arguments", [Issue(setting("origin"), origin, "one of " + ", ".join(origins()))])
     source = starter_path() if origin == STARTER else builtin_dir() / f"{origin}.yaml.j2"
     text = read_text(source, InvalidInput)
     if not _NAME_LINE.search(text):  # a built-in whose name line this cannot find is a bug here, not the user's

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -17,11 +17,11 @@ import jinja2.meta
 import jinja2.sandbox
 import yaml
 
-from orchestrator.errors import InvalidPlaybook, Issue, closest_first, nearest
+from orchestrator.errors import InvalidPlaybook, Issue, closest_first, nearest, setting
 from orchestrator.playbook.schema import is_duration
 from reports.timefmt import format_clock, parse_clock
 from orchestrator.playbook.files import find_playbook, read_text
-from orchestrator.playbook.yaml_text import load_yaml, yaml_issue
+from orchestrator.playbook.yaml_text import load_yaml, parse_yaml, yaml_issue
 
 
 @dataclass
@@ -65,15 +65,51 @@ def _template_line(e: Exception, tpl: Template) -> str:
 
 
 def coerce_value(text: str):
-    """A --set value as YAML reads it: numbers, booleans and lists come out typed."""
+    """A value typed as text (``--set NAME=VALUE``) as YAML reads it: numbers, booleans and
+    lists come out typed."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
 
 
-def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict | None = None) -> dict:
-    """``where``: name -> the location to report for that override (default ``--set NAME``)."""
+def read_vars_file(path: str) -> dict:
+    """A vars file: a YAML mapping of variable -> value."""
+    text = read_text(Path(path), InvalidPlaybook)
+    doc = parse_yaml(text, path, InvalidPlaybook, allow_empty=True, stage="vars file",
+                     expected="a mapping of variable -> value")
+    return doc or {}
+
+
+@dataclass(frozen=True)
+class Given:
+    """The values a run gives a playbook's variables, and where each was said, so that an
+    error names the place the user wrote it (a vars file, a ``sets`` entry, a swept value)."""
+
+    values: dict = field(default_factory=dict)
+    said: dict = field(default_factory=dict)  # name -> where (``setting``'s words); by default ``sets``
+
+    @classmethod
+    def of(cls, sets: "dict | Given | None" = None, vars_file: str | None = None) -> "Given":
+        """A vars file's values, then ``sets``, which win."""
+        if isinstance(sets, Given) and vars_file is None:
+            return sets
+        values = read_vars_file(vars_file) if vars_file else {}
+        said = {name: f"{name} ({setting('vars_file')} {vars_file})" for name in values}
+        more = sets if isinstance(sets, Given) else cls(dict(sets or {}))
+        return cls({**values, **more.values}, {**said, **{n: more.where(n) for n in more.values}})
+
+    def where(self, name: str) -> str:
+        return self.said.get(name) or setting("sets", name)
+
+    def plus(self, values: dict, field_name: str) -> "Given":
+        """These and ``values``, said as items of the setting ``field_name`` (a sweep's)."""
+        return Given({**self.values, **values}, {**self.said, **{n: setting(field_name, n) for n in values}})
+
+
+def resolve_variables(tpl: Template, given: "Given | dict", source: str) -> dict:
+    """Every variable's value for a run: its default, or the value ``given`` (checked)."""
+    given = Given.of(given)
     issues = []
     values = {}
     for name, decl in tpl.header.items():
@@ -86,9 +122,9 @@ def resolve_variables(tpl: Template, overrides: dict, source: str, where: dict |
         values[name] = decl["default"]
         if "range" in decl:
             issues += _range_issues(name, decl)
-    used = _used_variables(tpl) if overrides else set()
-    for name, value in overrides.items():
-        loc = (where or {}).get(name) or f"--set {name}"
+    used = _used_variables(tpl) if given.values else set()
+    for name, value in given.values.items():
+        loc = given.where(name)
         if name not in tpl.header:
             issues.append(Issue(loc, value, f"one of the playbook's variables ({closest_first(name, tpl.header)})"))
             continue

@@ -20,23 +20,23 @@ from orchestrator.playbook.loader import load_playbook
 from orchestrator.playbook.runbooks import load_runbook
 from orchestrator.runs.runner import TAKEOVERS, execute, recording
 from reports.timefmt import format_clock, parse_clock
-from orchestrator.errors import InvalidInput, Issue
+from orchestrator.errors import InvalidInput, Issue, setting
 
 MEASURES = (("loop_broken", "loop broken"), ("backlog_drained", "backlog drained"),
             ("devices_healthy", "devices healthy"), ("first_customer_update", "first customer update"))
 
 
 def at_tick(meta: dict, at: str) -> int:
-    """``--at`` as a tick of the run: a clock time (HH:MM[:SS]) of its simulated day."""
+    """``at`` as a tick of the run: a clock time (HH:MM[:SS]) of its simulated day."""
     dt, start = float(meta["tick_s"]), parse_clock(meta["start_clock"])
     try:
         t = round((parse_clock(at) - start) / dt)
     except ValueError:
-        raise InvalidInput("gameday fork", "options", [Issue("--at", at, "a clock time such as 09:30")]) from None
+        raise InvalidInput("gameday fork", "options", [Issue(setting("at"), at, "a clock time such as 09:30")]) from None
     ticks = int(meta["ticks_done"])
     if not 0 < t < ticks:
         raise InvalidInput("gameday fork", "options", [Issue(
-            "--at", at, f"a time after {meta['start_clock']} and before the run's end at "
+            setting("at"), at, f"a time after {meta['start_clock']} and before the run's end at "
                         f"{format_clock(start + ticks * dt)}")])
     return t
 

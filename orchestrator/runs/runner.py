@@ -16,17 +16,16 @@ from agents.operator import Operator
 from reports import rundir
 from reports.rundir import RunData, load_run
 from orchestrator.engine.clock import PacedClock, SimulatedClock
-from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError
+from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError, setting
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import RunWriter, ScoreOnly, check_out_dir
 from orchestrator.playbook.checks import MAX_TICK_S, MAX_TICKS, tick_issues
 from orchestrator.playbook.loader import Playbook, load_playbook
-from orchestrator.playbook.template import coerce_value
+from orchestrator.playbook.template import Given
 from orchestrator.playbook.runbooks import load_runbook
 from orchestrator.playbook.hints import never_reached
-from orchestrator.playbook.yaml_text import parse_yaml
-from orchestrator.playbook.files import read_text, runbook_files
+from orchestrator.playbook.files import runbook_files
 from orchestrator.engine.scoring import Scorer
 from orchestrator.hosting.wire import encode
 from orchestrator.engine.world import OPERATOR, build_plan
@@ -34,53 +33,40 @@ from orchestrator.engine.world import OPERATOR, build_plan
 
 @dataclass
 class RunSpec:
+    """One run, as the CLI and the API describe it; ``prepare`` reads it once. Errors name
+    its fields (``errors.setting``), which the CLI says as the flags the user typed."""
+
     playbook: str = "us-east-1-2021"
     runbook: str | None = None  # None: the playbook's "historical" runbook if it has one, else "none"
     seed: int = 1
-    sets: dict | None = None
+    sets: Given | dict | None = None  # the variables given (a Given also says where each was said)
     duration: float | None = None
     tick: float | None = None
     shards: int | None = None  # split every population into this many shards (None: as the playbook says)
     console: bool = False  # a human team operates this world through a console (the runbook is not used)
 
 
-def read_vars_file(path: str) -> dict:
-    text = read_text(Path(path), InvalidPlaybook)
-    doc = parse_yaml(text, path, InvalidPlaybook, allow_empty=True, stage="vars file",
-                     expected="a mapping of variable -> value")
-    return doc or {}
-
-
-def parse_sets(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise InvalidPlaybook("--set", "variables", [Issue("--set", pair, "name=value")])
-        k, v = pair.split("=", 1)
-        out[k.strip()] = coerce_value(v)
-    return out
-
-
 def prepare(spec: RunSpec):
     """Everything that can fail on bad input happens here, before any file is written."""
-    pb: Playbook = load_playbook(spec.playbook, spec.sets or {})
+    pb: Playbook = load_playbook(spec.playbook, spec.sets)
     runbook = spec.runbook or ("historical" if "historical" in runbook_files(pb.name, pb.source) else "none")
     rb_text, rb = load_runbook(runbook, pb)
     issues = []
     if spec.tick is not None and not 0 < spec.tick <= MAX_TICK_S:
-        issues.append(Issue("--tick", spec.tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
+        issues.append(Issue(setting("tick"), spec.tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
     elif spec.tick is not None:
-        issues += tick_issues(pb.data, spec.tick, "--tick")
+        issues += tick_issues(pb.data, spec.tick, setting("tick"))
     if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool) or spec.shards < 1):
-        issues.append(Issue("--shards", spec.shards, "an integer >= 1"))
+        issues.append(Issue(setting("shards"), spec.shards, "an integer >= 1"))
     if spec.duration is not None and spec.duration <= 0:
-        issues.append(Issue("--duration", spec.duration, "a duration > 0"))
+        issues.append(Issue(setting("duration"), spec.duration, "a duration > 0"))
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or spec.seed < 0:
-        issues.append(Issue("seed", spec.seed, "an integer >= 0"))
+        issues.append(Issue(setting("seed"), spec.seed, "an integer >= 0"))
     if not issues:
         ticks = (spec.duration or pb.data["clock"]["duration"]) / (spec.tick or pb.data["clock"]["tick"])
         if ticks > MAX_TICKS:
-            issues.append(Issue("--duration / --tick", round(ticks), f"at most {MAX_TICKS:,} ticks per run"))
+            issues.append(Issue(f"{setting('duration')} / {setting('tick')}", round(ticks),
+                                f"at most {MAX_TICKS:,} ticks per run"))
     if issues:
         raise InvalidPlaybook("options", "options", issues)
     plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick, spec.shards, spec.console)
