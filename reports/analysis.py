@@ -18,7 +18,7 @@ from agents.base import PER_TICK
 from agents.population import work_switch
 
 from .impact import TurnedAway, failed_and_finished
-from .rundir import COMPLETE, PLAYBOOK, RUNBOOK, STARTS_INCIDENT, RunData
+from .rundir import COMPLETE, RUNBOOK, STARTS_INCIDENT, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
 from .summary import not_reached, posts_updates
 
@@ -200,7 +200,7 @@ class _Reading:
     relapses: dict[str, list[int]]
     trigger: dict | None
     first_update: int | None  # tick of the first customer update
-    scoring: dict  # the playbook's scoring section, as validated (``_validated``)
+    scoring: dict  # the playbook's scoring section, as validated (``RunData.playbook``)
     works: dict  # population -> its work at the start, as validated
     loop: dict  # the playbook's scoring.loop
     signal: tuple | None  # loop_signal: (name, series, threshold)
@@ -210,14 +210,14 @@ class _Reading:
     @classmethod
     def of(cls, run: RunData) -> _Reading:
         meta, m = run.meta, run.metrics
-        dt = float(meta.get("tick_s", 1.0))
-        playbook = _read_yaml(run.dir / PLAYBOOK)
+        dt = float(meta["tick_s"])  # (every run directory records it, with start_clock)
+        playbook = run.playbook  # (as validated: every default filled in)
         events = _records(run.events)
-        scoring, works = _validated(meta, playbook)
+        scoring, works = playbook["scoring"], {p["name"]: p["work"] for p in playbook.get("populations") or []}
         loop = scoring.get("loop") or {}
-        return cls(run, dt, parse_clock(meta.get("start_clock", "00:00")), playbook, _read_yaml(run.dir / RUNBOOK),
+        return cls(run, dt, parse_clock(meta["start_clock"]), playbook, _read_yaml(run.dir / RUNBOOK),
                    events, run.score or {}, meta.get("status") != COMPLETE, len(m),
-                   {k: parse_clock(v) for k, v in (playbook.get("par") or {}).items()},
+                   dict(playbook.get("par") or {}),
                    {x.get("name") for x in playbook.get("mitigations") or []}, *milestone_history(events),
                    next((e for e in events if e["event"] in STARTS_INCIDENT), None),
                    next((e["tick"] for e in events if e["event"] == "status_posted"), None),
@@ -575,24 +575,6 @@ def _held_briefly(score: dict, changes: list[dict], dt: float, at, until: str) -
             f"its condition held {'; '.join(said)}, failing each time before its hold was over "
             f"({_relapse_what(key)}); {end}", "held_briefly"))
     return out
-
-
-#: what a run directory written before meta.json recorded its validated scoring (``_validated``)
-#: left to the format's defaults of then: the bounds of scoring.loop and a population's work
-_DEFAULTS_BEFORE_META = {"loop": {"setup_success_min": 0.95, "amplification_max": 1.5, "useful_work_min": 0.9},
-                         "work": "perishable"}
-
-
-def _validated(meta: dict, playbook: dict) -> tuple[dict, dict]:
-    """(the scoring section, population -> work) as the run was validated: from meta.json,
-    which records them with the format's defaults filled in; for a run directory written
-    before it did, the rendered playbook's, with the defaults of then for what it left out."""
-    if "scoring" in meta and "works" in meta:
-        return meta["scoring"], meta["works"]
-    scoring = dict(playbook.get("scoring") or {})
-    scoring["loop"] = {**_DEFAULTS_BEFORE_META["loop"], **(scoring.get("loop") or {})}
-    works = {p["name"]: p.get("work") or _DEFAULTS_BEFORE_META["work"] for p in playbook.get("populations") or []}
-    return scoring, works
 
 
 def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series, float] | None:

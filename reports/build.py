@@ -8,7 +8,7 @@ from pathlib import Path
 import jinja2
 
 from .analysis import Analysis, analyse
-from .rundir import load_run
+from .rundir import RunData, load_run
 
 FORMATS = ("md", "html", "both")
 
@@ -25,14 +25,14 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def write_report(run_dir, fmt: str = "both", out: Path | None = None) -> list[Path]:
-    """Write the report of ``run_dir`` into ``out`` (default: ``run_dir/report``); returns
-    the files written."""
+def write_report(run_dir: "Path | str | RunData", fmt: str = "both", out: Path | None = None) -> list[Path]:
+    """Write the report of ``run_dir`` (or of a run already loaded) into ``out`` (default:
+    ``run_dir/report``); returns the files written."""
     from .charts import run_charts  # matplotlib is imported only when a report is drawn
 
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    run = load_run(run_dir)
+    run = run_dir if isinstance(run_dir, RunData) else load_run(run_dir)
     a: Analysis = analyse(run)
     out = Path(out) if out is not None else run.dir / "report"
     out.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ def png(fig) -> bytes:
 def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None) -> dict[str, bytes]:
     """The charts of a run directory, following the scoring section the analysis read;
     ``only``: draw just these."""
-    return make_charts(run.metrics, analysis, float(run.meta.get("tick_s", 1.0)), str(run.meta.get("start_clock", "start")),
+    return make_charts(run.metrics, analysis, float(run.meta["tick_s"]), str(run.meta["start_clock"]),
                        analysis.scoring, only)
 
 

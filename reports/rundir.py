@@ -12,10 +12,14 @@ from pathlib import Path
 from typing import TypedDict
 
 import pandas as pd
+import yaml
+
+from .timefmt import parse_clock
 
 # -- a run directory ------------------------------------------------------------------------------
 META = "meta.json"  # seed, versions, playbook and runbook names, variables, status, ticks done
 PLAYBOOK = "playbook.yaml"  # the rendered playbook
+VALIDATED = "playbook.json"  # the playbook as validated: every default filled in, clock times and durations in seconds
 RUNBOOK = "runbook.yaml"  # the runbook as given (a fork's: the one that took over)
 COLUMNS = "columns.json"  # every metrics column: agent, metric, unit, meaning
 METRICS = "metrics.csv"  # a row per tick: METRIC_INDEX, then a column per agent.metric
@@ -25,7 +29,7 @@ ATTRIBUTION = "attribution.json"  # which action broke the loop, by counterfactu
 FORK = "fork.json"  # a fork's decision point and what changed
 RUNBOOK_BEFORE_FORK = "runbook-before-fork.yaml"
 REPORT = "report"  # the after-action report's folder
-RUN_FILES = (META, PLAYBOOK, RUNBOOK, COLUMNS, METRICS, EVENTS, SCORE, ATTRIBUTION, FORK, RUNBOOK_BEFORE_FORK, REPORT)
+RUN_FILES = (META, PLAYBOOK, VALIDATED, RUNBOOK, COLUMNS, METRICS, EVENTS, SCORE, ATTRIBUTION, FORK, RUNBOOK_BEFORE_FORK, REPORT)
 
 METRIC_INDEX = ("tick", "time_s", "clock")
 EVENT_KEYS = ("tick", "clock", "agent", "event")
@@ -107,6 +111,13 @@ def outcome(score: Score) -> str:
     return BY_ITSELF if acted is None or acted["seconds_after_start"] >= broken["seconds_after_start"] else AFTER_ACTION
 
 
+#: what a run directory written before it kept its playbook as validated (``RunData.playbook``)
+#: left to the format's defaults of then, of what the reports read: the bounds of scoring.loop
+#: and a population's work
+_DEFAULTS_BEFORE_VALIDATED = {"loop": {"setup_success_min": 0.95, "amplification_max": 1.5, "useful_work_min": 0.9},
+                              "work": "perishable"}
+
+
 class NotARunDirectory(Exception):
     pass
 
@@ -133,6 +144,27 @@ class RunData:
         """columns.json: every metrics column's agent, metric, unit and meaning ({} if missing)."""
         path = self._tables() / COLUMNS
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+    @cached_property
+    def playbook(self) -> dict:
+        """The playbook as the run validated it (``VALIDATED``): what the reports read, so
+        that they restate no default. A run directory written before it was kept has its
+        rendered playbook read as written, with the defaults of then for what it left out
+        (``_DEFAULTS_BEFORE_VALIDATED``) and its par times in seconds, as validated."""
+        path = self._tables() / VALIDATED
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))
+        try:
+            doc = yaml.safe_load((self._tables() / PLAYBOOK).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            doc = {}
+        before = _DEFAULTS_BEFORE_VALIDATED
+        scoring = doc.setdefault("scoring", {})
+        scoring["loop"] = {**before["loop"], **(scoring.get("loop") or {})}
+        for p in doc.get("populations") or []:
+            p.setdefault("work", before["work"])
+        doc["par"] = {k: parse_clock(v) for k, v in (doc.get("par") or {}).items()}
+        return doc
 
     @property
     def complete(self) -> bool:

@@ -1,9 +1,7 @@
 """The table printed at the end of a run: each measure beside par."""
 from __future__ import annotations
 
-import yaml
-
-from .rundir import PLAYBOOK, RunData
+from .rundir import RunData
 from .timefmt import format_delta
 
 
@@ -29,14 +27,6 @@ def posts_updates(playbook: dict) -> bool:
                for a in playbook.get(section) or [] for e in a.get("effects") or [])
 
 
-def _playbook_of(run: RunData) -> dict | None:
-    """The run directory's rendered playbook, or None if there is none to read."""
-    try:
-        return yaml.safe_load((run.dir / PLAYBOOK).read_text(encoding="utf-8")) or {} if run.dir else None
-    except (OSError, yaml.YAMLError):
-        return None
-
-
 def summary_table(run: RunData) -> str:
     s = run.score or {}
     meta = run.meta
@@ -53,7 +43,7 @@ def summary_table(run: RunData) -> str:
 
     add("trigger", s.get("trigger"))
     update = s.get("first_customer_update") or {}
-    playbook = _playbook_of(run)
+    playbook = run.playbook if run.dir else None
     if update.get("reached") or update.get("par_clock") or playbook is None or posts_updates(playbook):
         add("first customer update", update)
     for pop, m in (s.get("recovered") or {}).items():

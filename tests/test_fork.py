@@ -188,7 +188,7 @@ def test_every_file_a_run_its_report_and_its_fork_write_is_one_the_run_directory
     fork(run.dir, "00:02", "none", tmp_path / "fork")
     for d, extra in ((run.dir, {rundir.ATTRIBUTION, rundir.REPORT}), (tmp_path / "fork", {rundir.FORK, rundir.RUNBOOK_BEFORE_FORK})):
         written = {p.name for p in d.iterdir()}
-        assert written == {rundir.META, rundir.PLAYBOOK, rundir.RUNBOOK, rundir.COLUMNS, rundir.METRICS, rundir.EVENTS,
+        assert written == {rundir.META, rundir.PLAYBOOK, rundir.VALIDATED, rundir.RUNBOOK, rundir.COLUMNS, rundir.METRICS, rundir.EVENTS,
                            rundir.SCORE} | extra
         assert written <= set(rundir.RUN_FILES)
         header = (d / rundir.METRICS).read_text().splitlines()[0].split(",")

@@ -4,6 +4,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from helpers import check_score_record, chromium
 from reports.analysis import IMPAIRED_ERROR_RATIO, analyse
@@ -483,20 +484,23 @@ def test_a_world_without_a_loop_or_a_status_page_is_not_said_to_miss_them(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_run_directory_written_before_meta_recorded_its_scoring_reads_as_it_did(tmp_path):
-    """meta.json records the scoring and the populations' work as validated, defaults filled
-    in by the format, so the reports restate no default; a run directory from before has
-    them from its rendered playbook and the defaults of then, and reads the same."""
+def test_a_run_directory_written_before_it_kept_its_validated_playbook_reads_as_it_did(tmp_path):
+    """The run directory keeps the playbook as validated (playbook.json: every default filled
+    in by the format), and the reports read it, so they restate no default; a run directory
+    from before has its rendered playbook and the defaults of then, and reads the same."""
     import orchestrator
     from reports.rundir import load_run
 
     out = tmp_path / "run"
     orchestrator.run("us-east-1-2021", runbook="historical", seed=1, duration="2h", out=out)
     now = analyse(load_run(out))
-    meta = json.loads((out / "meta.json").read_text())
-    assert meta["scoring"]["loop"]["setup_success_min"] == 0.95 and meta["works"]["event-delivery"] == "durable"
-    (out / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k not in ("scoring", "works")}))
+    validated = json.loads((out / "playbook.json").read_text())
+    assert validated["scoring"]["loop"]["useful_work_min"] == 0.9  # (a default: the rendered playbook omits it)
+    assert "useful_work_min" not in yaml.safe_load((out / "playbook.yaml").read_text())["scoring"]["loop"]
+    assert {p["name"]: p["work"] for p in validated["populations"]}["event-delivery"] == "durable"
+    (out / "playbook.json").unlink()
     before = analyse(load_run(out))
     assert before.summary == now.summary and before.verdict == now.verdict and before.works == now.works
+    assert before.timeline == now.timeline and before.findings == now.findings
     for bound in ("setup_success_min", "amplification_max", "useful_work_min"):
         assert before.scoring["loop"][bound] == now.scoring["loop"][bound], bound

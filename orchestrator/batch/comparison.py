@@ -326,12 +326,13 @@ def _texts_key(p: Point) -> tuple:
     return p.runbook, tuple(sorted(p.variables().items()))
 
 
-def check_points(playbook: str, points: list[Point], sets: Given, duration, tick) -> tuple[dict, dict, dict, WorldPlan]:
+def check_points(playbook: str, points: list[Point], sets: Given, duration, tick) \
+        -> tuple[dict, dict, dict, tuple[Playbook, WorldPlan]]:
     """Load the playbook and runbook of every distinct (runbook, sweep point) before any
     run starts: bad input stops the comparison with every problem named. Returns their
     texts, the rendered playbook's and the runbook's, by (runbook, sweep point), each
     runbook as the runs get it (``portable_runbook``) and its name (its ``name:``), and
-    the first point's world plan."""
+    the first point's loaded playbook and world plan."""
     texts, shipped, names, first = {}, {}, {}, None
     for p in points:
         key = _texts_key(p)
@@ -349,7 +350,7 @@ def check_points(playbook: str, points: list[Point], sets: Given, duration, tick
             texts[key] = (pb.text, rb_text)
             shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
             names.setdefault(p.runbook, rb["name"])
-            first = first or plan
+            first = first or (pb, plan)
     return texts, shipped, names, first
 
 
@@ -386,6 +387,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     (``attrs["partial"]`` says how many of those planned); runs of later seeds are left out
     of it (kept in the cache, and their directories with ``keep_runs``). One by one, the
     run under way at the limit finishes first.
+    ``attrs["playbook"]`` is the playbook's name (its ``name:``).
     ``decision``: None, every seed played; else the primary outcome and indifference
     amount are resolved (``attrs["decision"]``) and, unless ``decision.sequential`` is
     False or there is one runbook, the comparison is a race (``_run_race``): ``seeds`` is
@@ -428,11 +430,11 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         raise InvalidInput("gameday compare", "options", issues)
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}), draw_worlds(*ranges, seeds) if ranges[0] else None)
     per_seed = len(points) // len(seeds)
-    texts, shipped, names, plan = check_points(playbook, points, sets, duration, tick)
+    texts, shipped, names, (pb, plan) = check_points(playbook, points, sets, duration, tick)
     same = _same_names(names)
     if same:
         raise InvalidInput("gameday compare", "options", same)
-    resolved = resolve_decision(decision, playbook, sets, duration) if decision is not None else None
+    resolved = resolve_decision(decision, pb, duration) if decision is not None else None
     # the race: played round by round, or (--fixed) read over the seeds played, after them
     book = _start_race(decision, resolved, points, names, seeds, dict(sweeps or {})) \
         if decision is not None and len(runbooks) > 1 else None
@@ -558,6 +560,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             setting("time_limit"), _limit_text(time_limit),
             f"time for {first}{', those done kept in the cache' if cache is not None else ''})")])
     df = table(done, list(dict(sweeps or {})), sorted(ranges[0]))
+    df.attrs["playbook"] = pb.name  # (its name: field)
     if ranges[0]:
         df.attrs["drawn"] = {name: list(r) for name, r in sorted(ranges[0].items())}
     df.attrs["reused"] = sum(rows[i] is not None for i in from_cache)
@@ -645,14 +648,12 @@ class RaceBook:
                             "best": r.best, "status": r.status()} for key, r in self.races.items()]}
 
 
-def resolve_decision(decision: Decision, playbook, sets: Given, duration) -> dict:
+def resolve_decision(decision: Decision, pb: Playbook, duration) -> dict:
     """The primary outcome, indifference amount (and where it came from) and error rate a
-    comparison decides with: the options', else the playbook's ``scoring``, else the defaults.
-    ``decision.delta`` may be a duration as text ("5m"), for a time."""
-    from orchestrator.playbook.loader import load_playbook
+    comparison of ``pb`` decides with: the options', else the playbook's ``scoring``, else
+    the defaults. ``decision.delta`` may be a duration as text ("5m"), for a time."""
     from orchestrator.playbook.checks import primary_issue
 
-    pb = load_playbook(playbook, sets)  # (loaded by check_points already: no error here)
     scoring = pb.data["scoring"]
     primary = decision.primary or scoring["primary"]
     unscored = primary_issue(pb.data, primary, setting("primary"))  # (the playbook's own is checked when it loads)

@@ -103,10 +103,7 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
                      decision=Decision(primary, delta, alpha, first, sequential=not fixed), vary=list(vary))
     except ComparisonInterrupted as e:  # what was played is not lost: the tables and the report cover it
         df, interrupted = e.table, e
-    from orchestrator.playbook.loader import load_playbook
-
-    name = load_playbook(playbook, values).name  # (checked by compare already)
-    info = {"playbook": name, "seeds": seeds}
+    info = {"playbook": df.attrs["playbook"], "seeds": seeds}
     if "race" in df.attrs and not df.attrs["race"].get("fixed"):
         info["race"] = True
     if "partial" in df.attrs:  # interrupted, or stopped by the time limit

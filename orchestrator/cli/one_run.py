@@ -81,7 +81,7 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
             click.echo(f"\nattribution: {data.attribution['text']}")
         click.echo(f"\nrun directory: {data.dir}")
     if report:
-        written = write_report(data.dir)
+        written = write_report(data)
         if not as_json:
             click.echo(f"report: {next(p for p in written if p.suffix == '.html')}")
 

@@ -99,10 +99,7 @@ class WorldRun:
                 "shards": {pop: len(parts) for pop, parts in self.plan.shards.items()},
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "never_reached": never_reached(pb.data, None if spec.console else rb,
-                                               self.plan.info.start_s + self.plan.ticks * self.plan.info.dt),
-                # the scoring and each population's work as validated, defaults filled in by the
-                # format: the reports read them here rather than restate the defaults
-                "scoring": pb.data["scoring"], "works": {p["name"]: p["work"] for p in pb.data["populations"]}} \
+                                               self.plan.info.start_s + self.plan.ticks * self.plan.info.dt)} \
             | (meta or {})
         if out is not None:
             check_out_dir(out)  # before starting any actor
@@ -117,7 +114,9 @@ class WorldRun:
         self.wall0 = time.perf_counter()
         # (the writer last: from the moment there is a run directory, the caller closes it)
         try:
-            self.writer = RunWriter(out, self.plan, info, {rundir.PLAYBOOK: pb.text, rundir.RUNBOOK: rb_text, **(files or {})}) if out is not None else ScoreOnly(self.plan, info)
+            self.writer = RunWriter(out, self.plan, info, {
+                rundir.PLAYBOOK: pb.text, rundir.VALIDATED: json.dumps(pb.data, indent=1) + "\n", rundir.RUNBOOK: rb_text,
+                **(files or {})}) if out is not None else ScoreOnly(self.plan, info)
         except BaseException:
             self.host.close()
             raise
