@@ -258,3 +258,15 @@ def register_reference_population() -> None:
     from agents.reference import ClientByClientPopulation
 
     AGENT_CLASSES.setdefault("population:reference", ClientByClientPopulation)
+
+
+def gameday(args: list[str]) -> tuple[int, str, str]:
+    """The command line in this process (tests/test_bad_input.py plays it as a process too):
+    (exit code, stdout, stderr); a traceback fails the test."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    result = CliRunner().invoke(main, args)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    return result.exit_code, result.stdout, result.stderr

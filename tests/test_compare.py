@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import orchestrator
-from helpers import interrupt_when
+from helpers import gameday, interrupt_when
 from orchestrator.batch.comparison import compare
 from orchestrator.errors import InvalidInput
 from orchestrator.runs.runner import RunSpec, execute
@@ -194,10 +194,8 @@ def test_bad_input_stops_the_comparison_before_any_run(tmp_path):
         same_name = tmp_path / "another_file.yaml"  # (another file, the same name: as FIX)
         same_name.write_text(Path(FIX).read_text())
         args = [str(same_name) if a == "SAME_NAME" else a for a in args]
-        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, *args, "--seeds", "2",
-                               "--fixed", "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
+        code, _, err = gameday(["compare", MINI, *args, "--seeds", "2", "--fixed", "--serial", "--out", str(out)])
+        assert code == 2 and words in err, err
         assert not out.exists()
 
 
@@ -391,17 +389,14 @@ def test_the_cache_option_is_checked_before_any_run(tmp_path):
     for i, (args, words) in enumerate(((["--cache", str(a_file)], "--cache"),
                                        (["--cache", str(tmp_path / "c"), "--keep-runs"], "--cache or --keep-runs, not both"))):
         out = tmp_path / f"cmp{i}"
-        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", *args,
-                               "--seeds", "2", "--serial", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
+        code, _, err = gameday(["compare", MINI, "-r", "none", *args, "--seeds", "2", "--serial", "--out", str(out)])
+        assert code == 2 and words in err, err
         assert not out.exists()
     out = tmp_path / "cmp"
-    args = [sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "--seeds", "2", "--serial",
-            "--no-progress", "--cache", str(tmp_path / "c")]
+    args = ["compare", MINI, "-r", "none", "--seeds", "2", "--serial", "--no-progress", "--cache", str(tmp_path / "c")]
     for n, words in ((1, "0 of 2 runs taken from the cache"), (2, "2 of 2 runs taken from the cache")):
-        proc = subprocess.run([*args, "--out", str(out / str(n))], cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0 and words in proc.stdout, proc.stderr
+        code, said, err = gameday([*args, "--out", str(out / str(n))])
+        assert code == 0 and words in said, err
     assert (out / "1" / "results.csv").read_text() == (out / "2" / "results.csv").read_text()
 
 

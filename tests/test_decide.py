@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import gameday
 from orchestrator.batch.comparison import COLUMNS, Decision, compare
 from reports import decide
 
@@ -318,10 +319,8 @@ def test_a_primary_outcome_the_playbook_does_not_score_is_refused_before_any_run
              (["--delta", "50"], "expected an amount below the most a run can score on impact, 20.0"),
              (["--vary", "all", "--vary", "clients"], "--vary: got 'all'; expected all alone, or the names"))
     for args, words in cases:
-        bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
-                              *args, "--serial", "--out", str(tmp_path / "bad")], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
-        assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
+        code, _, err = gameday(["compare", MINI, "-r", "none", "-r", FIX, *args, "--serial", "--out", str(tmp_path / "bad")])
+        assert code == 2 and words in err, (args, err)
         assert not (tmp_path / "bad").exists()
     path = tmp_path / "pb.yaml.j2"
     path.write_text(Path(MINI).read_text().replace("scoring:\n", "scoring:\n  primary: backlog_drained\n"))

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +9,7 @@ import pytest
 
 import orchestrator
 from orchestrator.runs.fork import fork
-from tests.helpers import check_score_record
+from tests.helpers import check_score_record, gameday
 
 HERE = Path(__file__).parent
 MINI = str(HERE / "playbooks" / "mini_loop.yaml.j2")
@@ -138,24 +136,20 @@ def test_a_fork_of_a_run_whose_action_was_already_asked_does_not_ask_it_again(tm
 
 def test_the_fork_command_says_what_changed_and_refuses_a_time_outside_the_run(original, tmp_path):
     run, _ = original
-    root = HERE.parent
-    ok = subprocess.run([sys.executable, "-m", "orchestrator.cli", "fork", str(run.dir), "--at", "00:06", "-r", FIX,
-                         "--out", str(tmp_path / "f")], cwd=root, capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0, ok.stderr
-    assert "fix-late -> fix-early" in ok.stdout and "loop broken" in ok.stdout and "sooner" in ok.stdout
+    code, said, err = gameday(["fork", str(run.dir), "--at", "00:06", "-r", FIX, "--out", str(tmp_path / "f")])
+    assert code == 0, err
+    assert "fix-late -> fix-early" in said and "loop broken" in said and "sooner" in said
     # its report, as gameday run writes one, whose heuristic does not send the reader to --attribution
     html = tmp_path / "f" / "report" / "report.html"
-    assert f"report: {html}" in ok.stdout and html.exists()
+    assert f"report: {html}" in said and html.exists()
     md = (tmp_path / "f" / "report" / "report.md").read_text()
     assert "a fork's counterfactuals are not played" in md and "--attribution" not in md
-    bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "fork", str(run.dir), "--at", "23:00", "-r", FIX,
-                          "--out", str(tmp_path / "g")], cwd=root, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--at" in bad.stderr and "Traceback" not in bad.stderr
+    code, _, err = gameday(["fork", str(run.dir), "--at", "23:00", "-r", FIX, "--out", str(tmp_path / "g")])
+    assert code == 2 and "--at" in err
     assert not (tmp_path / "g").exists()
     for missing, words in ((tmp_path / "nowhere", "no such directory"), (tmp_path, "it has no meta.json")):
-        bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "fork", str(missing), "--at", "00:06", "-r", FIX,
-                              "--out", str(tmp_path / "h")], cwd=root, capture_output=True, text=True, timeout=120)
-        assert bad.returncode == 2 and f"{missing} is not a run directory: {words}" in bad.stderr, bad.stderr
+        code, _, err = gameday(["fork", str(missing), "--at", "00:06", "-r", FIX, "--out", str(tmp_path / "h")])
+        assert code == 2 and f"{missing} is not a run directory: {words}" in err, err
 
 
 def test_a_live_teams_run_forks_too(tmp_path):
