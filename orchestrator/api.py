@@ -67,3 +67,30 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
                           max_workers=max_workers, cache=Path(cache) if cache is not None else None,
                           time_limit=parse_duration(time_limit) if time_limit is not None else None,
                           decision=Decision(primary, delta, alpha, first_seeds, sequential=not fixed))
+
+
+def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets: dict | None = None,
+          vars_file: str | None = None, duration=None, tick=None, speed: float | None = 60.0, out: str | Path | None = None,
+          hosting: str = "inprocess", placement: str = "single", address: str | None = None, start: bool = False,
+          serving=None, announce=None):
+    """Host a live game day, as ``gameday serve`` does, and answer until it ends (this call
+    blocks; Ctrl-C ends the game day): one world per team of ``teams``, the same scenario
+    and seed for all, played at ``speed`` simulated seconds per wall second (None: as fast
+    as possible). ``serving``: where (``orchestrator.live.gameday.Serving``: the consoles'
+    address, the pages'; default: 127.0.0.1, ports 7700 and 7701). ``announce(game)``:
+    called once the server and pages are up (``game.server.token_of("team", name)``,
+    ``game.web.link(name, token)``). ``start``: start the clock at once, else the facilitator
+    does (``gameday facilitate start``). Returns the session, ended (``session.dir``: its
+    directory, a new temporary one when ``out`` is not given)."""
+    from orchestrator.live.gameday import GameDay, Serving
+    from orchestrator.live.session import Session
+
+    serving = serving or Serving()
+    tls = serving.check()
+    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-session-"))
+    session = Session(out, list(teams), playbook, seed, Given.of(sets, vars_file),
+                      parse_duration(duration) if duration is not None else None,
+                      parse_duration(tick) if tick is not None else None, speed,
+                      HostingOptions(hosting, placement, address))
+    GameDay(session, serving, tls).play(start=start, announce=announce or (lambda game: None))
+    return session

@@ -423,3 +423,32 @@ def test_ctrl_c_ends_a_session_cleanly_with_its_directories_readable(tmp_path):
     ranking = json.loads((out / "ranking.json").read_text())
     assert sorted(r["team"] for r in ranking["teams"]) == ["blue", "red"]
     assert json.loads((out / "session.json").read_text())["status"] == "ended"
+
+
+@pytest.mark.slow
+def test_the_python_api_hosts_a_game_day_as_the_command_does(tmp_path):
+    """``orchestrator.serve`` assembles the game day as ``gameday serve`` does (both through
+    live/gameday.py): a console joins with the token it announces, the facilitator starts
+    it, and the session ends with its ranking and a complete run directory per team."""
+    import orchestrator
+    from orchestrator.live.gameday import Serving
+
+    seen = {}
+
+    def announce(game):  # (the server is up, and answers once this returns: a console joins meanwhile)
+        def join():
+            red = LiveClient(game.server.address, game.server.token_of("team", "red"), timeout_s=2.0, retries=10)
+            seen["red"] = red.call("state", {"since": 0})
+            fac = LiveClient(game.server.address, game.server.token_of("facilitator"), timeout_s=2.0, retries=10)
+            seen["started"] = fac.call("start")["state"]
+        seen["thread"] = threading.Thread(target=join, daemon=True)
+        seen["thread"].start()
+
+    session = orchestrator.serve(["red", "blue"], "us-east-1-2021", duration="10m", speed=None, out=tmp_path / "s",
+                                 serving=Serving(bind="tcp://127.0.0.1:0", web=False, linger_s=1.0),
+                                 announce=announce)
+    seen["thread"].join(10)
+    assert seen["red"]["team"] == "red" and seen["started"] == "running"
+    assert json.loads((session.dir / "ranking.json").read_text())
+    for team in ("red", "blue"):
+        assert json.loads((session.dir / "teams" / team / "meta.json").read_text())["status"] == "complete"

@@ -100,8 +100,8 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
     """
     from orchestrator.engine.journal import check_out_dir
     from orchestrator.hosting.host import HostingOptions
+    from orchestrator.live.gameday import GameDay, Serving
     from orchestrator.live.scoreboard_view import render_board
-    from orchestrator.live.server import LiveServer, check_bind
     from orchestrator.live.session import Session, check_teams
 
     tokens = None
@@ -121,14 +121,8 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
                                    "--tls-key again, or its pages cannot come back")
     elif not teams:
         raise click.UsageError("give at least one --team NAME (or --resume SESSION_DIR)")
-    check_bind(bind, curve_secret)
-    if bool(tls_cert) != bool(tls_key):
-        raise click.UsageError("--tls-cert and --tls-key go together: give both, or neither")
-    if web:
-        from orchestrator.live.web import check_web_bind, tls_context
-
-        check_web_bind(web_host, bool(tls_cert))
-        tls = tls_context(tls_cert, tls_key) if tls_cert else None
+    serving = Serving(bind, curve_secret, web, web_host, web_port, tls_cert, tls_key, linger)
+    tls = serving.check()  # (before any world is built)
     if resume_dir:
         click.echo(f"rebuilding the worlds of {resume_dir} from its journal ...", err=True)
         session = Session.rebuild(Path(resume_dir), address)
@@ -137,70 +131,31 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
         check_teams(list(teams))
         out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
         check_out_dir(out)
-        values = variables(sets, vars_file)
         click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
-        session = Session(out, list(teams), playbook, seed, values, duration, tick, speed,
+        session = Session(out, list(teams), playbook, seed, variables(sets, vars_file), duration, tick, speed,
                           HostingOptions(hosting, placement, address))
-    server = web_server = None
-    closed = []
 
-    def finish():
-        """Close the worlds and print the ranking; quick, so consoles see the end at once."""
-        if not closed:
-            closed.append(True)
-            click.echo(render_board(session.close()))
-            sys.stdout.flush()
-
-    try:
-        server = LiveServer(session, bind, curve_secret, tokens=tokens)
-        server.write_tokens()
-        session.write_info(session.state, server=server.address)
-        if web:
-            from orchestrator.live.web import WebServer
-
-            web_server = WebServer(_connectable(server.address), lambda: server.board_json, web_host, web_port, tls,
-                                   server.public_key, board_access=lambda token: (server.holder(token) or ("",))[0]
-                                   in ("viewer", "facilitator"))
-            server.on_change = web_server.changed
-            session.write_info(session.state, web=web_server.url)
-        _announce(session, server, session.seed, speed, web_server, with_key=bool(curve_secret))
+    def announce(game: GameDay) -> None:
+        _announce(session, game.server, session.seed, speed, game.web, with_key=bool(curve_secret))
         if resume_dir:
             click.echo(f"resumed at {session.clock_text()} ({session.state}); "
                        + ("go on with `gameday facilitate resume`" if session.state == "paused" else
                           "waiting for the facilitator to start the session"))
-        elif start_now:
-            session.start()
-        else:
+        elif not start_now:
             click.echo("waiting for the facilitator to start the session")
         sys.stdout.flush()
-        server.run(linger_s=linger, on_end=finish)
-    except KeyboardInterrupt:
-        raise  # Ctrl-C ends the game day: the ranking is written
-    except BaseException:
-        if not closed:  # a failure is not an end: `gameday serve --resume` can go on
-            closed.append(True)
-            session.interrupt()
-            click.echo(f"the server failed; go on with `gameday serve --resume {session.dir}`", err=True)
-        raise
-    finally:
-        try:
-            finish()
-        finally:
-            if web_server is not None:
-                web_server.shutdown()
-            if server is not None:
-                server.close()
+
+    def ranking(board: dict) -> None:
+        click.echo(render_board(board))
+        sys.stdout.flush()
+
+    game = GameDay(session, serving, tls, tokens)
+    game.play(start=start_now and not resume_dir, announce=announce, on_end=ranking, on_failure=lambda s: click.echo(
+        f"the server failed; go on with `gameday serve --resume {s.dir}`", err=True))
     if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
-        _write_reports(session.dir, session.teams)
+        for path in game.write_reports():
+            click.echo(f"session report: {path}")
     click.echo(f"session directory: {session.dir}")
-
-
-def _connectable(address: str) -> str:
-    """The session's address as this process connects to it: a wildcard bind over loopback."""
-    for wildcard in ("tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"):
-        if address.startswith(wildcard):
-            return "tcp://127.0.0.1:" + address[len(wildcard):]
-    return address
 
 
 #: what `serve --resume` takes from the session, not from the command line
@@ -237,17 +192,6 @@ def _announce(session, server, seed, speed, web, with_key: bool) -> None:
     click.echo(f"  scoreboard: gameday scoreboard --server {server.address} --token {server.token_of('viewer')}{key_opt}")
     if web is not None:
         click.echo(f"  scoreboard page: {web.scoreboard_link(server.token_of('viewer'))}")
-
-
-def _write_reports(session_dir: Path, teams) -> None:
-    """Each team's after-action report, then the session report."""
-    from reports.build import write_report
-    from reports.session import write_session_report
-
-    for t in teams:
-        write_report(session_dir / rundir.TEAMS / t)
-    for path in write_session_report(session_dir):
-        click.echo(f"session report: {path}")
 
 
 @main.command()

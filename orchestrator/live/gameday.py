@@ -1,0 +1,122 @@
+"""A live game day assembled: its session (one world per team), the server the consoles
+join and the pages, checked before anything is built (``Serving.check``), served until the
+session ends, and closed together (``GameDay.play``). ``gameday serve`` and
+``orchestrator.serve`` both go through here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from orchestrator.errors import GamedayError, setting
+from orchestrator.live.server import LiveServer, check_bind
+from orchestrator.live.session import Session
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Where a game day is served: the consoles' address (``bind``, encrypted with the
+    server's CURVE secret key file), and the pages (``web``) on ``web_host``:``web_port``,
+    over HTTPS with ``tls_cert`` and ``tls_key``; ``linger_s``: how long the server keeps
+    answering after the session ends, so that the consoles show the final state."""
+
+    bind: str = "tcp://127.0.0.1:7700"
+    curve_secret: str | None = None
+    web: bool = True
+    web_host: str = "127.0.0.1"
+    web_port: int = 7701
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    linger_s: float = 30.0
+
+    def check(self):
+        """Every check of where it is served, before anything is built; returns the pages'
+        TLS context (None: plain HTTP, or no pages)."""
+        check_bind(self.bind, self.curve_secret)
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise GamedayError(f"{setting('tls_cert')} and {setting('tls_key')} go together: give both, or neither")
+        if not self.web:
+            return None
+        from orchestrator.live.web import check_web_bind, tls_context
+
+        check_web_bind(self.web_host, bool(self.tls_cert))
+        return tls_context(self.tls_cert, self.tls_key) if self.tls_cert else None
+
+
+class GameDay:
+    """``session`` served as ``serving`` says (``tls``: what ``serving.check()`` gave, before
+    the session was built; ``tokens``: a rebuilt session's, so that everyone reconnects)."""
+
+    def __init__(self, session: Session, serving: Serving, tls=None, tokens: dict | None = None):
+        self.session, self.serving, self.tls, self.tokens = session, serving, tls, tokens
+        self.server: LiveServer | None = None
+        self.web = None  # the pages' server (``web.WebServer``), if it serves them
+
+    def play(self, start: bool = False, announce: Callable[["GameDay"], None] = lambda game: None,
+             on_end: Callable[[dict], None] = lambda ranking: None,
+             on_failure: Callable[[Session], None] = lambda session: None) -> None:
+        """Start the server and the pages, ``announce`` them (the tokens and links are then
+        known), start the clock if ``start`` (else the facilitator does), and answer until the
+        session ends and ``linger_s`` after. ``on_end(ranking)`` as soon as it ends, so that
+        consoles see the end at once; Ctrl-C ends it too. Any other failure leaves the worlds
+        as they were, for a resume (``Session.rebuild``): ``on_failure(session)``, then it is
+        raised."""
+        ended = []
+
+        def end():
+            if not ended:
+                ended.append(True)
+                on_end(self.session.close())
+
+        try:
+            self.server = server = LiveServer(self.session, self.serving.bind, self.serving.curve_secret,
+                                              tokens=self.tokens)
+            server.write_tokens()
+            self.session.write_info(self.session.state, server=server.address)
+            if self.serving.web:
+                from orchestrator.live.web import WebServer
+
+                self.web = WebServer(connectable(server.address), lambda: server.board_json, self.serving.web_host,
+                                     self.serving.web_port, self.tls, server.public_key,
+                                     board_access=lambda token: (server.holder(token) or ("",))[0]
+                                     in ("viewer", "facilitator"))
+                server.on_change = self.web.changed
+                self.session.write_info(self.session.state, web=self.web.url)
+            announce(self)
+            if start:
+                self.session.start()
+            server.run(linger_s=self.serving.linger_s, on_end=end)
+        except KeyboardInterrupt:
+            raise  # Ctrl-C ends the game day: the ranking is written
+        except BaseException:
+            if not ended:  # a failure is not an end: the session can be resumed
+                ended.append(True)
+                self.session.interrupt()
+                on_failure(self.session)
+            raise
+        finally:
+            try:
+                end()
+            finally:
+                if self.web is not None:
+                    self.web.shutdown()
+                if self.server is not None:
+                    self.server.close()
+
+    def write_reports(self) -> list[Path]:
+        """Each team's after-action report, then the session report (its files)."""
+        from reports import rundir
+        from reports.build import write_report
+        from reports.session import write_session_report
+
+        for t in self.session.teams:
+            write_report(self.session.dir / rundir.TEAMS / t)
+        return write_session_report(self.session.dir)
+
+
+def connectable(address: str) -> str:
+    """The session's address as this process connects to it: a wildcard bind over loopback."""
+    for wildcard in ("tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"):
+        if address.startswith(wildcard):
+            return "tcp://127.0.0.1:" + address[len(wildcard):]
+    return address
