@@ -369,6 +369,157 @@ def _same_names(names: dict[str, str]) -> list[Issue]:
     return issues
 
 
+def _check_options(playbook: str, runbooks: list[str], seeds: list[int], sweeps: dict[str, list], sets: Given,
+                   cache: Path | None, keep_runs: Path | None, vary: list[str], decision: "Decision | None",
+                   time_limit: float | None) -> tuple[dict, set]:
+    """Every problem with a comparison's options, said at once before anything is played
+    (``InvalidInput``); returns the ranges ``vary`` draws from (``_vary``)."""
+    issues = []
+    if not runbooks:
+        issues.append(Issue(setting("runbooks"), None, "at least one runbook"))
+    if not seeds or any(s < 0 for s in seeds):
+        issues.append(Issue(setting("seeds"), seeds, "a number of seeds >= 1"))
+    elif len(set(seeds)) < len(seeds):
+        issues.append(Issue(setting("seeds"), seeds, "seeds without repeats"))
+    if cache is not None and keep_runs is not None:
+        issues.append(Issue(setting("cache"), str(cache), f"{setting('cache')} or {setting('keep_runs')}, not both (a run "
+                                                          "taken from the cache has no directory to keep)"))
+    elif cache is not None and not _can_write_dir(Path(cache)):
+        issues.append(Issue(setting("cache"), str(cache), "a directory this user can create or write in"))
+    issues += [Issue(setting("runbooks"), rb, "each runbook once") for i, rb in enumerate(runbooks) if rb in runbooks[:i]]
+    issues += [Issue(setting("sweep"), var, "a playbook variable whose name is not a column of the results")
+               for var in sweeps if var in COLUMNS]
+    issues += [Issue(sets.where(var), sets.values[var], f"a variable that is not also swept ({setting('sweep', var)} "
+                     "gives its values, which would override this one)") for var in sweeps if var in sets.values]
+    issues += _sweep_issues(playbook, sweeps)
+    ranges, vary_issues = _vary(playbook, vary, sweeps, sets.values)
+    issues += vary_issues
+    if decision is not None and seeds and len(runbooks) > 1:
+        issues += decision_issues(decision, seeds)
+    if time_limit is not None and not time_limit > 0:
+        issues.append(Issue(setting("time_limit"), _limit_text(time_limit), "a wall-clock time longer than 0 (e.g. 5m)"))
+    if issues:
+        raise InvalidInput("gameday compare", "options", issues)
+    return ranges
+
+
+class _Player:
+    """How a comparison's runs are played: those in the cache taken from it, the others in
+    groups of one seed and sweep point (their beginning played once), one by one here or as
+    Ray tasks, until the deadline; ``rows[i]`` is run i's row once played."""
+
+    def __init__(self, points: list[Point], shipped: dict, names: dict, playbook: str, sets: Given, duration, tick,
+                 keep: list, parallel: bool, address, max_workers, deadline: float | None, plan: WorldPlan,
+                 seeds: list[int] | None):
+        """``seeds``: a fixed design's, whose progress bar counts the seeds done against the
+        deadline (None: a race, whose bar names the runbooks in it)."""
+        self.points, self.shipped, self.names, self.playbook, self.sets = points, shipped, names, playbook, sets
+        self.duration, self.tick, self.keep = duration, tick, keep
+        self.parallel, self.address, self.max_workers, self.deadline, self.plan = parallel, address, max_workers, deadline, plan
+        self.seeds = seeds
+        self.rows: list[dict | None] = [None] * len(points)
+        self.from_cache: dict[int, dict] = {}
+        self.store, self.keys = None, None
+        self.bar = None
+        self.kernels_loaded = False
+        self.ticks_saved = {"ticks": 0, "whole": 0}  # (of the groups whose beginning was shared)
+
+    def use_cache(self, store: RunCache, keys: list[str]) -> None:
+        self.store, self.keys = store, keys
+        for i, (p, key) in enumerate(zip(self.points, keys)):
+            row = store.get(key)
+            if row is not None:  # the point's own names: the same run may be another runbook file's or sweep's
+                self.from_cache[i] = {**row, "runbook": self.names[p.runbook], "seed": p.seed, **p.sweep, **p.drawn}
+
+    def play(self, indices: list[int]) -> bool:
+        """Play the runs ``indices`` (those in the cache taken from it); whether the
+        deadline stopped them."""
+        for i in indices:
+            if i in self.from_cache:
+                self.rows[i] = self.from_cache[i]
+                if self.bar is not None:
+                    self.bar.update(1)
+        groups: dict[tuple, list[int]] = {}  # runs of one seed and sweep point: their beginning is played once
+        for i in (i for i in indices if self.rows[i] is None):
+            p = self.points[i]
+            groups.setdefault((p.seed, *p.variables().items()), []).append(i)
+        tasks = {tuple(g): [{"runbook": self.shipped[self.points[i].runbook], "seed": self.points[i].seed,
+                             "sweep": self.points[i].sweep, "drawn": self.points[i].drawn} for i in g]
+                 for g in groups.values()}
+        if not self.parallel:
+            for key, group in tasks.items():
+                if past(self.deadline):
+                    return True
+                self._played_group(key, run_group(self.playbook, group, self.sets, self.duration, self.tick,
+                                                  [self.keep[i] for i in key]))
+            return False
+        if tasks and not self.kernels_loaded:
+            load_kernels(self.plan)  # (once here, not in every Ray worker at once)
+            self.kernels_loaded = True
+        return _run_on_ray(self.playbook, tasks, self.sets, self.duration, self.tick, self.keep, self._played_group,
+                           self.address, self.max_workers, self.deadline)
+
+    def _played_group(self, key: tuple, result: tuple[list[dict], dict]) -> None:
+        group_rows, ticks = result
+        for i, row in zip(key, group_rows):
+            self._played(i, row)
+        for k in self.ticks_saved:
+            self.ticks_saved[k] += ticks.get(k, 0)
+
+    def _played(self, i: int, row: dict) -> None:
+        self.rows[i] = row
+        if self.store is not None:
+            self.store.put(self.keys[i], row)
+        if self.bar is not None:
+            if self.deadline is not None and self.seeds is not None:  # (its time left for all the runs would be past the limit)
+                done = [p.seed for p, r in zip(self.points, self.rows) if r is not None]
+                per_seed = len(self.points) // len(self.seeds)
+                self.bar.set_postfix_str(f"{len(leading_whole_seeds(self.seeds, done, per_seed))} seeds done, "
+                                         f"{format_duration(max(0.0, self.deadline - time.monotonic()))} of the limit "
+                                         "left", refresh=False)
+            self.bar.update(1)
+
+
+def _why_cut(interrupted: bool, time_limit: float | None) -> str:
+    return "interrupted" if interrupted else f"time limit {_limit_text(time_limit)}"
+
+
+def _rounds_cut(rows: list, rounds_done: list[list[int]], interrupted: bool, time_limit: float | None) -> str:
+    """A refinement cut short keeps the rounds played whole (the others' runs leave ``rows``);
+    what it says of it."""
+    played_whole = {i for done_round in rounds_done for i in done_round}
+    for i in range(len(rows)):
+        if i not in played_whole:
+            rows[i] = None
+    return f"{_why_cut(interrupted, time_limit)}: after {len(rounds_done)} round{'s' * (len(rounds_done) != 1)} of refinement"
+
+
+def _seeds_cut(points: list[Point], rows: list, seeds: list[int], interrupted: bool, time_limit: float | None,
+               cached: bool) -> str:
+    """A fixed comparison cut short keeps its first seeds every run of which was played (the
+    others' runs leave ``rows``); what it says of it. None kept: Ctrl-C is raised again, a time
+    limit is said too short."""
+    per_seed = len(points) // len(seeds)
+    kept = set(leading_whole_seeds(seeds, [p.seed for p, row in zip(points, rows) if row is not None], per_seed))
+    played_runs = sum(r is not None for r in rows)
+    if not kept and interrupted:
+        raise KeyboardInterrupt  # (nothing to write)
+    if not kept:
+        raise InvalidInput("gameday compare", "options", [Issue(
+            setting("time_limit"), _limit_text(time_limit),
+            f"time for every run of one seed ({per_seed} runs; {played_runs} runs were done"
+            f"{', kept in the cache' if cached else ''})")])
+    left_out = [i for i, (p, r) in enumerate(zip(points, rows)) if r is not None and p.seed not in kept]
+    for i in left_out:
+        rows[i] = None
+    partial = (f"{_why_cut(interrupted, time_limit)}: {len(kept)} of the {len(seeds)} seeds, "
+               f"{played_runs - len(left_out)} of the {len(points)} runs planned")
+    if left_out:
+        n = len(left_out)
+        partial += f"; left out: {n} {'run' if n == 1 else 'runs'} from the first seed not finished on"
+    return partial
+
+
 def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] | None = None, sets: Given | dict | None = None,
             duration: float | None = None, tick: float | None = None, address: str | None = None,
             parallel: bool = True, progress: bool = False, keep_runs: Path | None = None,
@@ -401,35 +552,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     of every run (a phase map's refinement), a round counting whole or not at all."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    issues = []
-    if not runbooks:
-        issues.append(Issue(setting("runbooks"), None, "at least one runbook"))
-    if not seeds or any(s < 0 for s in seeds):
-        issues.append(Issue(setting("seeds"), seeds, "a number of seeds >= 1"))
-    elif len(set(seeds)) < len(seeds):
-        issues.append(Issue(setting("seeds"), seeds, "seeds without repeats"))
-    if cache is not None and keep_runs is not None:
-        issues.append(Issue(setting("cache"), str(cache), f"{setting('cache')} or {setting('keep_runs')}, not both (a run "
-                                                          "taken from the cache has no directory to keep)"))
-    elif cache is not None and not _can_write_dir(Path(cache)):
-        issues.append(Issue(setting("cache"), str(cache), "a directory this user can create or write in"))
-    issues += [Issue(setting("runbooks"), rb, "each runbook once") for i, rb in enumerate(runbooks) if rb in runbooks[:i]]
-    issues += [Issue(setting("sweep"), var, "a playbook variable whose name is not a column of the results")
-               for var in (sweeps or {}) if var in COLUMNS]
     sets = Given.of(sets)
-    issues += [Issue(sets.where(var), sets.values[var], f"a variable that is not also swept ({setting('sweep', var)} "
-                     "gives its values, which would override this one)") for var in (sweeps or {}) if var in sets.values]
-    issues += _sweep_issues(playbook, dict(sweeps or {}))
-    ranges, vary_issues = _vary(playbook, list(vary or []), dict(sweeps or {}), sets.values)
-    issues += vary_issues
-    if decision is not None and seeds and len(runbooks) > 1:
-        issues += decision_issues(decision, seeds)
-    if time_limit is not None and not time_limit > 0:
-        issues.append(Issue(setting("time_limit"), _limit_text(time_limit), "a wall-clock time longer than 0 (e.g. 5m)"))
-    if issues:
-        raise InvalidInput("gameday compare", "options", issues)
+    ranges = _check_options(playbook, runbooks, seeds, dict(sweeps or {}), sets, cache, keep_runs, list(vary or []),
+                            decision, time_limit)
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}), draw_worlds(*ranges, seeds) if ranges[0] else None)
-    per_seed = len(points) // len(seeds)
     texts, shipped, names, (pb, plan) = check_points(playbook, points, sets, duration, tick)
     same = _same_names(names)
     if same:
@@ -440,78 +566,20 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
         if decision is not None and len(runbooks) > 1 else None
     race = book if book is not None and decision.sequential else None
     keep = [str(keep_runs / p.label(names[p.runbook])) if keep_runs else None for p in points]
-    rows: list[dict | None] = [None] * len(points)
-    from_cache: dict[int, dict] = {}
-    store = keys = None
+    player = _Player(points, shipped, names, portable(playbook), sets, duration, tick, keep, parallel, address,
+                     max_workers, deadline, plan, seeds if race is None else None)
     if cache is not None:
-        store = RunCache(cache, COLUMNS)
-        keys = [run_key(*texts[_texts_key(p)], p.seed, duration, tick) for p in points]
-        for i, (p, key) in enumerate(zip(points, keys)):
-            row = store.get(key)
-            if row is not None:  # the point's own names: the same run may be another runbook file's or sweep's
-                from_cache[i] = {**row, "runbook": names[p.runbook], "seed": p.seed, **p.sweep, **p.drawn}
-    shipped_playbook = portable(playbook)
-    bar = None
+        player.use_cache(RunCache(cache, COLUMNS), [run_key(*texts[_texts_key(p)], p.seed, duration, tick) for p in points])
+    rows, play = player.rows, player.play
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(points), unit="run", desc="comparing", disable=None, leave=False)
-
-    def done_seeds() -> list[int]:
-        return [p.seed for p, row in zip(points, rows) if row is not None]
-
-    def played(i: int, row: dict) -> None:
-        rows[i] = row
-        if store is not None:
-            store.put(keys[i], row)
-        if bar is not None:
-            if deadline is not None and race is None:  # (its time left for all the runs would be past the limit)
-                bar.set_postfix_str(f"{len(leading_whole_seeds(seeds, done_seeds(), per_seed))} seeds done, "
-                                    f"{format_duration(max(0.0, deadline - time.monotonic()))} of the limit left",
-                                    refresh=False)
-            bar.update(1)
-
-    def play(indices: list[int]) -> bool:
-        """Play the runs ``indices`` (those in the cache taken from it); whether the
-        deadline stopped them."""
-        for i in indices:
-            if i in from_cache:
-                rows[i] = from_cache[i]
-                if bar is not None:
-                    bar.update(1)
-        todo = [i for i in indices if rows[i] is None]
-        groups: dict[tuple, list[int]] = {}  # runs of one seed and sweep point: their beginning is played once
-        for i in todo:
-            p = points[i]
-            groups.setdefault((p.seed, *p.variables().items()), []).append(i)
-        tasks = {tuple(g): [{"runbook": shipped[points[i].runbook], "seed": points[i].seed, "sweep": points[i].sweep,
-                             "drawn": points[i].drawn} for i in g] for g in groups.values()}
-        if not parallel:
-            for key, group in tasks.items():
-                if past(deadline):
-                    return True
-                played_group(key, run_group(shipped_playbook, group, sets, duration, tick, [keep[i] for i in key]))
-            return False
-        if tasks and not kernels_loaded:
-            load_kernels(plan)  # (once here, not in every Ray worker at once)
-            kernels_loaded.append(True)
-        return _run_on_ray(shipped_playbook, tasks, sets, duration, tick, keep, played_group, address, max_workers,
-                           deadline)
-
-    def played_group(key: tuple, result: tuple[list[dict], dict]) -> None:
-        group_rows, ticks = result
-        for i, row in zip(key, group_rows):
-            played(i, row)
-        for k in ticks_saved:
-            ticks_saved[k] += ticks.get(k, 0)
-
-    kernels_loaded: list = []
-    ticks_saved = {"ticks": 0, "whole": 0}  # (of the groups whose beginning was shared)
+        player.bar = tqdm(total=len(points), unit="run", desc="comparing", disable=None, leave=False)
     rounds_done: list = []  # (a refinement's rounds played whole)
     interrupted = stopped = False
     try:
         if race is not None:
-            stopped = _run_race(race, rows, play, bar)
+            stopped = _run_race(race, rows, play, player.bar)
         elif refine is not None:
             stopped = _run_rounds(refine, points, rows, play, rounds_done)
         else:
@@ -519,37 +587,15 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        if bar is not None:
-            bar.close()
+        if player.bar is not None:
+            player.bar.close()
     partial = None
     if race is not None:
         partial = _race_cut(race, points, rows, seeds, interrupted, stopped, time_limit)
     elif refine is not None and (stopped or interrupted):
-        played_whole = {i for done_round in rounds_done for i in done_round}
-        for i in range(len(rows)):
-            if i not in played_whole:
-                rows[i] = None
-        why = "interrupted" if interrupted else f"time limit {_limit_text(time_limit)}"
-        partial = f"{why}: after {len(rounds_done)} round{'s' * (len(rounds_done) != 1)} of refinement"
-    elif stopped or interrupted:  # the first whole seeds only
-        kept = set(leading_whole_seeds(seeds, done_seeds(), per_seed))
-        played_runs = sum(r is not None for r in rows)
-        if not kept and interrupted:
-            raise KeyboardInterrupt  # (nothing to write)
-        if not kept:
-            raise InvalidInput("gameday compare", "options", [Issue(
-                setting("time_limit"), _limit_text(time_limit),
-                f"time for every run of one seed ({per_seed} runs; {played_runs} runs were done"
-                f"{', kept in the cache' if cache is not None else ''})")])
-        left_out = [i for i, (p, r) in enumerate(zip(points, rows)) if r is not None and p.seed not in kept]
-        for i in left_out:
-            rows[i] = None
-        why = "interrupted" if interrupted else f"time limit {_limit_text(time_limit)}"
-        partial = (f"{why}: {len(kept)} of the {len(seeds)} seeds, "
-                   f"{played_runs - len(left_out)} of the {len(points)} runs planned")
-        if left_out:
-            n = len(left_out)
-            partial += f"; left out: {n} {'run' if n == 1 else 'runs'} from the first seed not finished on"
+        partial = _rounds_cut(rows, rounds_done, interrupted, time_limit)
+    elif stopped or interrupted:
+        partial = _seeds_cut(points, rows, seeds, interrupted, time_limit, cache is not None)
     done = [r for r in rows if r is not None]  # (all of them unless interrupted or stopped)
     if not done and interrupted:
         raise KeyboardInterrupt
@@ -563,10 +609,10 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     df.attrs["playbook"] = pb.name  # (its name: field)
     if ranges[0]:
         df.attrs["drawn"] = {name: list(r) for name, r in sorted(ranges[0].items())}
-    df.attrs["reused"] = sum(rows[i] is not None for i in from_cache)
+    df.attrs["reused"] = sum(rows[i] is not None for i in player.from_cache)
     df.attrs["planned"] = len(points)
-    if ticks_saved["whole"]:
-        df.attrs["ticks"] = dict(ticks_saved)
+    if player.ticks_saved["whole"]:
+        df.attrs["ticks"] = dict(player.ticks_saved)
     if resolved is not None:
         df.attrs["decision"] = resolved
     if book is not None and race is None and not interrupted:
@@ -755,8 +801,7 @@ def _race_cut(book: RaceBook, points: list[Point], rows: list, seeds: list[int],
             rows[i] = None
     if interrupted:
         book.ended = "interrupted"
-    why = "interrupted" if interrupted else f"time limit {_limit_text(time_limit)}"
-    return f"{why}: the race stopped after {played_seeds} of at most {len(seeds)} seeds, undecided"
+    return f"{_why_cut(interrupted, time_limit)}: the race stopped after {played_seeds} of at most {len(seeds)} seeds, undecided"
 
 
 def _run_on_ray(playbook, tasks: dict[tuple, list[dict]], sets, duration, tick, keep, played, address, max_workers,
