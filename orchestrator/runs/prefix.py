@@ -52,11 +52,12 @@ def trunk(specs: list[RunSpec], on_branch=None) -> tuple[dict[int, RunData], dic
     which is the trunk), where each other run branches (index -> ``Branch``), the ticks
     played and the ticks of one run. ``on_branch(index, branch)``: called as each run
     branches, while the trunk plays on (so that the branch can start at once elsewhere)."""
-    plans = {i: prepare(s)[3] for i, s in enumerate(specs)}
+    prepared = {i: prepare(s) for i, s in enumerate(specs)}
+    plans = {i: got[3] for i, got in prepared.items()}
     rules = {i: [a for a in plans[i].agents if a.name == OPERATOR][0] for i in plans}
     quiet = [i for i in plans if rules[i].kind != "operator:runbook"]
-    base_spec = specs[quiet[0]] if quiet else dataclasses.replace(specs[0], runbook="none")
-    base = WorldRun(base_spec, None)
+    base = WorldRun(specs[quiet[0]], None, prepared=prepared[quiet[0]]) if quiet else \
+        WorldRun(dataclasses.replace(specs[0], runbook="none"), None)
     info = base.plan.info
     shadows = {i: build_agent(rules[i].kind, OPERATOR, rules[i].spec, info) for i in plans if i not in quiet[:1]}
     reference = build_agent("operator:none", OPERATOR, [a for a in base.plan.agents if a.name == OPERATOR][0].spec, info)

@@ -82,13 +82,14 @@ class WorldRun:
 
     def __init__(self, spec: RunSpec, out: Path | None, hosting: HostingOptions = HostingOptions(),
                  speed: float | None = None, meta: dict | None = None, keep_action_states: bool = False,
-                 files: dict[str, str] | None = None):
+                 files: dict[str, str] | None = None, prepared: tuple | None = None):
         """``out``: the run directory, or None for none (``journal.ScoreOnly``: the score
         and meta are kept in memory). ``keep_action_states``: keep the world's state at
         the end of every tick in which an action took effect (in-process hosting only),
         for the counterfactuals. ``files``: name -> text of more files the run directory
-        starts with (over the rendered playbook and runbook it writes: a fork's)."""
-        pb, rb_text, rb, self.plan = prepare(spec)
+        starts with (over the rendered playbook and runbook it writes: a fork's). ``prepared``:
+        what ``prepare(spec)`` gave, when the caller has it already."""
+        pb, rb_text, rb, self.plan = prepared or prepare(spec)
         self.pb = pb
         # the playbook's absolute path, so that a fork finds the runbooks beside it from anywhere
         info = {"playbook": pb.name, "playbook_source": str(Path(pb.source).resolve()),
