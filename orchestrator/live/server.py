@@ -1,7 +1,7 @@
 """``gameday serve``: a live session served over ZeroMQ to consoles, the facilitator and
 the scoreboard.
 
-One ROUTER socket; each client is a DEALER sending ``live_protocol`` requests. The
+One ROUTER socket; each client is a DEALER sending ``live.protocol`` requests. The
 server is one loop: it answers requests until the next tick is due, then steps every
 team's world. A token grants one team's world, or the facilitator's controls, or the
 scoreboard alone. A request id answered before gets the same reply again without being

@@ -1,7 +1,7 @@
 """A live game day: one world per team, the same playbook and seed for all, one session
 clock (start, pause, resume, speed), a facilitator's controls, and what each team sees.
 
-No sockets here: ``live_server`` serves a ``Session`` to consoles over ZeroMQ. A team
+No sockets here: ``live.server`` serves a ``Session`` to consoles over ZeroMQ. A team
 sees only what leaves its world through its console operator (the observed view with
 its gaps, alarms, its own actions' progress, log results) plus what the session tells
 it; ground truth stays in the run directory.

@@ -1,5 +1,5 @@
 """The playbook and runbook format, written once: every field with its type, default,
-range, unit and meaning, and every runbook condition. Validation (``playbook.py``), the
+range, unit and meaning, and every runbook condition. Validation (``checks.py``), the
 reference (``gameday playbooks reference``) and the JSON Schema (``gameday playbooks
 schema``) are all read from here; the operations a mitigation can apply are declared on
 the agents' ``op_`` methods (``agents.base.operation``).
