@@ -170,9 +170,9 @@ class RunbookOperator(Operator):
             self.true_since.update({key: since for key, since in old.true_since.items() if key[0] != "watch"})
             return
         for i, rule in enumerate(self.rules):
-            asked = old.requested.get(rule["do"]["action"])
-            if asked is not None:
-                self.fired[i], self.last_fired[i] = 1, asked
+            asked = [old.requested[do["action"]] for do in rule["do"] if do["action"] in old.requested]
+            if asked:  # (one of its actions asked: firing again would ask it twice)
+                self.fired[i], self.last_fired[i] = 1, max(asked)
 
     def decide(self, tick: int) -> None:
         for i, rule in enumerate(self.rules):
@@ -186,5 +186,6 @@ class RunbookOperator(Operator):
             if holds:
                 self.fired[i] = self.fired.get(i, 0) + 1
                 self.last_fired[i] = tick
-                self.event(tick, "rule_fired", rule=rule["name"] or f"rule {i + 1}", action=rule["do"]["action"])
-                self.request(tick, rule["do"]["action"], rule["do"].get("params"), reason=rule["name"])
+                for do in rule["do"]:  # (its actions in order, as rules of one condition would be)
+                    self.event(tick, "rule_fired", rule=rule["name"] or f"rule {i + 1}", action=do["action"])
+                    self.request(tick, do["action"], do.get("params"), reason=rule["name"])

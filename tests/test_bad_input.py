@@ -170,6 +170,9 @@ CASES = [
             "rules[0].do.parms: got {'devices': 4}; expected only action and params (did you mean params?)"),
     runbook("runbook_unknown_mitigation.yaml",
             "rules[0].do.action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),
+    runbook("runbook_do_list_unknown_action.yaml",  # (a rule may ask for several actions: each is checked)
+            "rules[0].do[1].action: got 'reboot_everything'; expected a mitigation of valid-minimal (add_capacity)"),
+    runbook("runbook_do_list_empty.yaml", "rules[0].do: got []; expected at least one action"),
     runbook("runbook_unknown_metric.yaml",  # the observed metrics, the most alike first
             "rules[1].when.metric: got 'clients.latency_p99'; expected a metric the playbook's monitoring observes "
             "(clients.error_ratio, bridge.utilisation)"),
@@ -490,3 +493,19 @@ def test_gameday_run_resolves_the_variables_once(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert len(calls) == 1 and calls[0][1].values == {"bridge_devices": 3}
     assert calls[0][1].where("bridge_devices") == "--set bridge_devices"  # (as the command line says it)
+
+
+def test_validate_checks_a_tick_and_a_duration_as_run_does():
+    """`playbooks validate` took no --tick or --duration, so a tick too coarse for the
+    playbook's timeouts was found only by `run`: both say it now, in the same words, and a
+    duration that ends the run early warns of what it never reaches."""
+    runner = CliRunner()
+    for tick in ("5s", "90s"):
+        validated = runner.invoke(main, ["playbooks", "validate", "us-east-1-2021", "--tick", tick])
+        ran = runner.invoke(main, ["run", "us-east-1-2021", "--tick", tick, "--hosting", "inprocess", "--out", "x"])
+        said = [line for line in validated.stderr.splitlines() if line.startswith("  --tick")]
+        assert validated.exit_code == ran.exit_code == 2 and said, validated.output
+        assert said == [line for line in ran.stderr.splitlines() if line.startswith("  --tick")]
+    short = runner.invoke(main, ["playbooks", "validate", "us-east-1-2021", "--duration", "2h"])
+    assert short.exit_code == 0 and "is at or after the end of the run (09:00): it never holds" in short.stderr
+    assert "at or after the end of the run" not in runner.invoke(main, ["playbooks", "validate", "us-east-1-2021"]).stderr

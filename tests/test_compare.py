@@ -283,7 +283,7 @@ def test_a_time_limit_keeps_the_seeds_done_in_time_and_caches_the_other_runs(tmp
         assert sorted(runs[runs["runbook"] == runbook]["seed"]) == list(range(1, k + 1))
     played = len(list(cache.glob("*/*.json")))
     assert played in (2 * k, 2 * k + 1)  # one by one: at most one run of the seed the limit cut
-    left_out = "; left out: 1 run from the first seed not finished on" if played > 2 * k else ""
+    left_out = f"; left out: 1 run done of seed {k + 1}" if played > 2 * k else ""
     said = f"time limit 4s: {k} of the 500 seeds, {2 * k} of the 1000 runs planned{left_out}"
     assert f"{said}: the tables and the report cover those" in proc.stdout
     assert f"{2 * k} runs ({said})" in (out / "compare.md").read_text()
@@ -381,6 +381,23 @@ def test_the_code_digest_changes_with_any_file_of_the_model_and_not_with_compile
         assert digest_of(tmp_path) != before, changed
         path.write_text(text)
     assert digest_of(tmp_path) == before
+
+
+def test_a_comparison_cut_short_counts_every_run_it_leaves_out():
+    """Played in parallel, runs of seeds after the first not finished may be done: they are
+    left out of the tables too, and the words count them all with their seeds (they said
+    "left out: N runs from the first seed not finished on", runs of later seeds included)."""
+    from orchestrator.batch.comparison import Point, _seeds_cut
+
+    points = [Point(rb, seed) for seed in (1, 2, 3, 4) for rb in ("a", "b", "c")]
+    done = {(1, "a"), (1, "b"), (1, "c"), (2, "a"), (2, "c"), (3, "a"), (3, "b"), (3, "c")}
+    rows = [{"seed": p.seed} if (p.seed, p.runbook) in done else None for p in points]
+    said = _seeds_cut(points, rows, [1, 2, 3, 4], False, 300.0, False)
+    assert said == ("time limit 5m: 1 of the 4 seeds, 3 of the 12 runs planned; left out: 5 runs done of seeds 2, 3, "
+                    "from seed 2 on, the first not finished")
+    assert [r is not None for r in rows] == [True] * 3 + [False] * 9
+    rows = [{"seed": p.seed} if p.seed == 1 or (p.seed, p.runbook) == (2, "b") else None for p in points]
+    assert _seeds_cut(points, rows, [1, 2, 3, 4], False, 300.0, False).endswith("; left out: 1 run done of seed 2")
 
 
 def test_the_cache_option_is_checked_before_any_run(tmp_path):

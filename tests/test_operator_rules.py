@@ -6,8 +6,10 @@ way round)."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
+import yaml
 
 from agents import UNWIRED, WorldInfo, agent_rng
 from agents.operator import RunbookOperator
@@ -18,7 +20,7 @@ DONE = {"done": "shed", "effective": True, "after": 600.0}  # 10 minutes after t
 
 
 def rule(when: dict, repeat: bool = False, every: float = 0.0) -> dict:
-    return {"name": "lift", "when": when, "do": {"action": "lift"}, "repeat": repeat, "every": every}
+    return {"name": "lift", "when": when, "do": [{"action": "lift"}], "repeat": repeat, "every": every}
 
 
 def fired_at(rules: list[dict], wait: dict[int, float], ticks: int, effective: dict[str, int] | None = None) -> list[int]:
@@ -100,3 +102,24 @@ def test_a_threshold_on_a_count_means_the_same_at_any_tick(tmp_path):
 def _seconds(clock: str) -> float:
     h, m, *s = clock.split(":")
     return int(h) * 3600 + int(m) * 60 + (float(s[0]) if s else 0.0)
+
+
+def test_a_rule_with_a_list_of_actions_asks_each_in_order_as_rules_of_one_condition_would(tmp_path):
+    """A rule may ask for several actions at once (an outsider wrote two rules with the same
+    condition for it): the run is, event for event and metric for metric, the run of those
+    two rules."""
+    import orchestrator
+
+    mini = str(Path(__file__).parent / "playbooks" / "mini_loop.yaml.j2")
+    both = {"name": "fix", "when": {"at": "00:04"}}
+    books = {"list": [{**both, "do": ["fix_backoff", {"action": "shed_load", "params": {"factor": 0.8}}]}],
+             "two rules": [{**both, "do": "fix_backoff"}, {**both, "do": {"action": "shed_load", "params": {"factor": 0.8}}}]}
+    runs = {}
+    for name, rules in books.items():
+        book = tmp_path / f"{name}.yaml"
+        book.write_text(yaml.safe_dump({"name": "both", "description": "fix and shed", "rules": rules}))
+        runs[name] = orchestrator.run(mini, runbook=str(book), duration="15m", out=tmp_path / name)
+    fired = runs["list"].events[runs["list"].events["event"] == "rule_fired"]
+    assert list(fired["action"]) == ["fix_backoff", "shed_load"] and fired["tick"].nunique() == 1
+    for f in ("events.jsonl", "metrics.csv"):
+        assert (tmp_path / "list" / f).read_bytes() == (tmp_path / "two rules" / f).read_bytes(), f

@@ -52,6 +52,7 @@ NOT_FOR_A_SCHEMA = {
     "non_finite_number.yaml.j2": "YAML's .nan is a number to JSON Schema, and NaN passes every range",
     "runbook_unknown_metric.yaml": "the metric must be observed by the playbook",
     "runbook_unknown_mitigation.yaml": "the action must be a mitigation of the playbook",
+    "runbook_do_list_unknown_action.yaml": "the action must be a mitigation of the playbook",
     "runbook_unknown_param.yaml": "the param must be declared by the playbook's mitigation",
     "runbook_param_wrong_type.yaml": "the param's type is that of the operation the playbook's mitigation applies",
     "mitigation_names_unknown_device.yaml.j2": "the device must be defined elsewhere in the file",
@@ -217,7 +218,7 @@ def test_a_runbook_beside_a_user_playbook_is_found_by_name(tmp_path):
     pb = load_playbook(str(tmp_path / "mine.yaml.j2"))
     for ref in ("hot", "flat"):
         _, rb = load_runbook(ref, pb)
-        assert rb["rules"][0]["do"]["action"] == "add_capacity"
+        assert rb["rules"][0]["do"] == [{"action": "add_capacity", "params": {}}]
     shown = CliRunner().invoke(main, ["playbooks", "show", str(tmp_path / "mine.yaml.j2")])
     assert shown.exit_code == 0 and "runbooks: flat, hot, none" in shown.output
     missing = CliRunner().invoke(main, ["playbooks", "validate", str(tmp_path / "mine.yaml.j2"), "-r", "cold"])

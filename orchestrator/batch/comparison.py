@@ -514,9 +514,12 @@ def _seeds_cut(points: list[Point], rows: list, seeds: list[int], interrupted: b
         rows[i] = None
     partial = (f"{_why_cut(interrupted, time_limit)}: {len(kept)} of the {len(seeds)} seeds, "
                f"{played_runs - len(left_out)} of the {len(points)} runs planned")
-    if left_out:
-        n = len(left_out)
-        partial += f"; left out: {n} {'run' if n == 1 else 'runs'} from the first seed not finished on"
+    if left_out:  # (played in parallel, runs of later seeds may be done, and are left out too)
+        n, first = len(left_out), seeds[len(kept)]
+        of = sorted({points[i].seed for i in left_out}, key=seeds.index)
+        partial += (f"; left out: {n} {'run' if n == 1 else 'runs'} done of seed{'s' * (len(of) > 1)} "
+                    f"{', '.join(map(str, of))}" + ("" if of == [first] else
+                                                     f", from seed {first} on, the first not finished"))
     return partial
 
 

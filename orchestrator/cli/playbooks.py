@@ -9,7 +9,7 @@ from orchestrator.playbook.files import builtin_playbooks, find_playbook
 from orchestrator.playbook.loader import describe
 from orchestrator.playbook.template import read_template, render, resolve_variables
 
-from .options import variable_options, variables
+from .options import duration_option, tick_option, variable_options, variables
 from .root import main
 
 
@@ -70,12 +70,17 @@ def playbooks_render(name, sets, vars_file):
 @variable_options()
 @click.option("--runbook", "-r", "runbooks", multiple=True,
               help="Also validate these runbooks (names or files) against it.")
-def playbooks_validate(file, sets, vars_file, runbooks):
+@duration_option("the runs to check it for")
+@tick_option
+def playbooks_validate(file, sets, vars_file, runbooks, duration, tick):
     """Render, parse and validate FILE, then its own runbooks (runbooks/PLAYBOOK/*.yaml beside
-    it) and any other given with --runbook; report every error with its location."""
+    it) and any other given with --runbook; report every error with its location. With
+    --tick or --duration, also check them as gameday run does (a tick too coarse for the
+    playbook's timeouts, too many ticks), and warn of what a run that long never reaches."""
     import sys
 
-    from orchestrator.errors import InvalidRunbook
+    from orchestrator.errors import InvalidPlaybook, InvalidRunbook
+    from orchestrator.playbook.checks import timing_issues
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.playbook.runbooks import load_runbook
     from orchestrator.playbook.hints import never_reached, retried_without_limit_by_default
@@ -83,11 +88,14 @@ def playbooks_validate(file, sets, vars_file, runbooks):
     from orchestrator.playbook.template import unused_variables
 
     pb = load_playbook(file, variables(sets, vars_file))
+    timing = timing_issues(pb.data, duration, tick)
+    if timing:
+        raise InvalidPlaybook(pb.source, "options", timing)
     counts = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for n, what in (
         (len(pb.data["populations"]), "population"), (len(pb.data["devices"]), "device pool"),
         (len(pb.data["mitigations"]), "mitigation")))
     click.echo(f"{pb.source}: valid ({counts})")
-    end = pb.data["clock"]["start"] + pb.data["clock"]["duration"]  # a run's --duration may end it sooner
+    end = pb.data["clock"]["start"] + (duration or pb.data["clock"]["duration"])
     for text in [*unused_variables(file), *never_reached(pb.data, None, end), *retried_without_limit_by_default(pb)]:
         click.echo(f"warning: {text}", err=True)
     invalid = 0

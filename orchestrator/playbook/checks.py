@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agents.monitoring import WHEN_STALE
 from agents.shards import SHARD_SEP
-from orchestrator.errors import InvalidPlaybook, Issue, closest_first
+from orchestrator.errors import InvalidPlaybook, Issue, closest_first, setting
 from orchestrator.playbook.format import PLAYBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
 from orchestrator.playbook.schema import check
@@ -265,6 +265,25 @@ def tick_issues(data: dict, tick: float, where: str) -> list[Issue]:
             out.append(Issue(where, tick, f"a tick no longer than services[{i}].cache.ttl of {svc['name']} ({ttl:g} s), "
                                           "since a cache ages its keys tick by tick; use a shorter tick or a longer ttl"))
     return out
+
+
+def timing_issues(data: dict, duration: float | None, tick: float | None) -> list[Issue]:
+    """What is wrong with a run's duration and tick (None: the playbook's) against a playbook:
+    each within its bounds, a tick fine enough for the playbook's timeouts, and not too
+    many ticks (``gameday run`` and ``gameday playbooks validate`` both check it)."""
+    issues = []
+    if tick is not None and not 0 < tick <= MAX_TICK_S:
+        issues.append(Issue(setting("tick"), tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
+    elif tick is not None:
+        issues += tick_issues(data, tick, setting("tick"))
+    if duration is not None and duration <= 0:
+        issues.append(Issue(setting("duration"), duration, "a duration > 0"))
+    if not issues:
+        ticks = (duration or data["clock"]["duration"]) / (tick or data["clock"]["tick"])
+        if ticks > MAX_TICKS:
+            issues.append(Issue(f"{setting('duration')} / {setting('tick')}", round(ticks),
+                                f"at most {MAX_TICKS:,} ticks per run"))
+    return issues
 
 
 def before_start(at: float, start: float, loc: str) -> list[Issue]:

@@ -646,7 +646,7 @@ RUNBOOK = M(
     name=Field("str", required=True, example="historical", doc="the runbook's name"),
     description=Field("str", default="", example="What AWS did on 2021-12-07, in order.",
                       doc="what the runbook does (for people)"),
-    rules=L(M("a rule: when its condition holds, request a mitigation",
+    rules=L(M("a rule: when its condition holds, request a mitigation (or several)",
               name=Field("str", default="", example="move internal DNS off the bridge",
                          doc="journalled when the rule fires (empty: rule N, its place in the list)"),
               when=Field("dict", required=True, example={"alarm": "dns-errors", "for": "5m"},
@@ -654,7 +654,7 @@ RUNBOOK = M(
                              "no_data, metric, log, alarm, done, not_done)"),
               do=Field("any", required=True, example={"action": "add_capacity", "params": {"devices": 4}},
                        doc="the mitigation to request: its name, or {action: NAME, params: {...}} overriding some of "
-                           "its params"),
+                           "its params; or a list of those, requested in order when the rule fires"),
               repeat=Field("bool", default=False,
                            doc="fire again while the condition holds, at most once every `every`; false: fire once"),
               every=positive("duration", default=600.0, doc="least time between two firings of a repeating rule")),

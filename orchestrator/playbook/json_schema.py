@@ -160,9 +160,10 @@ def runbook_schema() -> dict:
     out = field_schema(RUNBOOK)
     rule = out["properties"]["rules"]["items"]["properties"]
     rule["when"] = {"$ref": "#/$defs/condition", "description": rule["when"].get("description", "")}
+    action = [{"type": "string", "minLength": 1},
+              {"type": "object", "required": ["action"], "additionalProperties": False,
+               "properties": {"action": {"type": "string", "minLength": 1}, "params": {"type": "object"}}}]
     rule["do"] = {"description": rule["do"].get("description", ""),
-                  "anyOf": [{"type": "string", "minLength": 1},
-                            {"type": "object", "required": ["action"], "additionalProperties": False,
-                             "properties": {"action": {"type": "string", "minLength": 1}, "params": {"type": "object"}}}]}
+                  "anyOf": [*action, {"type": "array", "minItems": 1, "items": {"anyOf": action}}]}
     return {"$schema": DIALECT, "$id": "https://gameday.invalid/schema/runbook.json", "title": "gameday runbook",
             **out, "$defs": {"condition": _condition_schema()}}

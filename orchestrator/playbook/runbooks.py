@@ -52,29 +52,40 @@ def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
             rule["when"] = _check_condition(rule["when"], f"{loc}.when", refs, issues)
         if "do" not in rule:
             continue
-        do = rule["do"]
-        if isinstance(do, str):
-            do = {"action": do, "params": {}}
-        if not isinstance(do, dict) or "action" not in do:
-            issues.append(Issue(f"{loc}.do", rule["do"], "an action name or {action: NAME, params: {...}}"))
-            continue
-        extra = set(do) - {"action", "params"}
-        if extra:
-            key = sorted(extra)[0]
-            guess = nearest(key, ("action", "params"))
-            issues.append(Issue(f"{loc}.do.{key}", do[key],
-                                "only action and params" + (f" (did you mean {guess}?)" if guess else "")))
-        if do["action"] not in catalogue:
-            issues.append(Issue(f"{loc}.do.action", do["action"], f"a mitigation of {playbook.name} ({closest_first(do['action'], catalogue)})"))
-        elif not isinstance(do.get("params") or {}, dict):
-            issues.append(Issue(f"{loc}.do.params", do["params"], "a mapping"))
+        if isinstance(rule["do"], list):  # several actions, asked in order when the rule fires
+            if not rule["do"]:
+                issues.append(Issue(f"{loc}.do", rule["do"], "at least one action"))
+                continue
+            rule["do"] = [_checked_action(do, f"{loc}.do[{j}]", catalogue, kinds, playbook, issues)
+                          for j, do in enumerate(rule["do"])]
         else:
-            for k, v, wanted in param_problems(catalogue[do["action"]], do.get("params") or {}, kinds):
-                issues.append(Issue(f"{loc}.do.params.{k}", v, wanted))
-        params = dict(do.get("params") or {}) if isinstance(do.get("params") or {}, dict) else {}
-        if do["action"] in catalogue:
-            params = normalised_params(catalogue[do["action"]], params, kinds)
-        rule["do"] = {"action": do["action"], "params": params}
+            rule["do"] = [_checked_action(rule["do"], f"{loc}.do", catalogue, kinds, playbook, issues)]
+
+
+def _checked_action(do, loc: str, catalogue: dict, kinds: dict, playbook: Playbook, issues: list[Issue]) -> dict | None:
+    """One action a rule asks for (its name, or {action, params}), checked against the
+    playbook's mitigations: as {action, params}, its params normalised (None: unusable)."""
+    if isinstance(do, str):
+        do = {"action": do, "params": {}}
+    if not isinstance(do, dict) or "action" not in do:
+        issues.append(Issue(loc, do, "an action name or {action: NAME, params: {...}}, or a list of them"))
+        return None
+    extra = set(do) - {"action", "params"}
+    if extra:
+        key = sorted(extra)[0]
+        guess = nearest(key, ("action", "params"))
+        issues.append(Issue(f"{loc}.{key}", do[key], "only action and params" + (f" (did you mean {guess}?)" if guess else "")))
+    if do["action"] not in catalogue:
+        issues.append(Issue(f"{loc}.action", do["action"], f"a mitigation of {playbook.name} ({closest_first(do['action'], catalogue)})"))
+    elif not isinstance(do.get("params") or {}, dict):
+        issues.append(Issue(f"{loc}.params", do["params"], "a mapping"))
+    else:
+        for k, v, wanted in param_problems(catalogue[do["action"]], do.get("params") or {}, kinds):
+            issues.append(Issue(f"{loc}.params.{k}", v, wanted))
+    params = dict(do.get("params") or {}) if isinstance(do.get("params") or {}, dict) else {}
+    if do["action"] in catalogue:
+        params = normalised_params(catalogue[do["action"]], params, kinds)
+    return {"action": do["action"], "params": params}
 
 
 def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):

@@ -20,7 +20,7 @@ from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Is
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import RunWriter, ScoreOnly, check_out_dir
-from orchestrator.playbook.checks import MAX_TICK_S, MAX_TICKS, tick_issues
+from orchestrator.playbook.checks import timing_issues
 from orchestrator.playbook.loader import Playbook, load_playbook
 from orchestrator.playbook.template import Given
 from orchestrator.playbook.runbooks import load_runbook
@@ -51,22 +51,11 @@ def prepare(spec: RunSpec):
     pb: Playbook = load_playbook(spec.playbook, spec.sets)
     runbook = spec.runbook or ("historical" if "historical" in runbook_files(pb.name, pb.source) else "none")
     rb_text, rb = load_runbook(runbook, pb)
-    issues = []
-    if spec.tick is not None and not 0 < spec.tick <= MAX_TICK_S:
-        issues.append(Issue(setting("tick"), spec.tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
-    elif spec.tick is not None:
-        issues += tick_issues(pb.data, spec.tick, setting("tick"))
+    issues = timing_issues(pb.data, spec.duration, spec.tick)
     if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool) or spec.shards < 1):
         issues.append(Issue(setting("shards"), spec.shards, "an integer >= 1"))
-    if spec.duration is not None and spec.duration <= 0:
-        issues.append(Issue(setting("duration"), spec.duration, "a duration > 0"))
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or spec.seed < 0:
         issues.append(Issue(setting("seed"), spec.seed, "an integer >= 0"))
-    if not issues:
-        ticks = (spec.duration or pb.data["clock"]["duration"]) / (spec.tick or pb.data["clock"]["tick"])
-        if ticks > MAX_TICKS:
-            issues.append(Issue(f"{setting('duration')} / {setting('tick')}", round(ticks),
-                                f"at most {MAX_TICKS:,} ticks per run"))
     if issues:
         raise InvalidPlaybook("options", "options", issues)
     plan = build_plan(pb, rb, spec.seed, spec.duration, spec.tick, spec.shards, spec.console)
@@ -326,6 +315,9 @@ def recording(run_dir: Path, duration_s: float | None = None) \
     if ticks == 0:
         raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to play again")
     takeovers = {int(a["tick"]): a for a in meta.get(TAKEOVERS) or []}
+    for rule in (r for a in takeovers.values() for r in a.get("rules") or []):
+        if isinstance(rule.get("do"), dict):  # (a fork recorded before a rule's actions were a list)
+            rule["do"] = [rule["do"]]
     first = rundir.RUNBOOK_BEFORE_FORK if takeovers else rundir.RUNBOOK
     spec = RunSpec(playbook=str(run_dir / rundir.PLAYBOOK), runbook=str(run_dir / first), seed=int(meta["seed"]),
                    duration=duration_s or ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]),
