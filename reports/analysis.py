@@ -399,12 +399,17 @@ def _timeline(r: _Reading) -> list[dict]:
         timeline.append(row)
 
     history = {k: v for k, v in r.par_s.items() if k in r.actions}  # the real team's actions
+    repeated: dict[str, list] = {}  # a trigger -> [its row, its firings, the last]: a repeating one is one row
     for e in r.events:
         ev, tick = e["event"], e["tick"]
         if ev in TIMELINE_ROWS:
             add(tick, *TIMELINE_ROWS[ev](e))
+        elif ev == "trigger" and e.get("trigger") in repeated:
+            fired = repeated[e["trigger"]]
+            fired[1:] = [fired[1] + 1, tick]
         elif ev == "trigger":  # par's trigger is the first one
             add(tick, "trigger", e.get("description") or e.get("trigger", ""), "trigger" if tick == r.trigger_tick else None)
+            repeated[e.get("trigger")] = [timeline[-1], 1, tick]
         elif ev == "status_posted":
             add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == r.first_update else None)
         elif ev == "action_effective":
@@ -414,6 +419,9 @@ def _timeline(r: _Reading) -> list[dict]:
                 real = history[e["action"]]
                 timeline[-1]["par"] = (f"{_clock(real)} (T{_delta(real - r.start_s - r.trigger_tick * r.dt)}, the real "
                                        f"team's; {r.vs(tick, real)} vs theirs)")
+    for row, n, last in repeated.values():
+        if n > 1:
+            row["detail"] += f" (it fired {n} times, the last at {r.at(last)})"
     if r.bad_tick is not None:
         add(r.bad_tick, f"ground truth: {r.signal[0]} below {r.signal[2]:.0%}", "what the operators could not yet see")
     for e in r.events:

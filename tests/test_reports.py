@@ -504,3 +504,24 @@ def test_a_run_directory_written_before_it_kept_its_validated_playbook_reads_as_
     assert before.timeline == now.timeline and before.findings == now.findings
     for bound in ("setup_success_min", "amplification_max", "useful_work_min"):
         assert before.scoring["loop"][bound] == now.scoring["loop"][bound], bound
+
+
+def test_a_repeating_trigger_is_one_timeline_row_with_its_count(tmp_path):
+    """A trigger that fires every 30 s added a timeline row each time (about 45 rows in an
+    outsider's world): it is one row, at its first firing, that says how often it fired."""
+    from helpers import play
+    from reports.rundir import load_run
+
+    world = {"name": "poked", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "5m"},
+             "services": [{"name": "api", "capacity": 5000}],
+             "populations": [{"name": "clients", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "2s"}}],
+             "triggers": [{"name": "poke", "description": "a poke", "at": "00:01", "repeat_every": "30s",
+                           "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 1}}]}],
+             "mitigations": []}
+    run = play(tmp_path, world)
+    fired = run.events[run.events["event"] == "trigger"]
+    assert len(fired) == 8  # 00:01, 00:01:30, ... 00:04:30
+    rows = [row for row in analyse(load_run(run.dir)).timeline if row["what"] == "trigger"]
+    assert len(rows) == 1 and rows[0]["clock"] == "00:01:00"
+    assert rows[0]["detail"] == "a poke (it fired 8 times, the last at 00:04:30)"
