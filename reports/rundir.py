@@ -85,7 +85,7 @@ class Score(TypedDict, total=False):
     simulated_until: str
     devices_healthy: Milestone  # if the playbook scores device health
     backlog_drained: Milestone  # if it scores a backlog
-    backlog_peak: dict[str, int]
+    backlog_peak: dict[str, int]  # each population and service queue scoring.backlog names -> its largest backlog
 
 
 #: a run's outcome, as a comparison's results table says it (``outcome``)

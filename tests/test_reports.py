@@ -266,7 +266,7 @@ def test_a_short_gap_to_par_is_said_in_seconds_and_only_the_first_trigger_is_set
     (copy / "score.json").write_text(json.dumps(score))
     lines = (copy / "events.jsonl").read_text().splitlines()
     first = next(json.loads(x) for x in lines if json.loads(x)["event"] == "trigger")
-    later = dict(first, tick=first["tick"] + 600, clock="later", description="a second trigger")
+    later = dict(first, tick=first["tick"] + 600, clock="later", trigger="lifted", description="a second trigger")
     (copy / "events.jsonl").write_text("\n".join(lines + [json.dumps(later)]) + "\n")
     a = analyse(load_run(copy))
     assert a.verdict == "Loop broken 43 s behind the historical response."

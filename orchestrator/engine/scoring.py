@@ -187,7 +187,11 @@ class Scorer:
         self.turned_away = 0.0
         self.turning = TurnedAway()
         self.turned_away_by: dict[str, float] = {}
-        self.peak_backlog = {p: 0 for p in sc["backlog"]["populations"]}
+        # the largest backlog of each part scoring.backlog names: a population's waiting work, a
+        # service's queue (its metric: the part's backlog metric)
+        self.backlog_metric = {p: "backlog" for p in sc["backlog"]["populations"]} | \
+            {q: "queue_backlog" for q in sc["backlog"]["services"]}
+        self.peak_backlog = {part: 0 for part in self.backlog_metric}
         self.par = data.get("par") or {}
         self.last_tick = -1
 
@@ -245,8 +249,8 @@ class Scorer:
                 who = self.turning.by.get(part, part)
                 self.turned_away_by[who] = self.turned_away_by.get(who, 0.0) + away
         self.collateral += int(broken)
-        for p in self.peak_backlog:
-            self.peak_backlog[p] = max(self.peak_backlog[p], int(metrics[p]["backlog"]))
+        for part, metric in self.backlog_metric.items():
+            self.peak_backlog[part] = max(self.peak_backlog[part], int(metrics[part][metric]))
 
         armed = self.trigger_tick is not None
         loop = self.sc["loop"]
