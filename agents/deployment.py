@@ -45,6 +45,8 @@ class Deployment(Agent):
         for msg in inbox:
             if msg.kind == "action_request":
                 self._accept(tick, msg.src, msg.body, msg.tick)
+            elif msg.kind == "apply":  # (its own operations: a trigger's or a facilitator's outage)
+                self.handle_apply(tick, msg.body)
             elif msg.kind == "flow_result":
                 ids = self.inflight.pop(int(msg.body["sent"]), [])
                 ok = min(int(msg.body["r_ok"]), len(ids))
@@ -59,8 +61,7 @@ class Deployment(Agent):
                         a["next"] = tick + self.step_ticks
                     else:
                         failures += 1
-                        a["failed_steps"] += 1
-                        a["next"] = tick + self.retry_ticks
+                        self._failed(tick, a, "it timed out on the deployment path")
                     self._progress(tick, a)
 
         attempts: list[str] = []
@@ -71,8 +72,7 @@ class Deployment(Agent):
                 if tick >= a["next"]:
                     if tick < self.down_until:
                         failures += 1
-                        a["failed_steps"] += 1
-                        a["next"] = tick + self.retry_ticks
+                        self._failed(tick, a, "the deployment tooling is down")
                         self._progress(tick, a)
                     elif self.hops:
                         a["stepping"] = True
@@ -111,6 +111,14 @@ class Deployment(Agent):
         self.event(tick, "action_started", id=a["id"], action=a["action"], by=requester, params=params,
                    lead_time_s=lead * self.world.dt, steps=steps, risk=a["risk"])
         self._status(tick, a, "started", ready_tick=a["ready_at"])
+
+    def _failed(self, tick: int, a: dict, why: str) -> None:
+        """A step of ``a`` failed: journalled (an action whose steps keep failing never takes
+        effect, and the report says why), and retried after ``retry_delay``."""
+        a["failed_steps"] += 1
+        a["next"] = tick + self.retry_ticks
+        self.event(tick, "step_failed", id=a["id"], action=a["action"], failed_steps=a["failed_steps"],
+                   steps_left=a["steps_left"], why=why)
 
     def _take_effect(self, tick: int, a: dict) -> None:
         a["done"] = True

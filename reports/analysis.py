@@ -33,7 +33,7 @@ WINDOW_S = 60.0  # rates are reported per minute
 class Finding:
     title: str
     evidence: str
-    kind: str  # monitoring_blind | rule_never_fired | collateral | loop_breaker | relapse | held_briefly
+    kind: str  # monitoring_blind | rule_never_fired | never_took_effect | collateral | loop_breaker | relapse | held_briefly
 
 
 @dataclass
@@ -460,6 +460,7 @@ def _findings(r: _Reading) -> list[Finding]:
             findings.append(Finding(f"{who} turned away {n:,} attempts or requests",
                                     "attempts refused by its throttle (its callers' retries included) or requests held "
                                     "back by its lowered rate, for as long as it held", "collateral"))
+    findings += _never_took_effect(r.events, at, r.until)
     findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.changes, at, r.until)
     findings += _held_briefly(r.score, r.changes, dt, at, r.until)
     loop_at = r.milestones_reached.get("loop_broken")
@@ -478,6 +479,35 @@ def _findings(r: _Reading) -> list[Finding]:
                 + ("fork: a fork's counterfactuals are not played)" if r.meta.get("forked_from")
                    else "run, see `gameday run --attribution`)"), "loop_breaker"))
     return findings
+
+
+def _never_took_effect(events: list[dict], at, until: str) -> list[Finding]:
+    """Each action started and not yet in effect when the run ended, and why: its steps kept
+    failing (``step_failed``: the deployment path timed out, or the tooling was down), or it
+    was still in its lead time or its steps. (Such an action read as harmless: nothing said it
+    never happened.)"""
+    started = {e["id"]: e for e in events if e["event"] == "action_started"}
+    for e in events:
+        if e["event"] == "action_effective":
+            started.pop(e.get("id"), None)
+    failed: dict[str, list[dict]] = {}
+    for e in events:
+        if e["event"] == "step_failed" and e.get("id") in started:
+            failed.setdefault(e["id"], []).append(e)
+    out = []
+    for aid, e in started.items():
+        fails = failed.get(aid, [])
+        if fails:
+            whys = sorted({f.get("why", "") for f in fails})
+            why = (f"its deployment steps failed {len(fails)} time{'s' * (len(fails) != 1)} ({'; '.join(whys)}), "
+                   f"the last at {at(fails[-1]['tick'])}, with {int(fails[-1].get('steps_left', 0))} of "
+                   f"{int(e.get('steps', 0))} steps still to do")
+        else:
+            why = "it was still in its lead time or its deployment steps"
+        out.append(Finding(f"{e['action']} never took effect",
+                           f"asked by {e.get('by', 'the operators')} and started at {at(e['tick'])}, it was not in "
+                           f"effect when the run ended at {until}: {why}", "never_took_effect"))
+    return out
 
 
 def _verdict(r: _Reading) -> str:

@@ -525,3 +525,35 @@ def test_a_repeating_trigger_is_one_timeline_row_with_its_count(tmp_path):
     rows = [row for row in analyse(load_run(run.dir)).timeline if row["what"] == "trigger"]
     assert len(rows) == 1 and rows[0]["clock"] == "00:01:00"
     assert rows[0]["detail"] == "a poke (it fired 8 times, the last at 00:04:30)"
+
+
+def test_an_action_whose_steps_keep_failing_is_journalled_and_named_as_never_in_effect(tmp_path):
+    """An outsider's operator actions stayed 'started' to the end of the run, every deployment
+    step failing, with no event and no finding: each failed step is a step_failed event (with
+    why), and the report names the action that never took effect and why."""
+    from helpers import play
+    from reports.rundir import load_run
+
+    world = {"name": "stuck-deploys", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "6m"},
+             "services": [{"name": "api", "capacity": 5000}],
+             "populations": [{"name": "clients", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "2s"}}],
+             "deployment": {"path": [], "step_time": "30s", "retry_delay": "30s"},
+             "triggers": [{"name": "tooling-down", "at": "00:01",
+                           "effects": [{"target": "deployment", "op": "outage", "args": {"duration": 3600}}]}],
+             "mitigations": [{"name": "restart_api", "steps": 2,
+                              "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 1}}]},
+                             {"name": "noop", "deploy": False,
+                              "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 1}}]}]}
+    rules = [{"name": "restart", "when": {"at": "00:02"}, "do": ["restart_api", "noop"]}]
+    run = play(tmp_path, world, rules)
+    failed = run.events[run.events["event"] == "step_failed"]
+    assert len(failed) >= 5 and set(failed["action"]) == {"restart_api"}
+    assert set(failed["why"]) == {"the deployment tooling is down"}
+    assert run.score["actions_taken"] == 2 and "restart_api" not in set(
+        run.events[run.events["event"] == "action_effective"]["action"])
+    findings = {f.title: f.evidence for f in analyse(load_run(run.dir)).findings}
+    assert "noop never took effect" not in findings  # (it took effect: no deployment)
+    said = findings["restart_api never took effect"]
+    assert f"its deployment steps failed {len(failed)} times (the deployment tooling is down)" in said
+    assert "with 2 of 2 steps still to do" in said and "when the run ended at 00:06:00" in said
