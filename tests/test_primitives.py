@@ -588,3 +588,23 @@ def test_the_client_by_client_reference_agrees_on_the_mode_hot_fixes(tmp_path):
     ops = [("00:02", "set_mode", {"mode": "pooled", "over": "30s"}), ("00:06", "set_mode", {"mode": "per_request"})]
     windows = {"per request": (20, 120), "wave": (121, 152), "pooled": (160, 360), "per request again": (365, 600)}
     _both_models_agree(tmp_path, world, ops, windows, ("demand", "tries", "errors", "conn_attempts", "connected"))
+
+
+def test_every_agent_with_operations_hears_the_apply_messages_sent_to_it():
+    """An operation is reached through an ``apply`` message: every kind of agent that declares
+    operations answers one, applied or refused with a reason (the deployment tooling ignored
+    them, so its declared outage, valid in a trigger or a fault, never happened)."""
+    from agents import AGENT_CLASSES, OUTSIDE, Message
+    from orchestrator.engine.world import build_plan
+    from orchestrator.hosting.inprocess import InProcessHost
+    from orchestrator.hosting.wire import encode
+    from orchestrator.playbook.loader import load_playbook
+
+    plan = build_plan(load_playbook("us-east-1-2021"), None, 1, 60.0, None)
+    host = InProcessHost(plan)
+    with_ops = {a.name: a.kind for a in plan.agents if any(n.startswith("op_") for n in dir(AGENT_CLASSES[a.kind]))}
+    assert {"deployment", "status", "monitoring", "triggers", "bridge"} <= set(with_ops)
+    for i, name in enumerate(with_ops, 1):
+        host.inject(encode(Message("apply", OUTSIDE, name, {"op": "no_such_op", "args": {}, "by": "test"}, i, 0)))
+    refused = {e["agent"] for e in host.step().events if e["event"] == "apply_rejected"}
+    assert refused == set(with_ops), set(with_ops) - refused
