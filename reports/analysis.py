@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from agents.base import PER_TICK
-from agents.population import work_switch
+from agents.population import AMPLIFICATION_BASE, work_switch
 
 from .impact import TurnedAway, failed_and_finished
 from .rundir import COMPLETE, RUNBOOK, STARTS_INCIDENT, RunData
@@ -203,7 +203,6 @@ class _Reading:
     scoring: dict  # the playbook's scoring section, as validated (``RunData.playbook``)
     works: dict  # population -> its work at the start, as validated
     loop: dict  # the playbook's scoring.loop
-    signal: tuple | None  # loop_signal: (name, series, threshold)
     effective: list[dict]  # action_effective events
     changes: list[dict]  # what changed the world: actions taking effect, triggers, faults injected (_changes)
 
@@ -221,7 +220,7 @@ class _Reading:
                    {x.get("name") for x in playbook.get("mitigations") or []}, *milestone_history(events),
                    next((e for e in events if e["event"] in STARTS_INCIDENT), None),
                    next((e["tick"] for e in events if e["event"] == "status_posted"), None),
-                   scoring, works, loop, loop_signal(loop, m, dt) if len(m) else None,
+                   scoring, works, loop,
                    [e for e in events if e["event"] == "action_effective"], _changes(events))
 
     @property
@@ -251,21 +250,36 @@ class _Reading:
         return _delta(self.start_s + tick * self.dt - clock_s)
 
     @cached_property
-    def before_trigger(self) -> float | None:
-        """The loop's ground truth over the minute before the trigger (None: no trigger, or
-        it fired at the first tick): under its bound, the world was failing before it."""
-        if self.trigger_tick is None or self.signal is None or self.trigger_tick < 1:
+    def signals(self) -> list[Signal]:
+        """Every measure the loop milestone is defined on (``loop_signals``)."""
+        return loop_signals(self.loop, self.m, self.dt, _works(self)) if self.ticks_done else []
+
+    @cached_property
+    def signal(self) -> Signal | None:
+        """The loop's measure the report follows (``loop_signal``)."""
+        return loop_signal(self.signals, self.m, self.trigger_tick)
+
+    @cached_property
+    def before_trigger(self) -> tuple[Signal, float] | None:
+        """A measure of the loop already out of bounds over the minute before the trigger, and
+        its value then (None: none was, no trigger, or it fired at the first tick): the world
+        was failing before its incident."""
+        if self.trigger_tick is None or self.trigger_tick < 1:
             return None
         first = max(0, self.trigger_tick - max(1, round(60 / self.dt)))
-        return float(self.signal[1].iloc[first:self.trigger_tick].mean())
+        for sig in self.signals:
+            value = float(sig.series.iloc[first:self.trigger_tick].mean())
+            if sig.out(value):
+                return sig, value
+        return None
 
     @cached_property  # a scan of the whole run; the summary and the timeline both need it
     def bad_tick(self) -> int | None:
-        """The first tick after the trigger at which the loop's ground truth fell below its threshold."""
+        """The first tick after the trigger at which the loop's measure went out of bounds."""
         if self.trigger_tick is None or self.signal is None:
             return None
-        below = self.m.index[(self.m.index >= self.trigger_tick) & (self.signal[1] < self.signal[2])]
-        return int(below[0]) if len(below) else None
+        out = self.m.index[(self.m.index >= self.trigger_tick) & self.signal.out(self.signal.series)]
+        return int(out[0]) if len(out) else None
 
 
 def analyse(run: RunData) -> Analysis:
@@ -276,12 +290,13 @@ def analyse(run: RunData) -> Analysis:
                 "hosting": meta.get("hosting"), "status": meta.get("status"), "variables": meta.get("variables") or {},
                 "versions": meta.get("versions") or {}, "started_at": meta.get("started_at"),
                 "ticks": f"{r.ticks_done} of {meta.get('ticks_planned', '?')} ({r.dt:g} s each)"}
-    summary = _summary(r.trigger, r.trigger_tick, r.bad_tick, r.signal[0] if r.signal else "the loop's measure", r.events,
+    summary = _summary(r.trigger, r.trigger_tick, r.bad_tick, r.signal, r.events,
                        r.milestones_reached, r.relapses, r.score, weighted, backlog, r.at, r.dt, r.partial, r.until)
-    if r.before_trigger is not None and r.before_trigger < r.signal[2]:
+    if r.before_trigger is not None:
         # (then the trigger's sentence cannot be taken at its word: the world was failing already)
-        summary.insert(0, f"Before the trigger at {r.at(r.trigger_tick)}, {r.signal[0]} was already out of bounds "
-                          f"({r.before_trigger:.0%} over the minute before it, against {r.signal[2]:.0%}): this world "
+        sig, value = r.before_trigger
+        summary.insert(0, f"Before the trigger at {r.at(r.trigger_tick)}, {sig.name} was already out of bounds "
+                          f"({sig.said(value)} over the minute before it, against {sig.said(sig.bound)}): this world "
                           f"was failing before its incident began, so what follows is not the trigger's doing alone "
                           f"(check the playbook's capacities against its demand).")
     handovers = meta.get("takeovers") or []
@@ -423,7 +438,8 @@ def _timeline(r: _Reading) -> list[dict]:
         if n > 1:
             row["detail"] += f" (it fired {n} times, the last at {r.at(last)})"
     if r.bad_tick is not None:
-        add(r.bad_tick, f"ground truth: {r.signal[0]} below {r.signal[2]:.0%}", "what the operators could not yet see")
+        add(r.bad_tick, f"ground truth: {r.signal.name} {'above' if r.signal.high_is_bad else 'below'} "
+                        f"{r.signal.said(r.signal.bound)}", "what the operators could not yet see")
     for e in r.events:
         if e["event"] == "milestone":
             final = r.milestones_reached.get(e["milestone"]) == e["at_tick"]
@@ -472,9 +488,10 @@ def _findings(r: _Reading) -> list[Finding]:
             e, before, after = breaker
             findings.append(Finding(
                 f"{e['action']} broke the loop",
-                f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before {r.signal[0]} "
-                f"began its final climb; "
-                f"it averaged {before:.0%} in the 5 minutes before it and {after:.0%} in the 5 minutes after; "
+                f"of the actions on the loop, it was the last to take effect ({at(e['tick'])}) before {r.signal.name} "
+                f"began its final return to bounds; "
+                f"it averaged {r.signal.said(before)} in the 5 minutes before it and {r.signal.said(after)} in the 5 "
+                f"minutes after; "
                 f"the loop condition held from {at(loop_at)} on (a heuristic: no counterfactual was played for this "
                 + ("fork: a fork's counterfactuals are not played)" if r.meta.get("forked_from")
                    else "run, see `gameday run --attribution`)"), "loop_breaker"))
@@ -615,17 +632,76 @@ def _held_briefly(score: dict, changes: list[dict], dt: float, at, until: str) -
     return out
 
 
-def loop_signal(loop: dict, m: pd.DataFrame, dt: float) -> tuple[str, pd.Series, float] | None:
-    """(what it is, its value per tick, its bound) of the loop's ground truth: the first
-    loop device's connection-setup success, else the share of the first loop service's
-    work that was useful (1-minute sums)."""
-    for d in loop.get("devices", []):
-        if f"{d}.setup_success_ratio" in m:
-            return f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop["setup_success_min"])
-    for s in loop.get("services", []):
-        if f"{s}.work_done" in m:
-            return f"{s} useful work", useful_share(m, s, dt), float(loop["useful_work_min"])
-    return None
+@dataclass(frozen=True)
+class Signal:
+    """One measure of the loop's ground truth that its milestone is defined on: its value per
+    tick, its bound, and which side of the bound is out (a success or useful share below it,
+    a retry amplification above it)."""
+
+    name: str
+    series: pd.Series
+    bound: float
+    high_is_bad: bool = False
+
+    def out(self, values):
+        return values > self.bound if self.high_is_bad else values < self.bound
+
+    def said(self, value: float) -> str:
+        return f"{value:.2f} tries per request" if self.high_is_bad else f"{value:.0%}"
+
+    def clearly_bad(self, values):
+        """Far out of bounds (half the bound for a share, twice it for an amplification)."""
+        return values > 2 * self.bound if self.high_is_bad else values < 0.5 * self.bound
+
+    def better(self, after: float, before: float) -> bool:
+        return after < before if self.high_is_bad else after > before
+
+
+def loop_signals(loop: dict, m: pd.DataFrame, dt: float, works: dict) -> list[Signal]:
+    """Every measure the loop milestone is defined on, as the score reads it: each loop
+    device's connection-setup success, each loop service's useful share of its work (1-minute
+    sums), each loop population's retry amplification (1-minute sums; ``works``: each
+    population's work over the run, ``_works``)."""
+    out = [Signal(f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop["setup_success_min"]))
+           for d in loop.get("devices", []) if f"{d}.setup_success_ratio" in m]
+    out += [Signal(f"{s} useful work", useful_share(m, s, dt), float(loop["useful_work_min"]))
+            for s in loop.get("services", []) if f"{s}.work_done" in m]
+    window = max(1, round(WINDOW_S / dt))
+    out += [Signal(f"{p} retries", amplification(m, p, works[p], window, float(loop["amplification_max"]))[0],
+                   float(loop["amplification_max"]), high_is_bad=True)
+            for p in loop.get("populations", []) if f"{p}.tries" in m and p in works]
+    return out
+
+
+def loop_signal(signals: list[Signal], m: pd.DataFrame, trigger_tick: int | None) -> Signal | None:
+    """The measure the report follows: the first of the loop's (``loop_signals``, devices,
+    then services, then populations) that went out of bounds after the trigger; if none did,
+    the first. (Following one fixed measure, a report said of a world whose retries ran away
+    while its database's useful work stayed in bounds that the trigger set nothing off.)"""
+    after = m.index >= (trigger_tick or 0)
+    return next((sig for sig in signals if (sig.out(sig.series) & after).any()), signals[0] if signals else None)
+
+
+def amplification(m: pd.DataFrame, population: str, works: list[tuple[int, str]], window: int,
+                  bound: float) -> tuple[pd.Series, bool]:
+    """(per tick, ``population``'s retry amplification over the last ``window`` ticks, as the
+    score reads it (each tick's AMPLIFICATION_BASE for its work then: ``works``, [(from
+    tick, work)]); whether it was unbounded somewhere): a window with attempts and nothing
+    fresh or completed, unbounded in the score, is drawn above everything else, 1.2 x the
+    larger of the highest value and ``bound``, not left blank while the loop is at its worst."""
+    tries = m[f"{population}.tries"].rolling(window, min_periods=1).sum()
+    work_then = pd.Series(works[0][1], index=m.index)
+    for tick, work in works[1:]:
+        work_then[m.index >= tick] = work
+    base = sum(sum(m[f"{population}.{k}"] for k in keys).where(work_then == work, 0.0)
+               for work, keys in AMPLIFICATION_BASE.items())
+    want = base.rolling(window, min_periods=1).sum()
+    ratio = tries / want.where(want > 0)
+    unbounded = (want <= 0) & (tries > 0)
+    if not unbounded.any():
+        return ratio, False
+    top = 1.2 * max(float(ratio.max()) if ratio.notna().any() else 1.0, bound)
+    return ratio.mask(unbounded, top), True
 
 
 def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
@@ -641,15 +717,17 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     return (useful / done.where(done > 0)).fillna(idle)
 
 
-def _summary(trigger, trigger_tick, bad_tick, measure, events, milestones, relapses, score, weighted, backlog, at, dt,
-             partial, until):
+def _summary(trigger, trigger_tick, bad_tick, signal: Signal | None, events, milestones, relapses, score, weighted,
+             backlog, at, dt, partial, until):
     out = []
+    measure = signal.name if signal is not None else "the loop's measure"
     # (a live game day's incident may start with a fault the facilitator injected)
     what = f"The fault {trigger['fault']} injected" if trigger and trigger["event"] == "fault_injected" else "The trigger"
     if trigger is None:
         out.append(f"No trigger fired and no fault was injected by {until}: nothing was scored.")
     elif bad_tick is not None:
-        out.append(f"{what} at {at(trigger_tick)} set off the loop: {measure} fell out of bounds at "
+        out.append(f"{what} at {at(trigger_tick)} set off the loop: {measure} "
+                   f"{'rose' if signal.high_is_bad else 'fell'} out of bounds at "
                    f"{at(bad_tick)}, {format_wait((bad_tick - trigger_tick) * dt)} after it.")
     else:
         out.append(f"{what} at {at(trigger_tick)} did not push {measure} out of bounds.")
@@ -809,13 +887,13 @@ def _loop_breaker(effective, m, dt, loop, loop_at, playbook, signal):
               if any(eff.get("target") in on_loop for eff in mit.get("effects") or [])}
     # The climb starts after the last minute that was clearly bad (a 1-minute mean under
     # half the bound): single ticks swing too much with the retry waves.
-    mean = signal[1].rolling(max(1, round(60 / dt)), min_periods=1).mean()
-    bad = m.index[(m.index < loop_at) & (mean < 0.5 * signal[2])]
+    mean = signal.series.rolling(max(1, round(60 / dt)), min_periods=1).mean()
+    bad = m.index[(m.index < loop_at) & signal.clearly_bad(mean)]
     candidates = [e for e in effective if e["action"] in acting and len(bad) and e["tick"] <= bad[-1]]
     if not candidates:
         return None
     e = candidates[-1]
-    before, after = _window_means(signal[1], int(e["tick"]), max(1, round(300 / dt)))
+    before, after = _window_means(signal.series, int(e["tick"]), max(1, round(300 / dt)))
     return e, before, after
 
 
@@ -832,10 +910,11 @@ def _collateral(effective, m, dt, signal, at) -> list[Finding]:
         if signal is None:
             out.append(Finding(f"{e['action']} broke {broken:,} connections", f"at {at(t)}", "collateral"))
             continue
-        before, after = _window_means(signal[1], t, window)
-        worse = not after > before
+        before, after = _window_means(signal.series, t, window)
+        worse = not signal.better(after, before)
         out.append(Finding(
             f"{e['action']} broke {broken:,} connections" + (" and made things worse" if worse else ""),
-            f"at {at(t)}; {signal[0]} averaged {before:.0%} in the 10 minutes before and {after:.0%} in the 10 minutes "
+            f"at {at(t)}; {signal.name} averaged {signal.said(before)} in the 10 minutes before and {signal.said(after)} "
+            f"in the 10 minutes "
             f"after" + (": the collateral damage outweighed the benefit" if worse else ""), "collateral"))
     return out

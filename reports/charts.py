@@ -10,9 +10,7 @@ matplotlib.use("Agg")  # no display: reports are built in batch and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from agents.population import AMPLIFICATION_BASE  # noqa: E402
-
-from .analysis import Analysis, populations, useful_share  # noqa: E402
+from .analysis import Analysis, amplification, populations, useful_share  # noqa: E402
 
 MAX_POINTS = 1500  # a 12-hour run at 1 s ticks is thinned to this many points per line
 
@@ -80,28 +78,6 @@ def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None) -> 
     ``only``: draw just these."""
     return make_charts(run.metrics, analysis, float(run.meta["tick_s"]), str(run.meta["start_clock"]),
                        analysis.scoring, only)
-
-
-def amplification(m: pd.DataFrame, population: str, works: list[tuple[int, str]], window: int,
-                  bound: float) -> tuple[pd.Series, bool]:
-    """(per tick, ``population``'s retry amplification over the last ``window`` ticks, as the
-    score reads it (each tick's AMPLIFICATION_BASE for its work then: ``works``, [(from
-    tick, work)]); whether it was unbounded somewhere): a window with attempts and nothing
-    fresh or completed, unbounded in the score, is drawn above everything else, 1.2 x the
-    larger of the highest value and ``bound``, not left blank while the loop is at its worst."""
-    tries = m[f"{population}.tries"].rolling(window, min_periods=1).sum()
-    work_then = pd.Series(works[0][1], index=m.index)
-    for tick, work in works[1:]:
-        work_then[m.index >= tick] = work
-    base = sum(sum(m[f"{population}.{k}"] for k in keys).where(work_then == work, 0.0)
-               for work, keys in AMPLIFICATION_BASE.items())
-    want = base.rolling(window, min_periods=1).sum()
-    ratio = tries / want.where(want > 0)
-    unbounded = (want <= 0) & (tries > 0)
-    if not unbounded.any():
-        return ratio, False
-    top = 1.2 * max(float(ratio.max()) if ratio.notna().any() else 1.0, bound)
-    return ratio.mask(unbounded, top), True
 
 
 def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str, scoring: dict,

@@ -557,3 +557,37 @@ def test_an_action_whose_steps_keep_failing_is_journalled_and_named_as_never_in_
     said = findings["restart_api never took effect"]
     assert f"its deployment steps failed {len(failed)} times (the deployment tooling is down)" in said
     assert "with 2 of 2 steps still to do" in said and "when the run ended at 00:06:00" in said
+
+
+def _retry_loop_world(capacity: int, loop: dict) -> dict:
+    """Clients retrying against an API that a bad configuration makes fail 80% of its answers
+    from 00:03: the loop is visible in the clients' retries (a database beside it stays
+    healthy)."""
+    return {"name": "retry-loop", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "8m"},
+            "services": [{"name": "api", "capacity": capacity}, {"name": "db", "capacity": 1000}],
+            "populations": [{"name": "clients", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
+                             "request": {"timeout": "2s"}, "retry": {"max_attempts": 4, "base": "1s"}}],
+            "triggers": [{"name": "bad-config", "at": "00:03",
+                          "effects": [{"target": "api", "op": "fault", "args": {"share": 0.8}}]}],
+            "mitigations": [],
+            "scoring": {"loop": {**loop, "amplification_max": 1.5, "hold": "1m"}, "impact": {"clients": 1}}}
+
+
+@pytest.mark.parametrize("loop", [{"populations": ["clients"]}, {"services": ["db"], "populations": ["clients"]}],
+                         ids=["retries only", "retries beside a service in bounds"])
+def test_the_summary_follows_the_loop_measure_that_left_its_bounds(tmp_path, loop):
+    """The summary followed one fixed measure (a loop device's setup success, else a loop
+    service's useful work): of a world whose retries ran away while its service's useful work
+    stayed in bounds, it said the trigger pushed nothing out of bounds. It follows whichever
+    of the loop milestone's measures left its bounds, and says a world failing before its
+    incident in that measure's words."""
+    from helpers import play
+    from reports.rundir import load_run
+
+    a = analyse(load_run(play(tmp_path / "healthy", _retry_loop_world(5000, loop)).dir))
+    assert a.summary[0].startswith("The trigger at 00:03:00 set off the loop: clients retries rose out of bounds at 00:03:")
+    assert [row["what"] for row in a.timeline if row["what"].startswith("ground truth")] == [
+        "ground truth: clients retries above 1.50 tries per request"]
+    failing = analyse(load_run(play(tmp_path / "failing", _retry_loop_world(400, loop)).dir))
+    assert re.match(r"Before the trigger at 00:03:00, clients retries was already out of bounds \([0-9.]+ tries per "
+                    r"request over the minute before it, against 1\.50 tries per request\)", failing.summary[0])
