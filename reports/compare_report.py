@@ -247,10 +247,35 @@ def robustness_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
             for r in decide.robustness(df, how["primary"], drawn, sweep_vars, best)]
 
 
-def decision_lines(df: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
-    """The report's decision: the race, how it holds across drawn worlds, what sharing saved."""
+def disagreement_lines(summ: pd.DataFrame, sweep_vars: list[str]) -> list[str]:
+    """Per sweep point, one sentence where impact and the loop rank the runbooks differently:
+    the runbook with the least median impact is not the one that breaks the loop most often
+    and soonest (turning traffic away lowers the loop's load and can leave users failing; a
+    runbook can break the loop and still cost more). Nothing where they agree."""
+    out = []
+    keys = [*sweep_vars]
+    groups = summ.groupby(keys, sort=False) if keys else [((), summ)]
+    for _, g in groups:
+        if len(g) < 2:
+            continue
+        least = g.loc[g["median_impact"].idxmin()]
+        loop = g.sort_values(["success_rate", "median_break_s"], ascending=[False, True], na_position="last").iloc[0]
+        if least["runbook"] == loop["runbook"] or least["median_impact"] == loop["median_impact"]:
+            continue
+        out.append(f"{_prefix(least, sweep_vars)}impact and the loop rank the runbooks differently: "
+                   f"{least['runbook']} has the least impact (median {least['median_impact']:.1f}, loop broken in "
+                   f"{least['success_rate']:.0%}), {loop['runbook']} breaks the loop most often and soonest (in "
+                   f"{loop['success_rate']:.0%}, median {_fmt_s(loop['median_break_s'])}; impact "
+                   f"{loop['median_impact']:.1f}): the primary outcome decides, and the other is worth a look")
+    return out
+
+
+def decision_lines(df: pd.DataFrame, sweep_vars: list[str], summ: pd.DataFrame | None = None) -> list[str]:
+    """The report's decision: the race, how it holds across drawn worlds, where impact and the
+    loop disagree, what sharing saved."""
+    summ = cs.summary(df, sweep_vars) if summ is None else summ
     return ((race_lines(df.attrs["race"]) if "race" in df.attrs else []) + robustness_lines(df, sweep_vars)
-            + shared_line(df))
+            + disagreement_lines(summ, sweep_vars) + shared_line(df))
 
 
 def _decision(df: pd.DataFrame) -> dict:
@@ -342,7 +367,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     (out / "charts").mkdir(parents=True, exist_ok=True)
     summ, tests = stats if stats is not None else (cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars))
     info = dict(info or {})
-    info.setdefault("decision", decision_lines(df, sweep_vars))
+    info.setdefault("decision", decision_lines(df, sweep_vars, summ))
     info.setdefault("paired", paired_lines(_paired(df, sweep_vars), sweep_vars))
     rows = [{**r, "median": f"{_fmt_s(r['median_break_s'])} ({_fmt_s(r['median_break_ci'][0])} to "
                               f"{_fmt_s(r['median_break_ci'][1])})",

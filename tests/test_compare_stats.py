@@ -272,3 +272,26 @@ def test_the_summary_says_how_many_runs_never_formed_a_loop_and_warns_when_none_
     calm = never_formed(never_formed(df, "fix", [2]), "none", [1, 2, 3])
     lines = summary_lines(cs.summary(calm), cs.pairs(calm), [])
     assert "(3 of 3 never formed one: broken at once)" in lines[0] and lines[2].startswith("no run formed a loop")
+
+
+def test_where_impact_and_the_loop_rank_the_runbooks_differently_one_sentence_says_so():
+    """A runbook that turns traffic away for good breaks the loop every time and leaves users
+    failing; one that keeps them served breaks it less often and costs less: the comparison
+    said nothing of the two figures pointing opposite ways. Where they agree, nothing."""
+    from reports.compare_report import disagreement_lines
+
+    def table(times: dict) -> pd.DataFrame:
+        rows = [{"runbook": rb, "seed": i, "loop_formed": True, "loop_broken_s": t, "impact": imp,
+                 "connections_broken": 0, "turned_away": 0, "actions": 1, "outcome": "stuck" if math.isnan(t) else
+                 "broken after the runbook acted", "horizon_s": 7200.0}
+                for rb, runs in times.items() for i, (t, imp) in enumerate(runs, 1)]
+        return pd.DataFrame(rows)
+
+    shed = [(600.0, 300.0), (660.0, 310.0), (620.0, 305.0)]
+    serve = [(math.nan, 120.0), (3000.0, 110.0), (math.nan, 125.0)]
+    said = disagreement_lines(cs.summary(table({"shed-all": shed, "serve-slowly": serve})), [])
+    assert said == ["impact and the loop rank the runbooks differently: serve-slowly has the least impact (median "
+                    "120.0, loop broken in 33%), shed-all breaks the loop most often and soonest (in 100%, median 10.3 min; "
+                    "impact 305.0): the primary outcome decides, and the other is worth a look"]
+    good = [(600.0, 100.0), (660.0, 90.0), (620.0, 95.0)]
+    assert disagreement_lines(cs.summary(table({"good": good, "serve-slowly": serve})), []) == []

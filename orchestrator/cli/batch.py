@@ -86,8 +86,8 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     keeps the rounds played whole and exits 130; --time-limit does the same and exits 0
     (with --fixed: seeds 1 to k, up to the first seed not every run of which was done).
     """
-    from reports.compare_report import (paired_lines, race_lines, robustness_lines, shared_line, summary_lines,
-                                        write_comparison)
+    from reports.compare_report import (disagreement_lines, paired_lines, race_lines, robustness_lines, shared_line,
+                                        summary_lines, write_comparison)
     from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare
 
     sweep = parse_sweeps(list(sweeps))
@@ -115,6 +115,7 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     for line in summary_lines(written.summary, written.pairs, list(sweep), ranks=False):
         click.echo(line)
     for line in ((race_lines(written.race) if written.race else []) + robustness_lines(df, list(sweep))
+                 + disagreement_lines(written.summary, list(sweep))
                  + paired_lines(written.paired, list(sweep)) + shared_line(df)):
         click.echo(line)
     if written.report is not None:
