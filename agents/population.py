@@ -323,6 +323,9 @@ class PopulationControls:
         r = self.readmission
         now = self.dispatch_factor if self.durable else self.rate_factor
         share = min(1.0, round(now + r["step"], 9))  # steps of 0.1 add up to 0.9999999999999999, one step short
+        if "left" in r:  # (a readmission over a stated time: its last step lets everything back)
+            r["left"] -= 1
+            share = 1.0 if r["left"] <= 0 else share
         if self.durable:
             self.op_scale_dispatch(tick, share)
         else:
@@ -335,13 +338,22 @@ class PopulationControls:
     @operation(example={"step": 0.25, "every": 300.0},
                step=Arg("the share of the traffic let back at each step, at least 0.01", unit="share of the traffic (0-1)",
                         min=0.01, max=1),
-               every=Arg("time between steps (at least a tick)", unit="s", min=0))
-    def op_readmit(self, tick: int, step: float = 0.25, every: float = 300.0) -> None:
+               every=Arg("time between steps (at least a tick)", unit="s", min=0),
+               over=Arg("let all of it back over this long instead (its last step this long after the first, to the "
+                        "`every` below it): the steps are then even shares of what is held back, and step is unused",
+                        unit="s", min=0))
+    def op_readmit(self, tick: int, step: float = 0.25, every: float = 300.0, over: float | None = None) -> None:
         """Let the traffic back in steps: the first step at once, then one every ``every``
-        until all of it is back. Perishable work: the fresh requests (scale_rate); durable
-        work: the dispatch (scale_dispatch). A scale_rate or scale_dispatch applied
-        meanwhile sets where the next step starts from."""
-        self.readmission = {"step": float(step), "every": in_ticks(every, self.world.dt), "next": tick}
+        until all of it is back (or, with ``over``, in even steps that end that long after the
+        first: a readmission planned to end at a time). Perishable work: the fresh requests
+        (scale_rate); durable work: the dispatch (scale_dispatch). A scale_rate or
+        scale_dispatch applied meanwhile sets where the next step starts from."""
+        every_ticks = in_ticks(every, self.world.dt)
+        self.readmission = {"step": float(step), "every": every_ticks, "next": tick}
+        if over is not None:
+            steps = round(float(over) / self.world.dt) // every_ticks + 1  # (the first at once)
+            now = self.dispatch_factor if self.durable else self.rate_factor
+            self.readmission |= {"step": max(0.0, 1.0 - now) / steps, "left": steps}
         self._readmit_step(tick)
 
     @operation(**SCALE_RATE_OP)

@@ -46,6 +46,21 @@ def test_a_readmission_lets_back_a_share_per_step(tmp_path):
     assert r.score["collateral"]["requests_turned_away_by"] == {"pause": int(round(held))}
 
 
+def test_a_readmission_over_a_stated_time_ends_then_in_even_steps(tmp_path):
+    """A readmission planned to end at a time (an outsider worked out the step and interval
+    by hand for "the site fully back at 14:00"): ``over`` lets it all back in even steps,
+    the last that long after the first, from where the traffic stands (here 40% throttled)."""
+    world = dict(BASE, mitigations=[
+        {"name": "throttle", "deploy": False, "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 0.4}}]},
+        {"name": "reopen", "deploy": False,
+         "effects": [{"target": "clients", "op": "readmit", "args": {"every": "1m", "over": "6m"}}]}])
+    r = play(tmp_path, world, [{"when": {"at": "00:02"}, "do": "throttle"}, {"when": {"at": "00:04"}, "do": "reopen"}])
+    steps = r.events[r.events["event"] == "readmitted"]
+    assert list(steps["clock"]) == ["00:04:02", "00:05:02", "00:06:02", "00:07:02", "00:08:02", "00:09:02", "00:10:02"]
+    assert [round(x, 6) for x in steps["share"]] == [round(0.4 + 0.6 * k / 7, 6) for k in range(1, 7)] + [1.0]
+    assert at(r, "00:12", 60)["clients.held_back"].sum() == 0
+
+
 def test_a_readmission_in_tenths_takes_ten_steps(tmp_path):
     """Ten steps of 0.1 add up to 0.9999999999999999 in floating point: that used to take
     an eleventh step (and an 'every' more) to let the last of the traffic back."""
