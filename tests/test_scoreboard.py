@@ -192,3 +192,22 @@ def test_the_page_says_when_the_connection_is_lost_and_keeps_the_last_board(web,
     assert fake.calls > 3  # it keeps trying
     assert page["status"].startswith("connection lost") and page["clock"].startswith("07:00:02")
     assert page["teams"][:2] == ["bravo", "alpha"]
+
+
+def test_a_port_in_use_is_said_as_the_flag_by_the_command_line(tmp_path):
+    """The pages' server starts on a thread of its own, whose errors name the settings as the
+    command line speaks them (--web-port), not as the Python API does (web_port)."""
+    import socket
+
+    from orchestrator.cli.options import FLAGS
+    from orchestrator.errors import GamedayError, speaking
+    from orchestrator.live.web import WebServer
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with speaking(FLAGS), pytest.raises(GamedayError, match=r"pass another --web-port .*\(--no-web\)"):
+            WebServer("tcp://127.0.0.1:1", lambda: "{}", "127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()

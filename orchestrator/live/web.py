@@ -20,6 +20,7 @@ A bind that is not loopback needs TLS.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import itertools
 import json
@@ -109,7 +110,9 @@ class WebServer:
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, args=(port,), name="gameday-web", daemon=True)
+        # (in this thread's context: its errors name the settings as the caller speaks them, errors.setting)
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._serve, port),
+                                        name="gameday-web", daemon=True)
         self._thread.start()
         if not self._started.wait(30):
             raise GamedayError(f"the pages' server on {host}:{port} did not start within 30 s")
