@@ -322,10 +322,11 @@ def test_resume_takes_its_options_from_the_session_and_says_so(tmp_path):
     from orchestrator.cli import main
 
     for extra, named in ((["--team", "red"], "--team"), (["--seed", "4"], "--seed"),
-                         (["--speed", "10"], "--speed"), (["us-east-1-2025"], "PLAYBOOK"), (["--web-port", "9"], "--web-port")):
+                         (["--speed", "10"], "--speed"), (["us-east-1-2025"], "PLAYBOOK"), (["--web-port", "9"], "--web-port"),
+                         (["--set", "x=1"], "--set"), (["--start"], "--start/--wait")):  # (it said --sets, --start-now)
         out = CliRunner().invoke(main, ["serve", "--resume", str(tmp_path), *extra])
         assert out.exit_code == 2 and f"leave out {named}" in out.output and "Traceback" not in out.output, out.output
     out = CliRunner().invoke(main, ["serve", "--resume", str(tmp_path)])
-    assert out.exit_code == 2 and "tokens.json" in out.output  # not a session directory: said, nothing written
+    assert out.exit_code == 2 and f"--resume {tmp_path}: no readable tokens.json" in out.output  # (it said --session)
     assert list(tmp_path.iterdir()) == []
     assert CliRunner().invoke(main, ["serve"]).exit_code == 2

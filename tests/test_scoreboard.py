@@ -199,7 +199,8 @@ def test_a_port_in_use_is_said_as_the_flag_by_the_command_line(tmp_path):
     command line speaks them (--web-port), not as the Python API does (web_port)."""
     import socket
 
-    from orchestrator.cli.options import FLAGS
+    from orchestrator.cli import main
+    from orchestrator.cli.options import vocabulary
     from orchestrator.errors import GamedayError, speaking
     from orchestrator.live.web import WebServer
 
@@ -207,7 +208,8 @@ def test_a_port_in_use_is_said_as_the_flag_by_the_command_line(tmp_path):
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     try:
-        with speaking(FLAGS), pytest.raises(GamedayError, match=r"pass another --web-port .*\(--no-web\)"):
+        with speaking(vocabulary(main.commands["serve"])), \
+                pytest.raises(GamedayError, match=r"pass another --web-port .*\(--web/--no-web\)"):
             WebServer("tcp://127.0.0.1:1", lambda: "{}", "127.0.0.1", taken.getsockname()[1])
     finally:
         taken.close()

@@ -38,7 +38,8 @@ def phase_map(playbook: str, x: tuple[str, list], y: tuple[str, list], seeds=3, 
     # (a map's axes are its sweeps: their errors are said as the axes given, a variable by its axis)
     axis_of = {x[0]: setting("x"), y[0]: setting("y")}
     try:
-        with speaking({f"sweep {x[0]}": setting("x", x[0]), f"sweep {y[0]}": setting("y", y[0])}):
+        with speaking({f"sweep {x[0]}": setting("x", x[0]), f"sweep {y[0]}": setting("y", y[0]),
+                       "runbooks": setting("runbook")}):
             runs = compare(playbook, [runbook], seeds, {x[0]: list(x[1]), y[0]: list(y[1])}, sets, duration, tick,
                            address, parallel=parallel, progress=progress, cache=cache, time_limit=time_limit,
                            refine=None if full else Refinement(x[0], y[0]))

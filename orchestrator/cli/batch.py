@@ -47,9 +47,9 @@ def amount_value(ctx, param, value):
                    f"{DEFAULT_DELTA_SHARE:.0%} of the most a run can score].")
 @click.option("--alpha", type=click.FloatRange(0, 0.5, min_open=True), default=DEFAULT_ALPHA, show_default=True,
               help="The error rate: the best is named with probability at least 1 - alpha.")
-@click.option("--first-seeds", "first", type=click.IntRange(min=2), default=DEFAULT_FIRST, show_default=True,
+@click.option("--first-seeds", "first_seeds", type=click.IntRange(min=2), default=DEFAULT_FIRST, show_default=True,
               help="Seeds every runbook plays before any is put out of the race.")
-@click.option("--sweep", "sweeps", multiple=True, metavar="VAR=V1,V2,...",
+@click.option("--sweep", "sweep", multiple=True, metavar="VAR=V1,V2,...",
               help="A playbook variable and its values (repeatable; every combination is a sweep point).")
 @click.option("--vary", multiple=True, metavar="VAR|all",
               help="Draw this playbook variable (repeatable; all: every one) for each seed from the range: [low, "
@@ -69,7 +69,7 @@ def amount_value(ctx, param, value):
 @out_option("runs/compare-<playbook>-<time>", "Directory for the results")
 @click.option("--report/--no-report", default=True, show_default=True, help="Write compare.md and compare.html.")
 @progress_option
-def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, first, sweeps, vary, sets, vars_file,
+def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, first_seeds, sweep, vary, sets, vars_file,
                     duration, tick, address, workers, serial, keep_runs, cache, time_limit, out, report, progress):
     """Name the best runbook, and how sure that is (over seeds, and sweeps of variables).
 
@@ -90,17 +90,17 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
                                         summary_lines, write_comparison)
     from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare
 
-    sweep = parse_sweeps(list(sweeps))
+    sweeps = parse_sweeps(list(sweep))
     values = variables(sets, vars_file)
     out = out_dir(out, f"runs/compare-{stem(playbook)}")
     check_out_dir(out)
     say_if_not_compiled()
     interrupted = None
     try:
-        df = compare(playbook, list(runbooks), seeds, sweep, values, duration, tick, address, parallel=not serial,
+        df = compare(playbook, list(runbooks), seeds, sweeps, values, duration, tick, address, parallel=not serial,
                      progress=progress, keep_runs=out / "runs" if keep_runs else None, max_workers=workers,
                      cache=Path(cache) if cache else None, time_limit=time_limit,
-                     decision=Decision(primary, delta, alpha, first, sequential=not fixed), vary=list(vary))
+                     decision=Decision(primary, delta, alpha, first_seeds, sequential=not fixed), vary=list(vary))
     except ComparisonInterrupted as e:  # what was played is not lost: the tables and the report cover it
         df, interrupted = e.table, e
     info = {"playbook": df.attrs["playbook"], "seeds": seeds}
@@ -109,14 +109,14 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     if "partial" in df.attrs:  # interrupted, or stopped by the time limit
         info["partial"] = df.attrs["partial"]
     with interrupt_deferred():  # (Ctrl-C again while the tables are written: once they are)
-        written = write_comparison(df, out, list(sweep), info, report=report)
+        written = write_comparison(df, out, list(sweeps), info, report=report)
     if cache:
         click.echo(_from_cache(df, cache))
-    for line in summary_lines(written.summary, written.pairs, list(sweep), ranks=False):
+    for line in summary_lines(written.summary, written.pairs, list(sweeps), ranks=False):
         click.echo(line)
-    for line in ((race_lines(written.race) if written.race else []) + robustness_lines(df, list(sweep))
-                 + disagreement_lines(written.summary, list(sweep))
-                 + paired_lines(written.paired, list(sweep)) + shared_line(df)):
+    for line in ((race_lines(written.race) if written.race else []) + robustness_lines(df, list(sweeps))
+                 + disagreement_lines(written.summary, list(sweeps))
+                 + paired_lines(written.paired, list(sweeps)) + shared_line(df)):
         click.echo(line)
     if written.report is not None:
         click.echo(f"report: {written.report}")

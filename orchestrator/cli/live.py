@@ -13,16 +13,17 @@ from reports import rundir
 from orchestrator.errors import NotFound
 
 from .options import (duration_option, hosting_options, out_dir, out_option, playbook_argument, seed_option,
-                      speed_value, stacked, stem, tick_option, variable_options, variables, parse_pairs)
+                      speed_value, stacked, stem, tick_option, variable_options, variables, parse_pairs, vocabulary)
 from .root import main
 
 
-def _session_tokens(session_dir: str) -> dict:
+def _session_tokens(session_dir: str, flag: str = "--session") -> dict:
+    """The tokens of the session in ``session_dir`` (given as ``flag``: --session, or serve's --resume)."""
     path = Path(session_dir) / rundir.TOKENS
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise NotFound(f"--session {session_dir}: no readable tokens.json there ({e}); is it a session directory "
+        raise NotFound(f"{flag} {session_dir}: no readable tokens.json there ({e}); is it a session directory "
                        "written by `gameday serve`?") from None
 
 
@@ -58,7 +59,7 @@ server_options = stacked(
 @playbook_argument
 @click.option("--team", "teams", multiple=True, metavar="NAME",
               help="A team (repeatable); each plays its own world of the same scenario and seed.")
-@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, exists=True), metavar="SESSION_DIR",
+@click.option("--resume", "resume", type=click.Path(file_okay=False, exists=True), metavar="SESSION_DIR",
               help="Go on with the session in SESSION_DIR after its server died: every world rebuilt from the "
                    "journal, the same tokens, address and pages; a running session waits, paused, for `gameday "
                    "facilitate resume` (a waiting one for start).")
@@ -88,7 +89,7 @@ server_options = stacked(
               help="Seconds to keep answering consoles after the session ends, so they show the final state.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="At the end, write each team's after-action report and the session report.")
-def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting,
+def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting,
           placement, address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report):
     """Host a live game day: one world per team, the same scenario and seed for all.
 
@@ -105,27 +106,27 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
     from orchestrator.live.session import Session, check_teams
 
     tokens = None
-    if resume_dir:
+    if resume:
         ctx = click.get_current_context()
-        given = [f"--{name.replace('_', '-')}" if name != "playbook" else "PLAYBOOK" for name in RESUME_TAKES
-                 if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)]
+        said = vocabulary(ctx.command)  # (--set, not --sets; --start/--wait, not --start-now)
+        given = [said[name] for name in RESUME_TAKES if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)]
         if teams or given:
             raise click.UsageError(f"--resume takes the teams, the playbook, its options and where it was served from "
                                    f"the session itself; leave out {', '.join((['--team'] if teams else []) + given)}")
-        tokens = _session_tokens(resume_dir)
-        bind, (scheme, web_host, web_port) = tokens["server"], _web_place(resume_dir, web_host, web_port)
+        tokens = _session_tokens(resume, "--resume")
+        bind, (scheme, web_host, web_port) = tokens["server"], _web_place(resume, web_host, web_port)
         if tokens.get("server_key") and not curve_secret:
-            raise click.UsageError(f"the session in {resume_dir} was encrypted: pass its --curve-secret again")
+            raise click.UsageError(f"the session in {resume} was encrypted: pass its --curve-secret again")
         if web and scheme == "https" and not tls_cert:
-            raise click.UsageError(f"the session in {resume_dir} served its pages over HTTPS: pass --tls-cert and "
+            raise click.UsageError(f"the session in {resume} served its pages over HTTPS: pass --tls-cert and "
                                    "--tls-key again, or its pages cannot come back")
     elif not teams:
         raise click.UsageError("give at least one --team NAME (or --resume SESSION_DIR)")
     serving = Serving(bind, curve_secret, web, web_host, web_port, tls_cert, tls_key, linger)
     tls = serving.check()  # (before any world is built)
-    if resume_dir:
-        click.echo(f"rebuilding the worlds of {resume_dir} from its journal ...", err=True)
-        session = Session.rebuild(Path(resume_dir), address)
+    if resume:
+        click.echo(f"rebuilding the worlds of {resume} from its journal ...", err=True)
+        session = Session.rebuild(Path(resume), address)
         speed = session.clock.speed
     else:
         check_teams(list(teams))
@@ -137,7 +138,7 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
 
     def announce(game: GameDay) -> None:
         _announce(session, game.server, session.seed, speed, game.web, with_key=bool(curve_secret))
-        if resume_dir:
+        if resume:
             click.echo(f"resumed at {session.clock_text()} ({session.state}); "
                        + ("go on with `gameday facilitate resume`" if session.state == "paused" else
                           "waiting for the facilitator to start the session"))
@@ -150,7 +151,7 @@ def serve(playbook, teams, resume_dir, seed, speed, bind, curve_secret, sets, va
         sys.stdout.flush()
 
     game = GameDay(session, serving, tls, tokens)
-    game.play(start=start_now and not resume_dir, announce=announce, on_end=ranking, on_failure=lambda s: click.echo(
+    game.play(start=start_now and not resume, announce=announce, on_end=ranking, on_failure=lambda s: click.echo(
         f"the server failed; go on with `gameday serve --resume {s.dir}`", err=True))
     if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
         for path in game.write_reports():
@@ -275,7 +276,7 @@ def facilitate_speed(client, speed):
 @click.pass_obj
 def facilitate_inject(client, fault, teams, params):
     """Inject one of the playbook's faults (`gameday playbooks show` lists them)."""
-    args = {"fault": fault, "params": parse_pairs(list(params), "params")}
+    args = {"fault": fault, "params": parse_pairs(list(params), "--param")}
     if teams:
         args["teams"] = list(teams)
     _print_result(client.call("inject", args))

@@ -18,18 +18,19 @@ from reports.timefmt import parse_duration
 
 DEFAULT_PLAYBOOK = "us-east-1-2021"
 
-#: the flag that gives each setting the modules below say by its field (``errors.setting``): the
-#: one place the CLI's words for them are written
-FLAGS = {
-    "playbook": "PLAYBOOK", "runbook": "--runbook", "runbooks": "--runbook", "seed": "--seed", "seeds": "--seeds",
-    "sets": "--set", "vars_file": "--vars", "duration": "--duration", "tick": "--tick", "shards": "--shards",
-    "out": "--out", "address": "--address", "sweep": "--sweep", "vary": "--vary", "cache": "--cache",
-    "keep_runs": "--keep-runs", "time_limit": "--time-limit", "primary": "--primary", "delta": "--delta",
-    "alpha": "--alpha", "first_seeds": "--first-seeds", "fixed": "--fixed", "x": "--x", "y": "--y", "at": "--at",
-    "teams": "--team", "speed": "--speed", "resume": "--resume", "bind": "--bind", "curve_secret": "--curve-secret",
-    "server_key": "--server-key", "web_host": "--web-host", "web_port": "--web-port", "web": "--no-web",
-    "tls_cert": "--tls-cert", "tls_key": "--tls-key", "origin": "--from", "params": "--param",
-}
+
+def vocabulary(command: click.Command) -> dict[str, str]:
+    """How ``command``'s users typed each setting, by its field (``errors.setting``): its
+    options' flags (``--web/--no-web`` for a switch) and its arguments' names, read from the
+    command's own declarations, so that no flag is written twice."""
+    out = {}
+    for p in command.params:
+        if isinstance(p, click.Argument):
+            out[p.name] = p.human_readable_name
+            continue
+        flag = next((o for o in p.opts if o.startswith("--")), p.opts[0])
+        out[p.name] = f"{flag}/{p.secondary_opts[0]}" if p.secondary_opts else flag
+    return out
 
 
 def stacked(*options):
@@ -152,13 +153,12 @@ def beside(run_dir: str, suffix: str) -> str:
     return f"{Path(run_dir).as_posix().rstrip('/')}-{suffix}"
 
 
-def parse_pairs(pairs: list[str], field: str = "sets") -> dict:
+def parse_pairs(pairs: list[str], flag: str = "--set") -> dict:
     """NAME=VALUE flags (``--set``, ``--param``) -> {name: value}, each value typed as YAML reads it."""
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise InvalidPlaybook(FLAGS[field], "variables" if field == "sets" else "options",
-                                  [Issue(FLAGS[field], pair, "name=value")])
+            raise InvalidPlaybook(flag, "variables" if flag == "--set" else "options", [Issue(flag, pair, "name=value")])
         k, v = pair.split("=", 1)
         out[k.strip()] = coerce_value(v)
     return out

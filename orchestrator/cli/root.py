@@ -10,7 +10,7 @@ import click
 
 from orchestrator.errors import GamedayError, speaking
 
-from .options import FLAGS
+from .options import vocabulary
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "GAMEDAY"}
 
@@ -45,7 +45,11 @@ class NamesTheEnvironment:
 
 
 class GamedayCommand(NamesTheEnvironment, click.Command):
-    """Every gameday command."""
+    """Every gameday command: the errors below it name the settings as its flags."""
+
+    def invoke(self, ctx):
+        with speaking(vocabulary(self)):
+            return super().invoke(ctx)
 
 
 class GamedayGroup(NamesTheEnvironment, click.Group):
@@ -56,8 +60,7 @@ class GamedayGroup(NamesTheEnvironment, click.Group):
 
     def invoke(self, ctx):
         try:
-            with speaking(FLAGS):  # (the errors below name the flags the user typed)
-                return super().invoke(ctx)
+            return super().invoke(ctx)
         except GamedayError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)

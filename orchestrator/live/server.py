@@ -59,7 +59,7 @@ def check_bind(bind: str, curve_secret: str | None) -> None:
         raise InsecureBind(f"{setting('bind')} {bind}: {host} is not a loopback address, and without encryption anyone on the "
                            "network could read the session and its tokens. Generate keys with `gameday keys DIR` and "
                            f"pass {setting('curve_secret')} DIR/server.key_secret (consoles then need "
-                           f"{setting('server_key')} DIR/server.key), "
+                           "`gameday console --server-key DIR/server.key`), "
                            "or bind tcp://127.0.0.1:PORT.")
 
 
