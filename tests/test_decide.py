@@ -338,6 +338,22 @@ def test_a_misspelt_key_of_a_variable_is_warned_of(tmp_path):
     assert not [w for w in unused_variables(MINI) if "means nothing" in w]
 
 
+def test_a_range_that_leaves_out_its_default_is_warned_of(tmp_path):
+    """A range that leaves out the variable's default was accepted silently: a comparison
+    drawing it never plays the world as written. A warning (an error would refuse a playbook
+    that validated before), in validate's words."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    path = tmp_path / "pb.yaml.j2"
+    path.write_text(Path(MINI).read_text().replace("range: [1000, 3000]", "range: [2500, 3000]"))
+    said = CliRunner().invoke(main, ["playbooks", "validate", str(path)])
+    assert said.exit_code == 0 and ("warning: variables.clients.range [2500, 3000] leaves out its default, 2000: a "
+                                    "comparison that draws it never plays the world as the playbook writes it") in said.stderr
+    assert "leaves out its default" not in CliRunner().invoke(main, ["playbooks", "validate", MINI]).stderr
+
+
 def test_ties_for_the_best_are_not_credited_to_one_runbook():
     rows = []
     for seed, (a, b, world) in enumerate(((1.0, 2.0, 10), (3.0, 3.0, 20), (1.0, 5.0, 30)), 1):

@@ -198,9 +198,10 @@ VARIABLE_KEYS = ("default", "description", "range")
 
 def unused_variables(ref: str) -> list[str]:
     """Warnings for the variables a playbook declares and its template never reads: setting
-    one changes nothing (``--set`` refuses it; validate says so before anyone tries); and
-    for keys of a declaration that mean nothing (a misspelt ``range`` would be ignored;
-    an error would refuse a playbook that validated before)."""
+    one changes nothing (``--set`` refuses it; validate says so before anyone tries); for
+    keys of a declaration that mean nothing (a misspelt ``range`` would be ignored; an error
+    would refuse a playbook that validated before); and for a range that leaves out its
+    variable's default."""
     tpl = read_template(find_playbook(ref))
     used = _used_variables(tpl)
     out = [f"variables.{name} is declared but the template never reads it: setting it changes nothing"
@@ -210,6 +211,11 @@ def unused_variables(ref: str) -> list[str]:
             guess = nearest(str(key), VARIABLE_KEYS)
             out.append(f"variables.{name}.{key} means nothing and is ignored: a variable takes "
                        f"{', '.join(VARIABLE_KEYS)}" + (f" (did you mean {guess}?)" if guess else ""))
+    for name, (low, high) in variable_ranges(tpl).items():
+        default = tpl.header[name]["default"]
+        if not low <= default <= high:  # (a warning: an error would refuse a playbook that validated before)
+            out.append(f"variables.{name}.range [{low:g}, {high:g}] leaves out its default, {default:g}: a comparison "
+                       "that draws it never plays the world as the playbook writes it")
     return out
 
 
