@@ -187,5 +187,11 @@ class RunbookOperator(Operator):
                 self.fired[i] = self.fired.get(i, 0) + 1
                 self.last_fired[i] = tick
                 for do in rule["do"]:  # (its actions in order, as rules of one condition would be)
-                    self.event(tick, "rule_fired", rule=rule["name"] or f"rule {i + 1}", action=do["action"])
+                    self.event(tick, "rule_fired", rule=rule_label(rule, i), action=do["action"])
                     self.request(tick, do["action"], do.get("params"), reason=rule["name"])
+
+
+def rule_label(rule: dict, index: int) -> str:
+    """How a runbook's rule is named in the journal and the report: its name, or "rule N" (its
+    place in the list) when it has none."""
+    return rule.get("name") or f"rule {index + 1}"

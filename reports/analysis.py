@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from agents.base import PER_TICK
+from agents.operator import rule_label
 from agents.population import AMPLIFICATION_BASE, work_switch
 
 from .impact import TurnedAway, failed_and_finished
@@ -213,7 +214,7 @@ class _Reading:
         playbook = run.playbook  # (as validated: every default filled in)
         events = _records(run.events)
         scoring, works = playbook["scoring"], {p["name"]: p["work"] for p in playbook.get("populations") or []}
-        loop = scoring.get("loop") or {}
+        loop = scoring["loop"]
         return cls(run, dt, parse_clock(meta["start_clock"]), playbook, _read_yaml(run.dir / RUNBOOK),
                    events, run.score or {}, meta.get("status") != COMPLETE, len(m),
                    dict(playbook.get("par") or {}),
@@ -363,7 +364,7 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     """(impact per population, the weighted impact, the backlog of each durable population and the
     queue of each service the backlog milestone names)."""
     m = r.m
-    weights = r.scoring.get("impact") or {}
+    weights = r.scoring["impact"]
     scored = r.score.get("impact") or {}
     impact = impact_table(m, r.dt, scored.get("counted_by_attempts") or (), r.events,
                           scored.get("counted_by_attempts_from")) if r.ticks_done else []
@@ -373,10 +374,11 @@ def _impact(r: _Reading) -> tuple[list[dict], float | None, list[dict]]:
     if "weighted_total" in scored:  # the scorer's, which counts late durable work too
         weighted = float(scored["weighted_total"])
     else:  # a run stopped before it was scored: its error-minutes only
-        weighted = sum(x["failed_request_minutes"] * float(weights.get(x["population"], 0)) for x in impact) if weights else None
+        weighted = sum(x["failed_request_minutes"] * float(weights[x["population"]]) for x in impact
+                       if x["population"] in weights) if weights else None
     backlog = []
-    scope = r.scoring.get("backlog") or {}
-    pops, queues = scope.get("populations", []), scope.get("services", [])
+    scope = r.scoring["backlog"]
+    pops, queues = scope["populations"], scope["services"]
     named = [(f"the backlog of {p}", f"{p}.backlog", "requests") for p in pops] + \
             [(f"the queue of {q}", f"{q}.queue_backlog", "units of work") for q in queues]
     for what, col, unit in named:
@@ -663,13 +665,13 @@ def loop_signals(loop: dict, m: pd.DataFrame, dt: float, works: dict) -> list[Si
     sums), each loop population's retry amplification (1-minute sums; ``works``: each
     population's work over the run, ``_works``)."""
     out = [Signal(f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop["setup_success_min"]))
-           for d in loop.get("devices", []) if f"{d}.setup_success_ratio" in m]
+           for d in loop["devices"] if f"{d}.setup_success_ratio" in m]
     out += [Signal(f"{s} useful work", useful_share(m, s, dt), float(loop["useful_work_min"]))
-            for s in loop.get("services", []) if f"{s}.work_done" in m]
+            for s in loop["services"] if f"{s}.work_done" in m]
     window = max(1, round(WINDOW_S / dt))
     out += [Signal(f"{p} retries", amplification(m, p, works[p], window, float(loop["amplification_max"]))[0],
                    float(loop["amplification_max"]), high_is_bad=True)
-            for p in loop.get("populations", []) if f"{p}.tries" in m and p in works]
+            for p in loop["populations"] if f"{p}.tries" in m and p in works]
     return out
 
 
@@ -779,7 +781,7 @@ def _rules_never_fired(runbook, events, playbook, m, dt, at) -> list[Finding]:
     alarm_defs = {a["name"]: a for a in ((playbook.get("monitoring") or {}).get("alarms") or [])}
     out = []
     for i, rule in enumerate(runbook.get("rules") or []):
-        name = rule.get("name", f"rule {i + 1}")
+        name = rule_label(rule, i)
         if name in fired:
             continue
         why = []
@@ -880,7 +882,7 @@ def _loop_breaker(effective, m, dt, loop, loop_at, playbook, signal):
     ends."""
     if signal is None or loop_at is None or loop_at >= len(m):
         return None
-    parts = set(loop.get("devices", [])) | set(loop.get("services", []))
+    parts = set(loop["devices"]) | set(loop["services"])
     on_loop = parts | {"triggers"} | {p["name"] for p in playbook.get("populations") or []
                                       if parts & (set(p.get("path") or []) | {p.get("target")})}
     acting = {mit["name"] for mit in playbook.get("mitigations") or []

@@ -86,7 +86,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
     errors, backlog (if the scoring names backlogs) and visibility."""
     if m.empty:
         return {}
-    loop, backlog = scoring.get("loop") or {}, scoring.get("backlog") or {}
+    loop, backlog = scoring["loop"], scoring["backlog"]
     part, hours = _thin(m, dt)
     window = max(1, round(60 / dt))
     every = max(1, len(m) // MAX_POINTS)
@@ -95,8 +95,8 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
     def wanted(name: str) -> bool:
         return only is None or name in only
 
-    devices = [d for d in loop.get("devices", []) if f"{d}.utilisation" in m]
-    services = [s for s in loop.get("services", []) if f"{s}.work_done" in m]
+    devices = [d for d in loop["devices"] if f"{d}.utilisation" in m]
+    services = [s for s in loop["services"] if f"{s}.work_done" in m]
     if (devices or services) and wanted("loop"):
         what = "utilisation and connection-setup success" if devices else "utilisation and useful share of the work"
         fig, ax = _figure(f"The loop: {', '.join(devices + services)} {what}", "ratio")
@@ -109,7 +109,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         ax.set_ylim(-0.02, 1.05)
         charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
 
-    loop_populations = [p for p in loop.get("populations", []) if f"{p}.tries" in m]
+    loop_populations = [p for p in loop["populations"] if f"{p}.tries" in m]
     if loop_populations and wanted("amplification"):
         fig, ax = _figure("Retry amplification (tries per wanted request; durable: per one done)", "x")
         for p in loop_populations:
@@ -125,8 +125,8 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         ax.set_ylim(-0.02, 1.05)
         charts["errors"] = _finish(fig, ax, analysis, dt, start_label)
 
-    backlog_populations = [p for p in backlog.get("populations", []) if f"{p}.backlog" in m]
-    queues = [s for s in backlog.get("services", []) if f"{s}.queue_wait_s" in m]
+    backlog_populations = [p for p in backlog["populations"] if f"{p}.backlog" in m]
+    queues = [s for s in backlog["services"] if f"{s}.queue_wait_s" in m]
     if backlog_populations and wanted("backlog"):
         fig, ax = _figure("Backlog of durable work", "requests")
         for p in backlog_populations:

@@ -112,10 +112,13 @@ def outcome(score: Score) -> str:
 
 
 #: what a run directory written before it kept its playbook as validated (``RunData.playbook``)
-#: left to the format's defaults of then, of what the reports read: the bounds of scoring.loop
-#: and a population's work
-_DEFAULTS_BEFORE_VALIDATED = {"loop": {"setup_success_min": 0.95, "amplification_max": 1.5, "useful_work_min": 0.9},
-                              "work": "perishable"}
+#: left to the format's defaults of then, of what the reports read: scoring's loop (its parts and
+#: bounds), backlog and impact, and a population's work
+_DEFAULTS_BEFORE_VALIDATED = {
+    "scoring": {"loop": {"devices": [], "services": [], "populations": [], "setup_success_min": 0.95,
+                         "amplification_max": 1.5, "useful_work_min": 0.9},
+                "backlog": {"populations": [], "services": []}, "impact": {}},
+    "work": "perishable"}
 
 
 class NotARunDirectory(Exception):
@@ -160,7 +163,8 @@ class RunData:
             doc = {}
         before = _DEFAULTS_BEFORE_VALIDATED
         scoring = doc.setdefault("scoring", {})
-        scoring["loop"] = {**before["loop"], **(scoring.get("loop") or {})}
+        for section, defaults in before["scoring"].items():
+            scoring[section] = {**defaults, **(scoring.get(section) or {})}
         for p in doc.get("populations") or []:
             p.setdefault("work", before["work"])
         doc["par"] = {k: parse_clock(v) for k, v in (doc.get("par") or {}).items()}

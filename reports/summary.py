@@ -61,7 +61,7 @@ def summary_table(run: RunData) -> str:
             lines.append("  ".join("-" * w for w in widths))
     impact = s.get("impact") or {}
     late = impact.get("late_minutes") or {}
-    weights = ((playbook or {}).get("scoring") or {}).get("impact") or {}
+    weights = playbook["scoring"]["impact"] if playbook is not None else {}
     lines += ["", f"impact ({'minutes failing or late' if late else 'error-minutes'}, weighted): "
                   f"{impact.get('weighted_total', 0):.1f}" + (", each population's minutes times its weight:"
                                                                if weights else "")]

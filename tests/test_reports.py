@@ -591,3 +591,24 @@ def test_the_summary_follows_the_loop_measure_that_left_its_bounds(tmp_path, loo
     failing = analyse(load_run(play(tmp_path / "failing", _retry_loop_world(400, loop)).dir))
     assert re.match(r"Before the trigger at 00:03:00, clients retries was already out of bounds \([0-9.]+ tries per "
                     r"request over the minute before it, against 1\.50 tries per request\)", failing.summary[0])
+
+
+def test_a_rule_without_a_name_is_named_as_the_journal_names_it(tmp_path):
+    """A rule without a name is "rule N" in the journal and in the report alike (its place in
+    the list: one function names it for both, agents.operator.rule_label)."""
+    from helpers import play
+    from reports.rundir import load_run
+
+    world = {"name": "unnamed", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "3m"},
+             "services": [{"name": "api", "capacity": 5000}],
+             "populations": [{"name": "clients", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "2s"}}],
+             "triggers": [{"name": "t", "at": "00:01", "effects": [{"target": "clients", "op": "scale_rate",
+                                                                   "args": {"factor": 1}}]}],
+             "mitigations": [{"name": "noop", "deploy": False,
+                              "effects": [{"target": "clients", "op": "scale_rate", "args": {"factor": 1}}]}]}
+    rules = [{"when": {"at": "00:02"}, "do": "noop"}, {"when": {"at": "09:00"}, "do": "noop"}]
+    run = play(tmp_path, world, rules)
+    assert list(run.events[run.events["event"] == "rule_fired"]["rule"]) == ["rule 1"]
+    never = [f.title for f in analyse(load_run(run.dir)).findings if f.kind == "rule_never_fired"]
+    assert never == ['Runbook rule "rule 2" never fired']
