@@ -13,7 +13,6 @@ import itertools
 import math
 import os
 import re
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -253,11 +252,8 @@ def run_point(playbook, point: dict, sets: Given, duration: float | None, tick: 
     """Play one point in process and return its row; the run directory is written in
     ``keep`` if given, else none is (the row needs only the score).
     ``playbook`` and ``point["runbook"]``: names, or ``portable`` files."""
-    tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
-    try:
+    with _files() as tmp:
         return _row(point, execute(_spec(playbook, point, sets, duration, tick, tmp), Path(keep) if keep else None))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_group(playbook, points: list[dict], sets: Given, duration, tick, keep: list, nested: bool = False) \
@@ -272,46 +268,44 @@ def run_group(playbook, points: list[dict], sets: Given, duration, tick, keep: l
         return rows, {}
     from orchestrator.runs import prefix
 
-    tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
-    try:
+    with _files() as tmp:
+        specs = [_spec(playbook, p, sets, duration, tick, tmp) for p in points]
+        if not nested:
+            datas, ticks = prefix.play_shared(specs)
+            return [_row(p, data) for p, data in zip(points, datas)], ticks
+        import ray  # each branch a Ray task of its own, started as it leaves the trunk
+
+        task = ray.remote(num_cpus=1, max_retries=1)(run_branch)
         refs: dict = {}
-        start = None
-        if nested:  # each branch a Ray task of its own, started as it leaves the trunk
-            import ray
 
-            task = ray.remote(num_cpus=1, max_retries=1)(run_branch)
-
-            def start(i, at):
-                refs[i] = task.remote(playbook, points[i], sets, duration, tick, at)
-        whole, branches, ticks, per_run = prefix.trunk([_spec(playbook, p, sets, duration, tick, tmp) for p in points],
-                                                       start)
+        def start(i, at):
+            refs[i] = task.remote(playbook, points[i], sets, duration, tick, at)
+        whole, _, ticks, per_run = prefix.trunk(specs, start)
         rows: list = [None] * len(points)
         for i, data in whole.items():
             rows[i] = _row(points[i], data)
-        if nested:
-            done = {i: ray.get(ref) for i, ref in refs.items()}
-        else:
-            done = {i: run_branch(playbook, points[i], sets, duration, tick, at) for i, at in branches.items()}
         played = ticks
-        for i, (row, n) in done.items():
-            rows[i] = row
+        for i, ref in refs.items():
+            rows[i], n = ray.get(ref)
             played += n
         return rows, {"ticks": played, "whole": per_run * len(points)}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_branch(playbook, point: dict, sets: Given, duration, tick, at) -> tuple[dict, int]:
-    """A run played on from where it leaves its trunk (``runs.prefix.Branch``): its row and
-    the ticks it played."""
+    """A run played on from where it leaves its trunk (``runs.prefix.Branch``), in a Ray
+    task: its row and the ticks it played."""
     from orchestrator.runs import prefix
 
-    tmp = Path(tempfile.mkdtemp(prefix="gameday-compare-"))
-    try:
+    with _files() as tmp:
         data = prefix.branch(_spec(playbook, point, sets, duration, tick, tmp), at)
         return _row(point, data), int(data.meta["ticks_done"]) - at.tick
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _files():
+    """A directory for a run's playbook and runbook files (``_spec``), removed after."""
+    with tempfile.TemporaryDirectory(prefix="gameday-compare-", ignore_cleanup_errors=True) as tmp:
+        yield Path(tmp)
 
 
 def _can_write_dir(path: Path) -> bool:

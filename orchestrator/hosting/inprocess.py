@@ -170,13 +170,15 @@ class InProcessHost:
     def frozen(self) -> dict:
         """``snapshot`` with the agents' states pickled at once (a deep copy of a large
         world's state costs several times as much); ``restore`` takes it unpickled."""
-        return {"tick": self.tick, "pending": {k: [encode(m) for m in v] for k, v in self.pending.items()},
+        return {"tick": self.tick, "pending": self._frames(),
                 "agents": pickle.dumps({n: a.state_to_serialise() for n, a in self.agents.items()})}
 
     def snapshot(self) -> dict:
-        """(Messages on their way are kept as frames: a restored world gets its own copies.)"""
-        return {"tick": self.tick, "pending": {k: [encode(m) for m in v] for k, v in self.pending.items()},
-                "agents": {n: a.snapshot() for n, a in self.agents.items()}}
+        return {"tick": self.tick, "pending": self._frames(), "agents": {n: a.snapshot() for n, a in self.agents.items()}}
+
+    def _frames(self) -> dict[str, list[bytes]]:
+        """The messages on their way, as frames: a restored world gets its own copies."""
+        return {k: [encode(m) for m in v] for k, v in self.pending.items()}
 
     def restore(self, snap: dict) -> None:
         self.tick = snap["tick"]

@@ -54,15 +54,23 @@ def trunk(specs: list[RunSpec], on_branch=None) -> tuple[dict[int, RunData], dic
     branches, while the trunk plays on (so that the branch can start at once elsewhere)."""
     prepared = {i: prepare(s) for i, s in enumerate(specs)}
     plans = {i: got[3] for i, got in prepared.items()}
-    rules = {i: [a for a in plans[i].agents if a.name == OPERATOR][0] for i in plans}
+    rules = {i: _operator(plans[i]) for i in plans}
     quiet = [i for i in plans if rules[i].kind != "operator:runbook"]
     base = WorldRun(specs[quiet[0]], None, prepared=prepared[quiet[0]]) if quiet else \
         WorldRun(dataclasses.replace(specs[0], runbook="none"), None)
     info = base.plan.info
     shadows = {i: build_agent(rules[i].kind, OPERATOR, rules[i].spec, info) for i in plans if i not in quiet[:1]}
-    reference = build_agent("operator:none", OPERATOR, [a for a in base.plan.agents if a.name == OPERATOR][0].spec, info)
+    reference = build_agent("operator:none", OPERATOR, _operator(base.plan).spec, info)
     branches: dict[int, Branch] = {}
     checkpoint = None
+
+    def leave(i: int) -> None:  # (run i goes on alone from the last checkpoint)
+        cp_tick, host, scorer, ops = checkpoint
+        branches[i] = Branch(cp_tick, host, scorer, ops[i])
+        del shadows[i]
+        if on_branch is not None:
+            on_branch(i, branches[i])
+
     every = max(1, min(round(CHECKPOINT_S / info.dt), base.plan.ticks // CHECKPOINTS))
     status = rundir.INTERRUPTED
     try:
@@ -75,11 +83,7 @@ def trunk(specs: list[RunSpec], on_branch=None) -> tuple[dict[int, RunData], dic
             expected = reference.step(t, inbox)
             for i in list(shadows):
                 if shadows[i].step(t, inbox) != expected:
-                    cp_tick, host, scorer, ops = checkpoint
-                    branches[i] = Branch(cp_tick, host, scorer, ops[i])
-                    del shadows[i]
-                    if on_branch is not None:
-                        on_branch(i, branches[i])
+                    leave(i)
             if not shadows and not quiet:
                 break
             base.step()
@@ -88,11 +92,8 @@ def trunk(specs: list[RunSpec], on_branch=None) -> tuple[dict[int, RunData], dic
         base.close(status)
     ticks = base.tick
     for i in list(shadows):  # never acted: the trunk's world to the end, from its last checkpoint
-        cp_tick, host, scorer, ops = checkpoint
-        branches[i] = Branch(cp_tick, host, scorer, ops[i])
-        if on_branch is not None:
-            on_branch(i, branches[i])
-    whole = {quiet[0]: RunData(dir=None, meta=base.writer.meta, score=base.writer.score)} if quiet else {}
+        leave(i)
+    whole = {quiet[0]: base.data()} if quiet else {}
     return whole, branches, ticks, base.plan.ticks
 
 
@@ -110,7 +111,12 @@ def branch(spec: RunSpec, at: Branch) -> RunData:
         status = rundir.COMPLETE
     finally:
         run.close(status)
-    return RunData(dir=None, meta=run.writer.meta, score=run.writer.score)
+    return run.data()
+
+
+def _operator(plan):
+    """The plan's operator agent (its kind: what rules it follows)."""
+    return next(a for a in plan.agents if a.name == OPERATOR)
 
 
 def play_shared(specs: list[RunSpec]) -> tuple[list[RunData], dict]:

@@ -204,6 +204,10 @@ class WorldRun:
         self.scorer = copy.deepcopy(state["scorer"])
         self.injections = state["seq"]
 
+    def data(self) -> RunData:
+        """A run played without a directory, once closed: its meta and score (no tables)."""
+        return RunData(dir=None, meta=self.writer.meta, score=self.writer.score)
+
     def close(self, status: str) -> None:
         if self.closed:
             return
@@ -277,9 +281,7 @@ def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None,
         from orchestrator.runs import attribution as counterfactual  # it plays worlds itself: imported when used
 
         counterfactual.write(out, run.action_states)
-    if out is None:
-        return RunData(dir=None, meta=run.writer.meta, score=run.writer.score)
-    return load_run(out)
+    return run.data() if out is None else load_run(out)
 
 
 #: meta.json's key for the runbooks that took over during a run (a fork's): [{tick, runbook, rules}]
