@@ -251,9 +251,19 @@ class _Reading:
         return _delta(self.start_s + tick * self.dt - clock_s)
 
     @cached_property
+    def works_over_run(self) -> dict[str, list[tuple[int, str]]]:
+        """Each population's work over the run: [(from tick, perishable or durable)], the
+        playbook's from tick 0, then each set_work applied (as the scorer follows it)."""
+        out = {p: [(0, work)] for p, work in self.works.items()}
+        for e in self.events:
+            if (switch := work_switch(e)) and switch[0] in out:
+                out[switch[0]].append((int(e["tick"]), switch[1]))
+        return out
+
+    @cached_property
     def signals(self) -> list[Signal]:
         """Every measure the loop milestone is defined on (``loop_signals``)."""
-        return loop_signals(self.loop, self.m, self.dt, _works(self)) if self.ticks_done else []
+        return loop_signals(self.loop, self.m, self.dt, self.works_over_run) if self.ticks_done else []
 
     @cached_property
     def signal(self) -> Signal | None:
@@ -312,17 +322,7 @@ def analyse(run: RunData) -> Analysis:
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
                     scoring=r.scoring,
-                    works=_works(r))
-
-
-def _works(r: _Reading) -> dict[str, list[tuple[int, str]]]:
-    """Each population's work over the run: [(from tick, perishable or durable)], the
-    playbook's from tick 0, then each set_work applied (as the scorer follows it)."""
-    out = {p: [(0, work)] for p, work in r.works.items()}
-    for e in r.events:
-        if (switch := work_switch(e)) and switch[0] in out:
-            out[switch[0]].append((int(e["tick"]), switch[1]))
-    return out
+                    works=r.works_over_run)
 
 
 def _measures(r: _Reading) -> list[dict]:
@@ -517,14 +517,14 @@ def _never_took_effect(events: list[dict], at, until: str) -> list[Finding]:
     for aid, e in started.items():
         fails = failed.get(aid, [])
         if fails:
-            whys = sorted({f.get("why", "") for f in fails})
+            whys = sorted({f["why"] for f in fails})
             why = (f"its deployment steps failed {len(fails)} time{'s' * (len(fails) != 1)} ({'; '.join(whys)}), "
-                   f"the last at {at(fails[-1]['tick'])}, with {int(fails[-1].get('steps_left', 0))} of "
-                   f"{int(e.get('steps', 0))} steps still to do")
+                   f"the last at {at(fails[-1]['tick'])}, with {int(fails[-1]['steps_left'])} of "
+                   f"{int(e['steps'])} steps still to do")
         else:
             why = "it was still in its lead time or its deployment steps"
         out.append(Finding(f"{e['action']} never took effect",
-                           f"asked by {e.get('by', 'the operators')} and started at {at(e['tick'])}, it was not in "
+                           f"asked by {e['by']} and started at {at(e['tick'])}, it was not in "
                            f"effect when the run ended at {until}: {why}", "never_took_effect"))
     return out
 
@@ -663,7 +663,7 @@ def loop_signals(loop: dict, m: pd.DataFrame, dt: float, works: dict) -> list[Si
     """Every measure the loop milestone is defined on, as the score reads it: each loop
     device's connection-setup success, each loop service's useful share of its work (1-minute
     sums), each loop population's retry amplification (1-minute sums; ``works``: each
-    population's work over the run, ``_works``)."""
+    population's work over the run, ``_Reading.works_over_run``)."""
     out = [Signal(f"{d} setup success", m[f"{d}.setup_success_ratio"], float(loop["setup_success_min"]))
            for d in loop["devices"] if f"{d}.setup_success_ratio" in m]
     out += [Signal(f"{s} useful work", useful_share(m, s, dt), float(loop["useful_work_min"]))
