@@ -113,3 +113,22 @@ def test_no_module_below_the_command_line_names_a_flag():
                     found += [f"{'/'.join(parts)}.py:{node.lineno}: {m}"
                               for m in flag.findall(re.sub(r"`[^`]*`", "", node.value))]
     assert not found, found
+
+
+def test_only_the_hosts_reach_into_their_agents_and_messages():
+    """One stepper: replays, forks, counterfactuals and shared beginnings drive a world through
+    WorldRun's and the Host protocol's declared methods (agent, replace_agent, inbox, drop,
+    snapshot, restore); nothing outside hosting/ reads or writes a host's agents or the
+    messages on their way itself (attribution kept a copy of the tick loop that did)."""
+    reach = re.compile(r"\bhost\.(agents|pending)\b")
+    found = [f"{'/'.join(parts)}.py" for path, parts in modules("orchestrator")
+             if parts[1] != "hosting" and reach.search(path.read_text(encoding="utf-8"))]
+    assert not found, found
+
+
+def test_the_playbook_is_loaded_by_stage_in_modules_of_under_400_lines():
+    """playbook/loader.py held every stage in 1,107 lines; each stage is a module of its own."""
+    sizes = {path.name: len(path.read_text(encoding="utf-8").splitlines())
+             for path in (ROOT / "orchestrator" / "playbook").glob("*.py") if path.name != "format.py"}
+    assert {"files.py", "template.py", "yaml_text.py", "checks.py", "effects.py", "runbooks.py", "loader.py"} <= set(sizes)
+    assert all(n < 400 for n in sizes.values()), sizes
