@@ -177,6 +177,20 @@ def check_score_record(score: dict) -> None:
         assert set(score[key]) <= declared(rundir.When)
 
 
+def fresh(read, tries: int = 20):
+    """``read()`` of a page's element, read again if the page re-rendered the element between
+    its being found and being read (the value itself is taken as it is the first time it is
+    read whole)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(tries - 1):
+        try:
+            return read()
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return read()
+
+
 def wait_for(what, timeout=30.0, every=0.1):
     """``what()`` once it is true, polled every ``every`` s. An element a page re-rendered
     between being found and being read is read again on the next try (the condition

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import serve, wait_for, webdriver
+from helpers import fresh, serve, wait_for, webdriver
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.live.client import LiveClient
 from orchestrator.live.server import LiveServer
@@ -224,7 +224,8 @@ def test_serve_killed_with_sigkill_resumes_with_the_same_tokens_and_its_console_
             wait_for(timeout=60.0, what=lambda: blue.find_element("id", "status").text == "" and
                   blue.find_element("id", "state").text == "running")  # the page came back by itself
             wait_for(timeout=60.0, what=lambda: "server restarted" in blue.find_element("id", "feed").text)
-            assert "hold on" in blue.find_element("id", "messages").text  # from before the kill, not lost
+            # from before the kill, not lost (read whole: the page re-renders as the states come)
+            assert "hold on" in fresh(lambda: blue.find_element("id", "messages").text)
             before = fac.call("status")["session"]["tick"]
             wait_for(timeout=60.0, what=lambda: fac.call("status")["session"]["tick"] > before + 100)
             red.call("act", {"action": "enable_protection"})
