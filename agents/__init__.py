@@ -1,5 +1,6 @@
 """The simulated parts of a world. Pure step machines: no Ray, ZeroMQ or CLI in here."""
 from .automation import Automation
+from .controller import Controller
 from .base import OUTSIDE, PROTOCOL_VERSION, UNWIRED, Agent, Message, StepResult, Wiring, WorldInfo, agent_rng
 from .deployment import Deployment
 from .device import DevicePool
@@ -19,6 +20,7 @@ AGENT_CLASSES: dict[str, type[Agent]] = {
     "monitoring": Monitoring,
     "deployment": Deployment,
     "status": StatusDashboard,
+    "controller": Controller,
     "operator:none": NoOperator,
     "operator:runbook": RunbookOperator,
     "operator:console": ConsoleOperator,

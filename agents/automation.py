@@ -1,5 +1,6 @@
-"""The scenario's own automation: scheduled triggers (e.g. the scaling activity that
-set off the 2021 surge), sent as ``apply`` messages to their targets. A mitigation can
+"""The scenario's own automation: triggers (e.g. the scaling activity that set off the
+2021 surge), at clock times or when a condition on what monitoring delivers holds, sent
+as ``apply`` messages to their targets. A mitigation can
 disable a trigger, like any other piece of automation. A live game day's facilitator
 injects the playbook's extra ``faults`` through here too, so that they reach their
 targets (every shard of a population) the way triggers do."""
@@ -7,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Arg, Message, StepResult, WorldInfo, operation
+from .base import Arg, Message, StepResult, WorldInfo, operation
 from .deployment import resolve_param
+from .operator import Watcher
 
 
-class Automation(Agent):
+class Automation(Watcher):
     kind = "automation"
     METRICS = {"fired": ("count per tick", "triggers fired this tick"), "enabled": ("count", "triggers still enabled")}
 
@@ -20,10 +22,11 @@ class Automation(Agent):
         self.faults = {f["name"]: f for f in spec.get("faults") or []}
         self.triggers = []
         for t in spec.get("triggers") or []:
-            first = round((t["at"] - world.start_s) / world.dt)
+            # (on a condition: it may fire from its first tick, and again `every` after it fired)
+            first = 0 if t.get("when") else round((t["at"] - world.start_s) / world.dt)
             every = round(t["repeat_every"] / world.dt) if t.get("repeat_every") else 0
             self.triggers.append({"name": t["name"], "next": first, "every": every, "enabled": True,
-                                  "effects": t["effects"], "description": t["description"]})
+                                  "when": t.get("when"), "effects": t["effects"], "description": t["description"]})
 
     @operation(example={"fault": "blind_monitoring", "params": {"seconds": 600}},
                fault=Arg("the name of one of the playbook's faults", names="fault"),
@@ -59,12 +62,16 @@ class Automation(Agent):
                 t["enabled"] = False
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
+        self.observe(tick, inbox)
         for msg in inbox:
             if msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
         fired = 0
-        for t in self.triggers:
-            if t["enabled"] and tick == t["next"]:
+        for i, t in enumerate(self.triggers):
+            # (a condition is watched every tick, so that its `for` counts an unbroken stretch)
+            holds = t["when"] is None or self._holds(tick, t["when"], (i,))
+            due = tick == t["next"] if t["when"] is None else 0 <= t["next"] <= tick
+            if t["enabled"] and due and holds:
                 fired += 1
                 self.event(tick, "trigger", trigger=t["name"], description=t["description"])
                 for eff in t["effects"]:

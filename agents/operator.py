@@ -11,12 +11,20 @@ import numpy as np
 
 from .base import OUTSIDE, Agent, Message, StepResult, WorldInfo
 
+#: the team's operator, as the world names it (its actions are the team's; a controller's are the world's)
+OPERATOR = "operator"
 
-class Operator(Agent):
-    """Base: keeps the observed view and the action log; decides nothing."""
 
-    kind = "operator"
-    METRICS = {"actions_requested": ("count", "actions this operator has requested so far")}
+def by_the_team(e: dict) -> bool:
+    """Whether an action's event (requested, started, effective, failed) is of an action the
+    team's operator asked for, not one of the world's controllers."""
+    return e.get("by", e["agent"]) == OPERATOR
+
+
+class Watcher(Agent):
+    """Whatever acts on what monitoring shows (an operator, the world's controllers, a
+    trigger on a condition): keeps the observed view, the alarms and log answers, and
+    evaluates the runbook grammar's conditions over them. It never sees ground truth."""
 
     def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
         super().__init__(name, spec, rng, world)
@@ -26,12 +34,7 @@ class Operator(Agent):
         self.logs: dict[str, list] = {}
         self.requested: dict[str, int] = {}  # action -> tick first requested
         self.effective: dict[str, int] = {}
-        self.n_requested = 0
         self.true_since: dict[tuple, int] = {}  # a condition (by its path) -> the tick it has held since
-        # The rules of the runbooks that will take over from this operator, in order (a fork
-        # played again): their conditions are watched, never acted on, so that a `for` of
-        # the next one counts from before it takes over, as it would have.
-        self.watching: list[list[dict]] = []
 
     def observe(self, tick: int, inbox: list[Message]) -> None:
         for msg in inbox:
@@ -42,6 +45,78 @@ class Operator(Agent):
                 self.logs.update(b["values"])
             elif msg.kind == "action_status" and b["state"] == "effective":
                 self.effective.setdefault(b["action"], tick)
+
+    def seen(self, tick: int, metric: str, max_age: float) -> float | None:
+        """The view's value of ``metric``, or None if it is unknown or older than ``max_age``."""
+        seen = self.view.get(metric)
+        if seen is None or seen[1] + (tick - self.view_tick) * self.world.dt > max_age:
+            return None
+        return float(seen[0])
+
+    def _ticks(self, seconds: float) -> int:
+        return max(0, round(float(seconds) / self.world.dt))
+
+    def _holds(self, tick: int, cond: dict, path: tuple) -> bool:
+        """Evaluate one condition; ``for`` makes it hold only after being true that long."""
+        now = self.world.clock(tick)
+        if "all" in cond or "any" in cond:
+            # Every part is evaluated, not only up to the first that decides: each ``for``
+            # inside counts its own unbroken stretch, whatever the order of the list.
+            items = cond["all"] if "all" in cond else cond["any"]
+            parts = [self._holds(tick, c, path + (j,)) for j, c in enumerate(items)]
+            ok = all(parts) if "all" in cond else any(parts)
+        elif "not" in cond:
+            ok = not self._holds(tick, cond["not"], path + ("not",))
+        elif "at" in cond:
+            ok = now >= cond["at"]
+        elif "no_data" in cond:
+            seen = self.view.get(cond["no_data"])
+            age = tick * self.world.dt if seen is None else seen[1] + (tick - self.view_tick) * self.world.dt
+            return age >= float(cond["for"])  # "for" is the age itself here
+        elif "metric" in cond:
+            value = self.seen(tick, cond["metric"], float(cond["max_age"]))
+            if value is None:
+                ok = False
+            elif "above" in cond:
+                ok = value > float(cond["above"])
+            else:
+                ok = value < float(cond["below"])
+        elif "log" in cond:
+            seen = self.logs.get(cond["log"])
+            ok = seen is not None and (seen[0] > float(cond["above"]) if "above" in cond else seen[0] < float(cond["below"]))
+        elif "alarm" in cond:
+            ok = cond["alarm"] in self.alarms
+        elif "done" in cond:
+            when = (self.effective if cond["effective"] else self.requested).get(cond["done"])
+            ok = when is not None and tick - when >= self._ticks(cond["after"])
+            return ok
+        elif "not_done" in cond:
+            ok = cond["not_done"] not in self.requested
+        else:  # validation rejects this before a run starts
+            raise ValueError(f"unknown condition {cond!r}")
+        hold = self._ticks(cond["for"]) if "for" in cond else 0  # only some conditions take one
+        if not hold:
+            return ok
+        if not ok:
+            self.true_since.pop(path, None)
+            return False
+        since = self.true_since.setdefault(path, tick)
+        return tick - since >= hold
+
+
+class Operator(Watcher):
+    """Base: keeps the observed view and the action log; decides nothing."""
+
+    kind = "operator"
+    METRICS = {"actions_requested": ("count", "actions this operator has requested so far")}
+
+    def __init__(self, name: str, spec: dict, rng: np.random.Generator, world: WorldInfo):
+        super().__init__(name, spec, rng, world)
+        self.n_requested = 0
+        # The rules of the runbooks that will take over from this operator, in order (a fork
+        # played again): their conditions are watched, never acted on, so that a `for` of
+        # the next one counts from before it takes over, as it would have.
+        self.watching: list[list[dict]] = []
 
     def request(self, tick: int, action: str, params: dict | None = None, reason: str = "", **ref) -> None:
         """``ref``: more to journal with the request (a console's command id)."""
@@ -71,57 +146,6 @@ class Operator(Agent):
         for k, rules in enumerate(self.watching):
             for i, rule in enumerate(rules):
                 self._holds(tick, rule["when"], ("watch", k, i))
-
-    def _ticks(self, seconds: float) -> int:
-        return max(0, round(float(seconds) / self.world.dt))
-
-    def _holds(self, tick: int, cond: dict, path: tuple) -> bool:
-        """Evaluate one condition; ``for`` makes it hold only after being true that long."""
-        now = self.world.clock(tick)
-        if "all" in cond or "any" in cond:
-            # Every part is evaluated, not only up to the first that decides: each ``for``
-            # inside counts its own unbroken stretch, whatever the order of the list.
-            items = cond["all"] if "all" in cond else cond["any"]
-            parts = [self._holds(tick, c, path + (j,)) for j, c in enumerate(items)]
-            ok = all(parts) if "all" in cond else any(parts)
-        elif "not" in cond:
-            ok = not self._holds(tick, cond["not"], path + ("not",))
-        elif "at" in cond:
-            ok = now >= cond["at"]
-        elif "no_data" in cond:
-            seen = self.view.get(cond["no_data"])
-            age = tick * self.world.dt if seen is None else seen[1] + (tick - self.view_tick) * self.world.dt
-            return age >= float(cond["for"])  # "for" is the age itself here
-        elif "metric" in cond:
-            seen = self.view.get(cond["metric"])
-            max_age = float(cond["max_age"])
-            if seen is None or seen[1] + (tick - self.view_tick) * self.world.dt > max_age:
-                ok = False
-            elif "above" in cond:
-                ok = seen[0] > float(cond["above"])
-            else:
-                ok = seen[0] < float(cond["below"])
-        elif "log" in cond:
-            seen = self.logs.get(cond["log"])
-            ok = seen is not None and (seen[0] > float(cond["above"]) if "above" in cond else seen[0] < float(cond["below"]))
-        elif "alarm" in cond:
-            ok = cond["alarm"] in self.alarms
-        elif "done" in cond:
-            when = (self.effective if cond["effective"] else self.requested).get(cond["done"])
-            ok = when is not None and tick - when >= self._ticks(cond["after"])
-            return ok
-        elif "not_done" in cond:
-            ok = cond["not_done"] not in self.requested
-        else:  # validation rejects this before a run starts
-            raise ValueError(f"unknown condition {cond!r}")
-        hold = self._ticks(cond["for"]) if "for" in cond else 0  # only some conditions take one
-        if not hold:
-            return ok
-        if not ok:
-            self.true_since.pop(path, None)
-            return False
-        since = self.true_since.setdefault(path, tick)
-        return tick - since >= hold
 
     def step(self, tick: int, inbox: list[Message]) -> StepResult:
         self.observe(tick, inbox)

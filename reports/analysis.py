@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from agents.base import PER_TICK
-from agents.operator import rule_label
+from agents.operator import by_the_team, rule_label
 from agents.population import AMPLIFICATION_BASE, work_switch
 
 from .impact import TurnedAway, failed_and_finished
@@ -736,7 +736,8 @@ def _summary(trigger, trigger_tick, bad_tick, signal: Signal | None, events, mil
     alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
     loop = milestones.get("loop_broken")
     # the actions asked before the loop broke (or all of them, if it did not)
-    actions = sum(1 for e in events if e["event"] == "action_requested" and (loop is None or e["tick"] <= loop))
+    actions = sum(1 for e in events if e["event"] == "action_requested" and by_the_team(e)
+                  and (loop is None or e["tick"] <= loop))
     seen = f"The operators' first alarm ({alarm['alarm']}) came at {at(alarm['tick'])}" if alarm else \
         "No alarm reached the operators"
     broken = f"the loop was broken at {at(loop)}" if loop is not None else \
@@ -777,7 +778,7 @@ def _leaf_conditions(cond: dict) -> list[dict]:
 def _rules_never_fired(runbook, events, playbook, m, dt, at) -> list[Finding]:
     fired = {e.get("rule") for e in events if e["event"] == "rule_fired"}
     alarms_raised = {e.get("alarm") for e in events if e["event"] == "alarm_raised"}
-    requested = {e.get("action") for e in events if e["event"] == "action_requested"}
+    requested = {e.get("action") for e in events if e["event"] == "action_requested" and by_the_team(e)}
     alarm_defs = {a["name"]: a for a in ((playbook.get("monitoring") or {}).get("alarms") or [])}
     out = []
     for i, rule in enumerate(runbook.get("rules") or []):

@@ -57,7 +57,7 @@ def test_a_repeated_action_does_not_crowd_out_the_others_and_those_left_untested
     from orchestrator.runs.attribution import candidates
 
     def took_effect(tick, action):
-        return {"event": "action_effective", "tick": tick, "action": action}
+        return {"event": "action_effective", "tick": tick, "action": action, "agent": "deployment", "by": "operator"}
 
     events = [took_effect(10, "pace"), took_effect(20, "purge"), {"event": "applied", "tick": 25},
               took_effect(30, "purge"), took_effect(35, "shed"), took_effect(40, "purge"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from agents.operator import by_the_team
 from agents.population import AMPLIFICATION_BASE, work_switch
 
 from orchestrator.playbook.format import milestone_keys
@@ -206,9 +207,9 @@ class Scorer:
                 self.trigger_tick = tick
             elif e["event"] == "status_posted" and self.first_update is None and self.trigger_tick is not None:
                 self.first_update = tick
-            elif e["event"] == "action_requested":
+            elif e["event"] == "action_requested" and by_the_team(e):
                 self.actions += 1
-            elif e["event"] == "action_effective" and self.first_effective is None:
+            elif e["event"] == "action_effective" and self.first_effective is None and by_the_team(e):
                 self.first_effective = tick
             elif (switch := work_switch(e)) and switch[0] in self.amp_base:
                 self.amp_base[switch[0]] = AMPLIFICATION_BASE[switch[1]]  # (from this tick on)

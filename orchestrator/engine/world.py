@@ -7,12 +7,13 @@ import copy
 from dataclasses import dataclass, field, replace
 
 from agents import AGENT_CLASSES, Wiring, WorldInfo
+from agents.operator import OPERATOR
 from agents.shards import merge_metrics, metrics_needed, shard_specs, source_of
 from orchestrator.playbook.loader import Playbook
 
-OPERATOR = "operator"
 MONITORING = "monitoring"
 DEPLOYMENT = "deployment"
+TRIGGERS = "triggers"
 
 
 @dataclass
@@ -110,8 +111,12 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
                for pop, parts in split.items() if len(parts) > 1}
 
     # Every agent is wired to the same world; what differs is its own dependants and telemetry.
+    # Monitoring publishes its view to whatever acts on it: the operator, the world's
+    # controllers, and the triggers if one of them waits for a condition.
+    watchers = (OPERATOR, *(c["name"] for c in data["controllers"]),
+                *((TRIGGERS,) if any(t.get("when") for t in data["triggers"]) else ()))
     world = Wiring(health_subscribers=(), monitor=MONITORING, telemetry=(), telemetry_every=every,
-                   operators=(OPERATOR,), deployment=DEPLOYMENT, shards=sharded, initial_connections={})
+                   operators=watchers, deployment=DEPLOYMENT, shards=sharded, initial_connections={})
 
     def wired(spec: dict, name: str, logical: str | None = None, **own) -> dict:
         """``spec`` with its wiring; ``logical``: the population a shard is part of."""
@@ -123,7 +128,7 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
         plan.agents.append(AgentPlan(kind, name, wired(spec, name, **how)))
 
     plan = WorldPlan(info=info, ticks=int(round(total / dt)), shards={p: members[p] for p in sharded})
-    add("automation", "triggers", {"triggers": data["triggers"], "faults": data["faults"]})
+    add("automation", TRIGGERS, {"triggers": data["triggers"], "faults": data["faults"]})
     for d in data["devices"]:
         add("device", d["name"], d, initial_connections=initial.get(d["name"], {}))
     for s in data["services"]:
@@ -134,6 +139,8 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
     add("monitoring", MONITORING, mon)
     add("deployment", DEPLOYMENT, data["deployment"] | {"catalogue": data["mitigations"]})
     add("status", "status", data["status"])
+    for c in data["controllers"]:
+        add("controller", c["name"], c)
     rules = (runbook or {}).get("rules") or []
     add("operator:console" if console else "operator:runbook" if rules else "operator:none", OPERATOR, {"rules": rules})
     return plan

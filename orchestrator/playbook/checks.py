@@ -11,9 +11,10 @@ from orchestrator.errors import InvalidPlaybook, Issue, closest_first, setting
 from orchestrator.playbook.format import PLAYBOOK
 from orchestrator.playbook.format import MEASURES, milestone_keys
 from orchestrator.playbook.schema import check
-from reports.timefmt import format_clock
 from orchestrator.playbook.names import KIND_OF_SECTION, Names, agent_names
 from orchestrator.playbook.effects import check_effect, observable_metrics
+from orchestrator.playbook.controllers import check_controllers, check_triggers
+from orchestrator.playbook.rules import before_start
 
 
 MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
@@ -286,18 +287,8 @@ def timing_issues(data: dict, duration: float | None, tick: float | None) -> lis
     return issues
 
 
-def before_start(at: float, start: float, loc: str) -> list[Issue]:
-    """A clock time given before the run's first tick, which no run can reach (a time of day
-    is read on the run's own day, so a time after midnight is written 24:00 or later)."""
-    if at >= start:
-        return []
-    return [Issue(loc, format_clock(at), f"a time at or after clock.start ({format_clock(start)}; "
-                                         f"a time the next day is 24:00 or later)")]
-
-
 def _check_triggers(data: dict, n: Names) -> None:
     for i, t in enumerate(data["triggers"]):
-        n.issues += before_start(t["at"], data["clock"]["start"], f"triggers[{i}].at")
         for j, e in enumerate(t["effects"]):
             check_effect(e, f"triggers[{i}].effects[{j}]", n)
 
@@ -373,4 +364,5 @@ def _check_work_switches(data: dict, n: Names) -> None:
 
 #: the cross-checks in the order their issues are reported, a section each
 CROSS_CHECKS = (_check_populations, _check_services, _check_service_chains, _check_paths, _check_monitoring,
-                _check_clock, _check_triggers, _check_actions, _check_work_switches, _check_scoring, _check_par)
+                _check_clock, _check_triggers, check_triggers, check_controllers, _check_actions, _check_work_switches,
+                _check_scoring, _check_par)

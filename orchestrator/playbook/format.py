@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field as dfield
 
 from agents.base import FAULT_KINDS
+from agents.controller import METRIC_IS
 from agents.monitoring import WHEN_STALE
 from agents.population import MODES, WORKS
 from agents.retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON
@@ -86,7 +87,7 @@ RETRY = _retry("how a failed request is retried: the delay before each attempt, 
 
 EFFECT = M("an operation applied to one part of the world: {target: NAME, op: OPERATION, args: {...}}",
            target=Field("str", required=True, example="bridge",
-                        doc="the part it applies to: a device pool, service or population by name, or monitoring, "
+                        doc="the part it applies to: a device pool, service, population or controller by name, or monitoring, "
                             "deployment, status or triggers; an effect on a sharded population reaches every shard"),
            op=Field("str", required=True, example="add_devices",
                     doc="the operation, one of those the target's kind of part has (its op_ methods)"),
@@ -383,6 +384,72 @@ ALARM = M("an alarm on an observed metric, evaluated on the operators' view; exa
           **{"for": non_negative("duration", default=60.0,
                                  doc="the condition must hold this long in the operators' view before the alarm fires")})
 
+RULE = M("a rule: when its condition holds, request a mitigation (or several)",
+              name=Field("str", default="", example="move internal DNS off the bridge",
+                         doc="journalled when the rule fires (empty: rule N, its place in the list)"),
+              when=Field("dict", required=True, example={"alarm": "dns-errors", "for": "5m"},
+                         doc="the condition: a mapping with exactly one of the condition keys (all, any, not, at, "
+                             "no_data, metric, log, alarm, done, not_done)"),
+              do=Field("any", required=True, example={"action": "add_capacity", "params": {"devices": 4}},
+                       doc="the mitigation to request: its name, or {action: NAME, params: {...}} overriding some of "
+                           "its params; or a list of those, requested in order when the rule fires"),
+              repeat=Field("bool", default=False,
+                           doc="fire again while the condition holds, at most once every `every`; false: fire once"),
+              every=positive("duration", default=600.0, doc="least time between two firings of a repeating rule"))
+
+AUTOSCALER = M(
+    "target tracking of one service's instances: it reads an observed metric and sets the instances so that the metric "
+    "reads `target` (desired = instances x value / target for an average, value / target for a total), within "
+    "min and max; instances it adds are asked of a provisioning service and serve after their lead time; instances it "
+    "removes stop at once. A value older than max_age (lost telemetry) changes nothing",
+    service=Field("str", required=True, example="web", doc="the service whose capacity its instances are"),
+    instances=positive("int", required=True, unit="instances", example=40,
+                       doc="instances serving at the start: the service's capacity is theirs, so each serves "
+                           "capacity / instances"),
+    metric=Field("str", required=True, example="web.utilisation",
+                 doc="the observed metric it tracks (AGENT.METRIC, one of monitoring.observe)"),
+    metric_is=Field("str", choices=METRIC_IS, default="average",
+                    doc="average: the metric is per instance, as CPU utilisation is; total: the instances share it, "
+                        "as requests per second are"),
+    target=positive(required=True, example=0.6, doc="the value of the metric it aims at"),
+    min=non_negative("int", default=1, unit="instances", doc="fewest instances"),
+    max=positive("int", required=True, unit="instances", example=400, doc="most instances"),
+    max_step=non_negative("int", default=0, unit="instances",
+                          doc="most instances one scaling adds or removes; 0: no limit"),
+    scale_out_after=non_negative("duration", default=180.0,
+                                 doc="its readings must have asked for more instances this long without a break "
+                                     "before it adds any"),
+    scale_in_after=non_negative("duration", default=900.0,
+                                doc="its readings must have asked for fewer instances this long without a break "
+                                    "before it removes any"),
+    scale_out_cooldown=non_negative("duration", default=60.0, doc="least time between two scale-outs"),
+    scale_in_cooldown=non_negative("duration", default=300.0, doc="least time between two scale-ins"),
+    scale_in=Field("bool", default=True, doc="false: it never removes instances"),
+    max_age=positive("duration", default=180.0, doc="a reading older than this is no reading"),
+    lead_time=non_negative("duration", default=120.0,
+                           doc="from an instance provisioned to it serving (boot, registration)"),
+    provision=M("the control plane instances are asked of: one request each, across a path to a service of the "
+                "world (its capacity, queue and health are the control plane's rate limits); unset: every instance "
+                "asked for is provisioned at once",
+                service=Field("str", required=True, example="provisioning",
+                              doc="the service each instance is a request to"),
+                path=_names("device pools a request crosses first", _POOL, ["network"]),
+                timeout=positive("duration", default=10.0, doc="a request slower than this fails"),
+                retry_delay=positive("duration", default=30.0,
+                                     doc="wait after a failed request before the instance is asked for again")))
+
+CONTROLLER = M(
+    "a controller: the world's own automation that reacts to what monitoring delivers (never ground truth): an "
+    "autoscaler, rules in the runbook grammar (their actions are mitigations, through the deployment tooling), or "
+    "both",
+    name=Field("str", required=True, example="web-autoscaler",
+               doc="its name: journalled with what it does; effects target it by it"),
+    description=Field("str", default="", example="scales the web tier on its CPU", doc="what it stands for"),
+    enabled=Field("bool", default=True, doc="false: it starts switched off (an effect's op enable switches it on)"),
+    autoscaler=AUTOSCALER,
+    rules=L(RULE, doc="rules checked every tick, as a runbook's are; `done` counts this controller's own actions",
+            default=list))
+
 PLAYBOOK = M(
     "a playbook: the world of one scenario (clock, devices, services, populations, monitoring, deployment, status), "
     "what sets the incident off (triggers), what operators can do (mitigations), what a facilitator can inject "
@@ -460,11 +527,22 @@ PLAYBOOK = M(
                             doc="the trigger's name (the operation disable on target triggers names it)"),
                  description=Field("str", default="", example="automated scaling makes internal clients reconnect",
                                    doc="what it stands for (journalled when it fires)"),
-                 at=Field("clock", required=True, example="07:30",
-                          doc="the clock time it first fires: at or after clock.start (a time the next day is 24:00 or later)"),
-                 repeat_every=positive("duration", example="1h", doc="it fires again this often; unset: once"),
+                 at=Field("clock", example="07:30",
+                          doc="the clock time it first fires: at or after clock.start (a time the next day is 24:00 or "
+                              "later); exactly one of at and when"),
+                 when=Field("dict", example={"metric": "web.utilisation", "above": 0.9, "for": "5m"},
+                            doc="instead of at: it first fires when this condition holds, read in the runbook "
+                                "grammar's conditions (at, metric, no_data, alarm, all, any, not) on what monitoring "
+                                "delivers (automation sees no ground truth either)"),
+                 repeat_every=positive("duration", example="1h",
+                                       doc="it fires again this often (on a condition: while the condition holds); "
+                                           "unset: once"),
                  effects=L(EFFECT, doc="the operations it applies", required=True)),
                doc="what sets the incident off; a runbook's +DURATION times count from the earliest `at`", default=list),
+    controllers=L(CONTROLLER, doc="the world's own automation that reacts to it (autoscalers, and rules in the "
+                                  "runbook grammar), acting before, during and after the incident whatever the "
+                                  "runbook; operators can switch one off (op disable) or change its autoscaler",
+                  default=list),
     mitigations=L(M("a mitigation: an action operators can request (runbook or console)",
                     name=Field("str", required=True, example="add_capacity",
                                doc="the action's name (runbooks and consoles request it)"),
@@ -646,18 +724,7 @@ RUNBOOK = M(
     name=Field("str", required=True, example="historical", doc="the runbook's name"),
     description=Field("str", default="", example="What AWS did on 2021-12-07, in order.",
                       doc="what the runbook does (for people)"),
-    rules=L(M("a rule: when its condition holds, request a mitigation (or several)",
-              name=Field("str", default="", example="move internal DNS off the bridge",
-                         doc="journalled when the rule fires (empty: rule N, its place in the list)"),
-              when=Field("dict", required=True, example={"alarm": "dns-errors", "for": "5m"},
-                         doc="the condition: a mapping with exactly one of the condition keys (all, any, not, at, "
-                             "no_data, metric, log, alarm, done, not_done)"),
-              do=Field("any", required=True, example={"action": "add_capacity", "params": {"devices": 4}},
-                       doc="the mitigation to request: its name, or {action: NAME, params: {...}} overriding some of "
-                           "its params; or a list of those, requested in order when the rule fires"),
-              repeat=Field("bool", default=False,
-                           doc="fire again while the condition holds, at most once every `every`; false: fire once"),
-              every=positive("duration", default=600.0, doc="least time between two firings of a repeating rule")),
+    rules=L(RULE,
             doc="the rules, checked in order every tick", default=list),
 )
 

@@ -35,7 +35,7 @@ def never_reached(data: dict, runbook: dict | None, end_s: float) -> list[str]:
     effects with nothing to act on (``idle_effects``)."""
     end = format_clock(end_s)
     out = [f"triggers[{i}].at {format_clock(t['at'])} is at or after the end of the run ({end}): it never fires"
-           for i, t in enumerate(data["triggers"]) if t["at"] >= end_s]
+           for i, t in enumerate(data["triggers"]) if t.get("at") is not None and t["at"] >= end_s]
 
     def walk(cond, loc: str) -> None:
         if not isinstance(cond, dict):

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from orchestrator.errors import Issue, closest_first
 
 #: kinds of agent that send telemetry to monitoring
-TELEMETRY_KINDS = ("device", "service", "population")
-KIND_OF_SECTION = {"devices": "device", "services": "service", "populations": "population"}
+TELEMETRY_KINDS = ("device", "service", "population", "controller")
+KIND_OF_SECTION = {"devices": "device", "services": "service", "populations": "population",
+                   "controllers": "controller"}
 
 
 def agent_names(data: dict) -> dict[str, str]:

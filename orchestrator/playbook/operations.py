@@ -18,7 +18,7 @@ from orchestrator.playbook.schema import yaml_hint
 from reports.timefmt import parse_duration
 
 #: the kinds of part a playbook's effects can target (a section's items, or a singleton)
-TARGET_KINDS = ("device", "service", "population", "monitoring", "deployment", "status", "automation")
+TARGET_KINDS = ("device", "service", "population", "controller", "monitoring", "deployment", "status", "automation")
 
 #: annotation -> (JSON type, whether a value fits it, what was expected)
 ARG_TYPES = {

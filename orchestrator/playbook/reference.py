@@ -16,12 +16,14 @@ from orchestrator.playbook.schema import _MISSING, Field
 from reports.timefmt import format_clock, format_duration
 
 #: the name an example uses for a part of each kind (the singletons' names are fixed)
-EXAMPLE_TARGET = {"device": "bridge", "service": "store", "population": "clients", "monitoring": "monitoring",
+EXAMPLE_TARGET = {"device": "bridge", "service": "store", "population": "clients", "controller": "web-autoscaler",
+                  "monitoring": "monitoring",
                   "deployment": "deployment", "status": "status", "automation": "triggers"}
 
 #: what the sections of a playbook build, in the order the reference tells them
 KIND_TITLE = {"device": "device pool (`devices[]`)", "service": "service (`services[]`)",
-              "population": "client population (`populations[]`)", "monitoring": "monitoring",
+              "population": "client population (`populations[]`)", "controller": "controller (`controllers[]`)",
+              "monitoring": "monitoring",
               "deployment": "deployment tooling", "status": "status dashboard", "automation": "triggers"}
 
 INTRO = """\
@@ -226,7 +228,7 @@ def _operations_section() -> list[str]:
     out = ["## Operations", "",
            "What a trigger's, mitigation's or fault's `effects` can do: each effect is "
            "`{target: NAME, op: OPERATION, args: {...}}`, NAME being a part of the world (a device pool, service or "
-           "population by its name, or `monitoring`, `deployment`, `status`, `triggers`). Arguments left out take "
+           "population or controller by its name, or `monitoring`, `deployment`, `status`, `triggers`). Arguments left out take "
            "their defaults. Validation checks every argument's name, type and range before a run.", ""]
     for kind in TARGET_KINDS:
         out += [f"### Operations of a {KIND_TITLE[kind]}", ""]
@@ -253,7 +255,7 @@ def _metrics_section() -> list[str]:
            "`above`, a rule's `metric` or `log` condition) means the same at any `--tick`: "
            "`{metric: clients.attempts, above: 15000}` is 15,000 attempts a second. Ratios, delays and levels "
            "(connections, backlogs) are the same in both.", ""]
-    for kind in ("device", "service", "population", "monitoring", "deployment", "status", "automation"):
+    for kind in TARGET_KINDS:
         metrics = AGENT_CLASSES[kind].METRICS
         out += [f"### Metrics of a {KIND_TITLE[kind]}", "", "| metric | unit | meaning |", "|---|---|---|"]
         out += [f"| `{m}` | {unit} | {_sentence(meaning)} |" for m, (unit, meaning) in metrics.items()]

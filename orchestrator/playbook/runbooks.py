@@ -4,14 +4,12 @@ from __future__ import annotations
 import re
 
 
-from orchestrator.errors import InvalidRunbook, Issue, NotFound, closest_first, nearest
-from orchestrator.playbook.format import CONDITIONS, EMPTY_RUNBOOK, RUNBOOK
-from orchestrator.playbook.schema import _MISSING, Field, check, non_negative
+from orchestrator.errors import InvalidRunbook, Issue, NotFound
+from orchestrator.playbook.format import EMPTY_RUNBOOK, RUNBOOK
+from orchestrator.playbook.schema import check
 from orchestrator.playbook.files import find_runbook, read_text
 from orchestrator.playbook.yaml_text import parse_yaml
-from orchestrator.playbook.checks import before_start
-from orchestrator.playbook.names import agent_names
-from orchestrator.playbook.effects import normalised_params, param_problems
+from orchestrator.playbook.rules import check_rules
 from orchestrator.playbook.loader import Playbook
 
 
@@ -29,118 +27,10 @@ def load_runbook(ref: str, playbook: Playbook) -> tuple[str, dict]:
     issues: list[Issue] = []
     rb = check(doc, RUNBOOK, "", issues)
     if isinstance(rb, dict) and isinstance(rb.get("rules"), list):
-        _check_rules(rb["rules"], playbook, issues)  # with the field errors, so one pass reports everything
+        check_rules(rb["rules"], playbook.data, playbook.name, issues)  # with the field errors, so one pass reports everything
     if issues:  # rule by rule, as the file reads (the field errors came first)
         rule = lambda i: int(m.group(1)) if (m := re.match(r"rules\[(\d+)\]", i.location)) else -1  # noqa: E731
         raise InvalidRunbook(str(path), "validate", sorted(issues, key=rule))
     return text, rb
 
 
-def _check_rules(rules: list, playbook: Playbook, issues: list[Issue]) -> None:
-    """A runbook's references to the playbook: actions, their params, metrics, alarms, times."""
-    catalogue = {m["name"]: m for m in playbook.data["mitigations"]}
-    kinds = agent_names(playbook.data)
-    triggers = playbook.data["triggers"]
-    refs = {"metric": set(playbook.data["monitoring"]["observe"]), "alarm": {a["name"] for a in playbook.data["monitoring"]["alarms"]},
-            "action": set(catalogue), "first_trigger": min((t["at"] for t in triggers), default=None),
-            "start": playbook.data["clock"]["start"]}
-    for i, rule in enumerate(rules):
-        if not isinstance(rule, dict):
-            continue  # field validation reported it
-        loc = f"rules[{i}]"
-        if isinstance(rule.get("when"), dict):
-            rule["when"] = _check_condition(rule["when"], f"{loc}.when", refs, issues)
-        if "do" not in rule:
-            continue
-        if isinstance(rule["do"], list):  # several actions, asked in order when the rule fires
-            if not rule["do"]:
-                issues.append(Issue(f"{loc}.do", rule["do"], "at least one action"))
-                continue
-            rule["do"] = [_checked_action(do, f"{loc}.do[{j}]", catalogue, kinds, playbook, issues)
-                          for j, do in enumerate(rule["do"])]
-        else:
-            rule["do"] = [_checked_action(rule["do"], f"{loc}.do", catalogue, kinds, playbook, issues)]
-
-
-def _checked_action(do, loc: str, catalogue: dict, kinds: dict, playbook: Playbook, issues: list[Issue]) -> dict | None:
-    """One action a rule asks for (its name, or {action, params}), checked against the
-    playbook's mitigations: as {action, params}, its params normalised (None: unusable)."""
-    if isinstance(do, str):
-        do = {"action": do, "params": {}}
-    if not isinstance(do, dict) or "action" not in do:
-        issues.append(Issue(loc, do, "an action name or {action: NAME, params: {...}}, or a list of them"))
-        return None
-    extra = set(do) - {"action", "params"}
-    if extra:
-        key = sorted(extra)[0]
-        guess = nearest(key, ("action", "params"))
-        issues.append(Issue(f"{loc}.{key}", do[key], "only action and params" + (f" (did you mean {guess}?)" if guess else "")))
-    if do["action"] not in catalogue:
-        issues.append(Issue(f"{loc}.action", do["action"], f"a mitigation of {playbook.name} ({closest_first(do['action'], catalogue)})"))
-    elif not isinstance(do.get("params") or {}, dict):
-        issues.append(Issue(f"{loc}.params", do["params"], "a mapping"))
-    else:
-        for k, v, wanted in param_problems(catalogue[do["action"]], do.get("params") or {}, kinds):
-            issues.append(Issue(f"{loc}.params.{k}", v, wanted))
-    params = dict(do.get("params") or {}) if isinstance(do.get("params") or {}, dict) else {}
-    if do["action"] in catalogue:
-        params = normalised_params(catalogue[do["action"]], params, kinds)
-    return {"action": do["action"], "params": params}
-
-
-def _check_condition(c, loc: str, refs: dict, issues: list[Issue]):
-    """One runbook condition against ``format.CONDITIONS``, its defaults filled in. ``refs``:
-    what the playbook offers to refer to (metric, alarm, action) and its first trigger's time."""
-    if not isinstance(c, dict):
-        issues.append(Issue(loc, c, "a condition mapping"))
-        return c
-    keys = [k for k in CONDITIONS if k in c]
-    if len(keys) != 1:
-        issues.append(Issue(loc, c, f"exactly one of {', '.join(CONDITIONS)}"))
-        return c
-    k = keys[0]
-    cond = CONDITIONS[k]
-    for extra in sorted(set(c) - {k} - set(cond.keys), key=str):
-        allowed = ", ".join([k, *cond.keys])
-        issues.append(Issue(f"{loc}.{extra}", c[extra], f"one of the keys of a '{k}' condition ({allowed})"))
-    if cond.one_of and sum(x in c for x in cond.one_of) != 1:
-        issues.append(Issue(loc, c, f"exactly one of {', '.join(cond.one_of)}"))
-    out = {k: c[k]}
-    for key, spec in cond.keys.items():
-        if key in c:
-            out[key] = check(c[key], spec, f"{loc}.{key}", issues)
-        elif spec.default is not _MISSING:
-            out[key] = spec.default
-    value, here = c[k], f"{loc}.{k}"
-    if cond.holds == "conditions":
-        if not isinstance(value, list) or not value:
-            issues.append(Issue(here, value, "a non-empty list of conditions"))
-        else:
-            out[k] = [_check_condition(x, f"{here}[{j}]", refs, issues) for j, x in enumerate(value)]
-    elif cond.holds == "condition":
-        out[k] = _check_condition(value, here, refs, issues)
-    elif cond.holds == "when":
-        out[k] = _check_when(value, here, refs["first_trigger"], issues)
-        if isinstance(out[k], (int, float)):  # (+DURATION counts from a trigger, at or after the start)
-            issues += before_start(out[k], refs["start"], here)
-    else:
-        known = refs[cond.holds]
-        if value not in known:
-            what = {"metric": "a metric the playbook's monitoring observes", "alarm": "an alarm of the playbook",
-                    "action": "a mitigation of the playbook"}[cond.holds]
-            issues.append(Issue(here, value, f"{what} ({closest_first(value, known)})"))
-    return out
-
-
-def _check_when(value, loc: str, first_trigger: float | None, issues: list[Issue]):
-    """A clock time (\"07:30\") or +DURATION after the playbook's first trigger, as a clock time."""
-    if isinstance(value, str) and value.strip().startswith("+"):
-        after = check(value.strip()[1:], non_negative("duration"), loc, [])
-        if after is None:
-            issues.append(Issue(loc, value, "+ and a duration after the first trigger, such as +15m or +90s"))
-            return None
-        if first_trigger is None:
-            issues.append(Issue(loc, value, "a clock time (the playbook has no trigger to count from)"))
-            return None
-        return first_trigger + after
-    return check(value, Field("clock"), loc, issues)

@@ -30,6 +30,7 @@ import json
 import math
 from pathlib import Path
 
+from agents.operator import by_the_team
 from reports import rundir
 from reports.rundir import read_events
 
@@ -64,7 +65,8 @@ def candidates(events: list[dict], loop_tick: int, limit: int = MAX_ACTIONS) -> 
     loop holds broken from, the ``limit`` distinct ones that took effect last (latest
     first: a repeated action does not crowd out the others), each at its first taking
     effect, from which it is withheld; and the names of those left untested."""
-    effective = [e for e in events if e.get("event") == "action_effective" and int(e["tick"]) < loop_tick]
+    effective = [e for e in events if e.get("event") == "action_effective" and int(e["tick"]) < loop_tick
+                 and by_the_team(e)]
     first: dict[str, dict] = {}
     for e in sorted(effective, key=lambda e: int(e["tick"])):
         first.setdefault(e["action"], e)
