@@ -56,6 +56,7 @@ class Analysis:
     actions: list[dict] = field(default_factory=list)  # for chart markers: tick, clock, action
     scoring: dict = field(default_factory=dict)  # the playbook's scoring section: what the charts follow
     works: dict = field(default_factory=dict)  # population -> [(from tick, work)]: the playbook's, then set_work's
+    loop_measure: str | None = None  # the name of the loop's measure the summary follows (Signal.name)
 
 
 def _records(events: pd.DataFrame) -> list[dict]:
@@ -322,7 +323,7 @@ def analyse(run: RunData) -> Analysis:
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
                     scoring=r.scoring,
-                    works=r.works_over_run)
+                    works=r.works_over_run, loop_measure=r.signal.name if r.signal is not None else None)
 
 
 def _measures(r: _Reading) -> list[dict]:
@@ -538,6 +539,14 @@ def _verdict(r: _Reading) -> str:
     if not lb.get("reached") and lb.get("relapsed"):
         return (f"The loop broke at {lb['first_at']['clock']} but re-formed at {lb['relapses'][-1]['clock']} "
                 f"and was not broken again by {r.until}.")
+    suspended = r.score.get("loop_suspended") or []
+    if not lb.get("reached") and suspended and not suspended[-1]["to"]["reached"]:
+        return (f"The loop was not broken by {r.until}: it was suspended from {suspended[-1]['from']['clock']}, "
+                f"within its bounds only because an action held back the demand that feeds it.")
+    if not lb.get("reached") and suspended:
+        return (f"The loop was suspended at {suspended[-1]['from']['clock']} (an action held back the demand that "
+                f"feeds it) but re-formed when the demand came back at {suspended[-1]['to']['clock']}, and was not "
+                f"broken by {r.until}.")
     if not lb.get("reached"):
         return f"The loop was not broken by {r.until}."
     if lb.get("vs_par_s") is not None:
@@ -719,6 +728,22 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     return (useful / done.where(done > 0)).fillna(idle)
 
 
+def _suspended_sentence(score: dict, broken: bool, until: str) -> str:
+    """What the loop did while actions held back the demand that feeds it."""
+    spans = score["loop_suspended"]
+    said = ", ".join(f"{s['from']['clock']}-{s['to']['clock']}" if s["to"]["reached"] else f"from {s['from']['clock']}"
+                     for s in spans)
+    restored = (score.get("demand_restored") or {}).get("clock")
+    if not spans[-1]["to"]["reached"]:
+        then = f"the demand was still held back at {until}, so the loop is not counted broken"
+    elif broken:
+        then = f"the demand was all back at {restored}, and the loop broke with all of it back"
+    else:
+        then = "it re-formed once the demand came back"
+    return (f"While actions held back demand, the loop's measures were within bounds ({said}): suspended, not "
+            f"broken; {then}.")
+
+
 def _summary(trigger, trigger_tick, bad_tick, signal: Signal | None, events, milestones, relapses, score, weighted,
              backlog, at, dt, partial, until):
     out = []
@@ -746,6 +771,8 @@ def _summary(trigger, trigger_tick, bad_tick, signal: Signal | None, events, mil
         again = relapses["loop_broken"]
         broken += f" (it had re-formed {len(again)} time{'s' if len(again) > 1 else ''}, last at {at(again[-1])})"
     out.append(f"{seen}; {broken}, after {actions} action{'s' if actions != 1 else ''} asked.")
+    if score.get("loop_suspended"):
+        out.append(_suspended_sentence(score, loop is not None, until))
     third = []
     if weighted is not None:
         third.append(f"customers saw {weighted:.0f} weighted impaired minutes (failing, or late)")

@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # no display: reports are built in batch and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .analysis import Analysis, amplification, populations, useful_share  # noqa: E402
+from .analysis import Analysis, amplification, loop_signals, populations, useful_share  # noqa: E402
 
 MAX_POINTS = 1500  # a 12-hour run at 1 s ticks is thinned to this many points per line
 
@@ -97,7 +97,18 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
 
     devices = [d for d in loop["devices"] if f"{d}.utilisation" in m]
     services = [s for s in loop["services"] if f"{s}.work_done" in m]
-    if (devices or services) and wanted("loop"):
+    signals = loop_signals(loop, m, dt, analysis.works) if wanted("loop") else []
+    followed = next((s for s in signals if s.name == analysis.loop_measure), None)
+    if followed is not None and followed.high_is_bad:
+        # the measure that left its bounds is a population's retries: the loop is drawn as they are
+        fig, ax = _figure(f"The loop: {followed.name}, the measure that left its bounds (tries per wanted request; "
+                          f"durable: per one done)", "x")
+        for s in signals:
+            if s.high_is_bad:
+                ax.plot(hours, s.series.iloc[::every], label=s.name, linewidth=2.2 if s is followed else 1.2)
+        ax.axhline(followed.bound, linestyle="--", color="grey", label=f"its bound ({followed.bound:g})")
+        charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
+    elif (devices or services) and wanted("loop"):
         what = "utilisation and connection-setup success" if devices else "utilisation and useful share of the work"
         fig, ax = _figure(f"The loop: {', '.join(devices + services)} {what}", "ratio")
         for d in devices:
@@ -106,6 +117,8 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         for s in services:
             ax.plot(hours, part[f"{s}.utilisation"], label=f"{s} utilisation")
             ax.plot(hours, useful_share(m, s, dt).iloc[::every], label=f"{s} useful work (1-minute)")
+        if followed is not None:
+            ax.axhline(followed.bound, linestyle="--", color="grey", label=f"{followed.name} bound ({followed.bound:g})")
         ax.set_ylim(-0.02, 1.05)
         charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
 

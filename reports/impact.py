@@ -59,6 +59,68 @@ def failed_and_finished(field, by_attempts: bool, shed):
     return failed, failed + field("ok")
 
 
+def _sources(e: dict, an_action: dict[str, bool]) -> bool:
+    """Keep ``an_action`` (source name -> whether it is an action, not a trigger or fault) up to
+    date with ``e``; whether ``e`` named a source."""
+    kind = e["event"]
+    if kind == "action_effective":
+        an_action[e["action"]] = True
+    elif kind == "trigger":
+        an_action[e["trigger"]] = False
+    elif kind == "fault_injected":
+        an_action[e["fault"]] = False
+    else:
+        return False
+    return True
+
+
+class HeldDemand:
+    """Which populations an action holds demand back from, fed the journal tick by tick:
+    fresh requests cut by a scale_rate below 1, or durable work paced by a scale_dispatch
+    below what arrives (dispatch x max_rate under rate x arrivals), where what set it last
+    was an action, or a readmission an action started and has not finished. A trigger's or
+    a fault's cut is demand that fell, which nobody holds back."""
+
+    def __init__(self, populations: dict[str, tuple[str, float | None, float]]):
+        """``populations``: name -> (work, max_rate, arrivals per second) at the start."""
+        self.work = {p: w for p, (w, _, _) in populations.items()}
+        self.max_rate = {p: m for p, (_, m, _) in populations.items()}
+        self.arrivals = {p: a for p, (_, _, a) in populations.items()}
+        self.rate = {p: 1.0 for p in populations}
+        self.dispatch = {p: 1.0 for p in populations}
+        self.by_action = {p: False for p in populations}  # what set its factors last was an action
+        self._an_action: dict[str, bool] = {}
+
+    def see(self, e: dict) -> None:
+        if _sources(e, self._an_action):
+            return
+        kind, part = e["event"], source_of(e["agent"])
+        if part not in self.work:
+            return
+        args = e.get("args") or {}
+        if kind == "applied" and e.get("op") in ("scale_rate", "scale_dispatch", "readmit"):
+            if e["op"] != "readmit":
+                (self.rate if e["op"] == "scale_rate" else self.dispatch)[part] = float(args["factor"])
+            self.by_action[part] = self._an_action.get(e.get("by") or e["agent"], False)
+        elif kind == "readmitted":  # (a step of a readmission: the factor it lifts, as the population chose)
+            (self.dispatch if self.work[part] == "durable" else self.rate)[part] = float(e["share"])
+        elif kind == "applied" and e.get("op") == "set_work":
+            self.work[part] = args["work"]
+            if args.get("max_rate") is not None:
+                self.max_rate[part] = float(args["max_rate"])
+
+    def held(self) -> set[str]:
+        out = set()
+        for p, by_action in self.by_action.items():
+            if not by_action:
+                continue
+            paced = self.work[p] == "durable" and self.max_rate[p] is not None and \
+                self.dispatch[p] * self.max_rate[p] < self.rate[p] * self.arrivals[p]
+            if self.rate[p] < 1.0 or paced:
+                out.add(p)
+        return out
+
+
 class TurnedAway:
     """What turns each part's traffic away (a service's throttle, a population's rate below 1,
     a readmission), fed the journal tick by tick: the name of what last set it (an action, a
@@ -72,13 +134,7 @@ class TurnedAway:
 
     def see(self, e: dict) -> None:
         kind = e["event"]
-        if kind == "action_effective":
-            self._an_action[e["action"]] = True
-        elif kind == "trigger":
-            self._an_action[e["trigger"]] = False
-        elif kind == "fault_injected":
-            self._an_action[e["fault"]] = False
-        elif kind == "applied" and e.get("op") in TURNS_AWAY:
+        if not _sources(e, self._an_action) and kind == "applied" and e.get("op") in TURNS_AWAY:
             part = source_of(e["agent"])
             if e.get("op") != "readmit" or part not in self.by:
                 self.by[part] = e.get("by") or e["agent"]

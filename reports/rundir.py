@@ -86,27 +86,34 @@ class Score(TypedDict, total=False):
     devices_healthy: Milestone  # if the playbook scores device health
     backlog_drained: Milestone  # if it scores a backlog
     backlog_peak: dict[str, int]  # each population and service queue scoring.backlog names -> its largest backlog
+    demand_restored: When  # once an action has held demand back: when it was all back
+    loop_suspended: list[dict]  # {from, to} (When) the loop was in its bounds while an action held demand back
 
 
 #: a run's outcome, as a comparison's results table says it (``outcome``)
-HEALTHY, BY_ITSELF, AFTER_ACTION, RELAPSED, STUCK = OUTCOMES = (
-    "healthy", "recovered by itself", "broken after the runbook acted", "relapsed", "stuck")
-#: a phase map's phases, and a run's phase from its outcome: one whose loop broke and re-formed is
-#: stuck at the horizon
+HEALTHY, BY_ITSELF, AFTER_ACTION, RELAPSED, SUSPENDED, STUCK = OUTCOMES = (
+    "healthy", "recovered by itself", "broken after the runbook acted", "relapsed", "suspended", "stuck")
+#: a phase map's phases, and a run's phase from its outcome: one whose loop broke (or was suspended)
+#: and re-formed, or is held down only by demand held back, is stuck at the horizon
 PHASES = (HEALTHY, BY_ITSELF, AFTER_ACTION, STUCK)
-PHASE_OF = {o: STUCK if o == RELAPSED else o for o in OUTCOMES}
+PHASE_OF = {o: STUCK if o in (RELAPSED, SUSPENDED) else o for o in OUTCOMES}
 
 
 def outcome(score: Score) -> str:
     """No loop formed; it broke before any action took effect (nobody acted, or only after
     it broke: the run's attribution says the same); it broke after an action took effect
     (whether because of it, the counterfactuals of `gameday run` say; a comparison does not
-    play them); it broke and re-formed, and was not broken at the horizon; it never broke."""
+    play them); it broke, or was suspended (within its bounds while an action held back the
+    demand that feeds it), and re-formed, and was not broken at the horizon; it is suspended
+    at the horizon; it never broke."""
     broken = score["loop_broken"]
     if not score["loop_formed"]:
         return HEALTHY
     if not broken["reached"]:
-        return RELAPSED if broken.get("relapsed") else STUCK
+        suspended = score.get("loop_suspended") or []
+        if suspended and not suspended[-1]["to"]["reached"]:
+            return SUSPENDED
+        return RELAPSED if broken.get("relapsed") or suspended else STUCK
     acted = score.get("first_action_effective")  # before the tick the loop holds broken from, as attribution asks
     return BY_ITSELF if acted is None or acted["seconds_after_start"] >= broken["seconds_after_start"] else AFTER_ACTION
 

@@ -85,7 +85,7 @@ CASES = [
     playbook("mitigation_names_unknown_device.yaml.j2", "mitigations[0].effects[0].args.path: got ['brige']; "
              "expected a list naming devices of the playbook (bridge) (argument path of set_path)"),
     playbook("unknown_par_key.yaml.j2", "par.loop_brokn: got 'loop_brokn'; expected a measure of this playbook's runs "
-             "(trigger, first_customer_update, loop_broken, devices_healthy) or one of its mitigations (add_capacity)"),
+             "(trigger, first_customer_update, demand_restored, loop_broken, devices_healthy) or one of its mitigations (add_capacity)"),
     playbook("tick_longer_than_timeout.yaml.j2", "clock.tick: got 5.0; expected a tick no longer than the shortest "
              "timeout (populations[0].connection.timeout of clients: 3 s)"),
     Case("tick_option_longer_than_timeout", [str(VALID), "--runbook", "none", "--tick", "4s"],  # (validate has no --tick)

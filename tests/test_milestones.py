@@ -3,8 +3,10 @@ of the last window after which its condition held to the horizon; a confirmed co
 that fails again for longer than its grace is a relapse, journalled, kept in the score,
 and a relapsed loop is not broken in the score, the comparison, the report and the
 scoreboard. tests/playbooks/relapse.yaml.j2: durable jobs collapse a worker's queue;
-pausing delivery stops the feedback; releasing the herd at once re-forms the loop,
-releasing it at a pace below capacity keeps it broken."""
+pausing delivery suspends the loop (it is within its bounds only because the demand is
+held back: not broken); releasing the herd at once re-forms it, releasing it at a pace
+below capacity breaks it with all of the demand back, and releasing the rest of the
+backlog at once later makes it relapse."""
 from __future__ import annotations
 
 import re
@@ -53,37 +55,67 @@ def herd(runbook_file, tmp_path_factory):
     return orchestrator.run(RELAPSE, runbook=book, seed=1, out=tmp_path_factory.mktemp("relapse") / "herd")
 
 
+PACE = {"when": {"at": "00:20"}, "do": {"action": "release_jobs", "params": {"factor": 0.19}}}  # 950 jobs/s
+
+
 @pytest.fixture(scope="module")
 def paced(runbook_file, tmp_path_factory):
-    book = runbook_file("paced", [PAUSE, {"when": {"at": "00:20"}, "do": {"action": "release_jobs",
-                                                                          "params": {"factor": 0.19}}}])
+    book = runbook_file("paced", [PAUSE, PACE])
     return orchestrator.run(RELAPSE, runbook=book, seed=1, out=tmp_path_factory.mktemp("relapse") / "paced")
 
 
-def test_a_loop_that_re_forms_is_not_broken(herd):
-    lb = herd.score["loop_broken"]
-    assert herd.score["loop_formed"] and not lb["reached"] and lb["relapsed"] and lb["final"] is None
-    # the pause stopped the feedback (the worker idle, nothing wasted) before the release let the herd in
-    assert "00:12" <= lb["first_at"]["clock"] < "00:15" and [r["clock"][:5] for r in lb["relapses"]] == ["00:20"]
+@pytest.fixture(scope="module")
+def relapsed(runbook_file, tmp_path_factory):
+    """Paced from 00:20, then the rest of the backlog let go at once at 00:30."""
+    book = runbook_file("relapsed", [PAUSE, PACE, {"when": {"at": "00:30"}, "do": "release_jobs"}])
+    return orchestrator.run(RELAPSE, runbook=book, seed=1, out=tmp_path_factory.mktemp("relapse") / "relapsed")
+
+
+def test_a_loop_that_re_forms_is_not_broken(relapsed):
+    lb = relapsed.score["loop_broken"]
+    assert relapsed.score["loop_formed"] and not lb["reached"] and lb["relapsed"] and lb["final"] is None
+    # broken with all of the demand back (paced), then the rest of the backlog at once re-formed it
+    assert "00:20" <= lb["first_at"]["clock"] < "00:21" and [r["clock"][:5] for r in lb["relapses"]] == ["00:30"]
+    late = relapsed.metrics[relapsed.metrics["clock"] >= "00:35"]
+    assert late["worker.work_useful"].sum() == 0 and late["worker.utilisation"].min() == 1.0
+    relapse = relapsed.events[relapsed.events["event"] == "relapse"]
+    assert "loop_broken" in set(relapse["milestone"])
+    assert relapsed.score["recovered"]["worker"]["relapsed"]  # the worker's recovery relapsed too
+
+
+def test_a_loop_within_its_bounds_while_an_action_holds_its_demand_back_is_suspended_not_broken(herd):
+    """The pause stops the feedback (the worker idle, nothing wasted) only because nothing is
+    delivered: the loop is suspended, not broken, and when the release lets the herd in at
+    once it re-forms. It never broke, so it did not relapse either (#42: a site turned off
+    read as a loop broken, and attribution credited the pause)."""
+    lb, score = herd.score["loop_broken"], herd.score
+    assert score["loop_formed"] and not lb["reached"] and not lb["relapsed"] and lb["first_at"] is None
+    [span] = score["loop_suspended"]
+    assert "00:12" <= span["from"]["clock"] < "00:15" and span["to"]["clock"][:5] == "00:20"
+    assert score["demand_restored"]["clock"][:5] == "00:20"
     late = herd.metrics[herd.metrics["clock"] >= "00:30"]
     assert late["worker.work_useful"].sum() == 0 and late["worker.utilisation"].min() == 1.0
-    relapse = herd.events[herd.events["event"] == "relapse"]
-    assert "loop_broken" in set(relapse["milestone"])
-    # the worker served again only briefly: its recovery relapsed too
-    assert herd.score["recovered"]["worker"]["relapsed"] or not herd.score["recovered"]["worker"]["first_at"]
+    assert row_of(Point("herd", 1), score, 2700.0)["outcome"] == "relapsed"  # (suspended, then re-formed)
+    a = analyse(herd)
+    assert "suspended at 00:1" in a.verdict and "re-formed when the demand came back at 00:20" in a.verdict
+    assert any("suspended, not broken; it re-formed once the demand came back" in s for s in a.summary), a.summary
 
 
 def test_a_loop_that_holds_keeps_its_first_time(paced):
     lb = paced.score["loop_broken"]
     assert lb["reached"] and not lb["relapsed"] and lb["relapses"] == []
-    assert lb["clock"] == lb["first_at"]["clock"] == lb["final"]["clock"] and "00:12" <= lb["clock"] < "00:15"
-    # stopping the feedback is not serving again: the worker recovers once jobs flow again
-    assert paced.score["recovered"]["worker"]["clock"] >= "00:20"
+    # (broken once the demand was back, at a pace the worker keeps up with: not while it was paused)
+    assert lb["clock"] == lb["first_at"]["clock"] == lb["final"]["clock"] and "00:20" <= lb["clock"] < "00:21"
+    assert paced.score["demand_restored"]["clock"] == lb["clock"]
+    # the worker answers what it is asked again as soon as its stale queue is dropped: idle and
+    # ready is recovered (the jobs are not: their demand is held back)
+    assert "00:12" <= paced.score["recovered"]["worker"]["clock"] < "00:15"
 
 
-def test_compare_counts_a_relapsed_run_as_not_broken(herd, paced):
-    rows = {name: row_of(Point(name, 1), run.score, 2700.0) for name, run in (("herd", herd), ("paced", paced))}
-    assert rows["herd"]["outcome"] == "relapsed" and rows["herd"]["loop_broken_s"] != rows["herd"]["loop_broken_s"]  # NaN
+def test_compare_counts_a_relapsed_run_as_not_broken(relapsed, paced):
+    rows = {name: row_of(Point(name, 1), run.score, 2700.0) for name, run in (("relapsed", relapsed), ("paced", paced))}
+    assert rows["relapsed"]["outcome"] == "relapsed"
+    assert rows["relapsed"]["loop_broken_s"] != rows["relapsed"]["loop_broken_s"]  # NaN
     assert rows["paced"]["outcome"] == "broken after the runbook acted" and rows["paced"]["loop_broken_s"] > 0
 
 
@@ -101,26 +133,28 @@ def test_a_relapse_is_put_down_to_the_last_change_before_it_whatever_made_it():
     assert _last_before(_changes(events), 99) is None
 
 
-def test_the_report_and_the_summary_say_the_loop_re_formed(herd):
+def test_the_report_and_the_summary_say_the_loop_re_formed(relapsed):
+    herd = relapsed
     a = analyse(herd)
-    assert a.verdict.startswith("The loop broke at 00:1") and "re-formed at 00:20" in a.verdict
+    assert a.verdict.startswith("The loop broke at 00:20") and "re-formed at 00:30" in a.verdict
     relapse = [f for f in a.findings if f.kind == "relapse" and "loop re-formed" in f.title]
     assert relapse and "after release_jobs" in relapse[0].title and "did not hold again" in relapse[0].evidence
     assert not [f for f in a.findings if f.kind == "loop_breaker"]
     assert any(r["what"] == "relapse: loop broken no longer" for r in a.timeline)
     assert "re-formed" in " ".join(a.summary)
     loop_row = next(r for r in a.measures if r["measure"] == "loop broken")
-    assert loop_row["yours"].startswith("not reached (first 00:1")
-    assert "relapsed 00:20" in summary_table(herd)
+    assert loop_row["yours"].startswith("not reached (first 00:20")
+    assert "relapsed 00:30" in summary_table(herd)
 
 
-def test_the_scoreboard_does_not_rank_a_relapsed_loop_as_broken(herd, paced):
+def test_the_scoreboard_does_not_rank_a_relapsed_loop_as_broken(relapsed, paced):
+    herd = relapsed
     from orchestrator.live.session import team_row
 
     herd_row, paced_row = team_row("herd", herd.score, True), team_row("paced", paced.score, True)
     assert herd_row["loop"] == f"re-formed {herd.score['loop_broken']['relapses'][-1]['clock']}" and herd_row["relapses"] == 1
     assert paced_row["loop"] == f"broken {paced.score['loop_broken']['clock']}"
-    assert paced_row["_key"] < herd_row["_key"]  # the relapsed team ranks behind, though its loop first broke earlier
+    assert paced_row["_key"] < herd_row["_key"]  # the relapsed team ranks behind, though its loop broke as early
 
 
 @pytest.mark.parametrize("paused", [False, True])
@@ -200,9 +234,10 @@ def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_th
 
 
 def test_the_comparison_says_a_runbook_that_pauses_durable_work_for_good_drains_nothing(runbook_file):
-    """Pausing delivery for good breaks the loop as fast as pausing and then releasing the
-    jobs at a pace; only the second drains the backlog, and the comparison's summary, its
-    printed lines and its report say so (they used to show only the loop's figures)."""
+    """Pausing delivery for good only suspends the loop (#42: it read as broken as fast as
+    pausing and then releasing the jobs at a pace); only the second breaks it and drains the
+    backlog, and the comparison's summary, its printed lines and its report say so (they used
+    to show only the loop's figures)."""
     from orchestrator.batch.comparison import compare
     from reports import compare_stats as cs
     from reports.compare_report import summary_lines
@@ -211,9 +246,11 @@ def test_the_comparison_says_a_runbook_that_pauses_durable_work_for_good_drains_
     paced = runbook_file("pause-and-pace", [PAUSE, {"when": {"at": "00:20"},
                                                      "do": {"action": "release_jobs", "params": {"factor": 0.19}}}])
     df = compare(RELAPSE, [forever, paced], 2, parallel=False, duration=7200.0)  # (paced: 150 jobs/s drained)
-    assert set(df["backlog_scored"]) == {True} and set(df["outcome"]) == {"broken after the runbook acted"}
+    assert set(df["backlog_scored"]) == {True}
+    assert dict(zip(df["runbook"], df["outcome"])) == {"pause-forever": "suspended",
+                                                       "pause-and-pace": "broken after the runbook acted"}
     summ = cs.summary(df).set_index("runbook")
-    assert summ.loc["pause-forever", "success_rate"] == summ.loc["pause-and-pace", "success_rate"] == 1.0
+    assert summ.loc["pause-forever", "success_rate"] == 0.0 and summ.loc["pause-and-pace", "success_rate"] == 1.0
     assert summ.loc["pause-forever", "drained_rate"] == 0.0 and summ.loc["pause-forever", "median_drain_s"] == float("inf")
     assert summ.loc["pause-and-pace", "drained_rate"] == 1.0 and summ.loc["pause-and-pace", "median_drain_s"] < 7200
     lines = summary_lines(cs.summary(df), cs.pairs(df), [])
@@ -314,3 +351,39 @@ def test_demand_that_falls_to_nothing_has_recovered_and_traffic_an_action_holds_
     else:
         assert not recovered["reached"] and recovered["impaired"], recovered
         assert r.score["impact"]["error_minutes"]["clients"] > 10  # the paused minutes count failed
+
+
+def test_pausing_for_good_leaves_the_loop_suspended_in_the_score_the_report_and_the_scoreboard(runbook_file, tmp_path):
+    """#42: with the site off nothing retries, so a loop read only from its measures looks
+    broken; it is suspended to the end, and every reader says so."""
+    from orchestrator.live.session import team_row
+    from reports.rundir import outcome
+
+    run = orchestrator.run(RELAPSE, runbook=runbook_file("forever", [PAUSE]), seed=1, out=tmp_path / "forever")
+    score = run.score
+    assert not score["loop_broken"]["reached"] and not score["demand_restored"]["reached"]
+    [span] = score["loop_suspended"]
+    assert "00:12" <= span["from"]["clock"] < "00:15" and not span["to"]["reached"]
+    assert outcome(score) == "suspended"
+    assert "it was suspended from 00:1" in analyse(run).verdict
+    assert team_row("forever", score, True)["loop"] == f"suspended {span['from']['clock']}"
+
+
+def test_a_service_answering_what_it_is_asked_is_recovered_idle_or_not_but_not_while_it_could_not_answer(tmp_path):
+    """#42: a healthy database a warm cache left idle read as a relapse of its recovery. Idle
+    and ready is recovered; idle and failed by a fault (its readiness 0) is not."""
+    from helpers import play
+
+    world = {"name": "idle", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "25m"},
+             "services": [{"name": "db", "capacity": 1000}],
+             "populations": [{"name": "app", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "db",
+                              "request": {"timeout": "2s"}, "retry": {"max_attempts": 2}}],
+             "triggers": [{"name": "fault", "at": "00:02", "effects": [
+                              {"target": "db", "op": "fault", "args": {"share": 1.0, "kind": "error", "duration": 600}}]},
+                          {"name": "quiet", "at": "00:04", "effects": [  # (its callers stop asking: demand falls)
+                              {"target": "app", "op": "scale_rate", "args": {"factor": 0}}]}],
+             "scoring": {"recovered": {"services": ["db"], "hold": "2m"}}}
+    r = play(tmp_path, world)
+    db = r.score["recovered"]["db"]
+    assert r.metrics["db.offered"].iloc[300:].sum() == 0  # idle from 00:04 on
+    assert db["reached"] and not db["relapses"] and "00:12" <= db["clock"] < "00:13"  # once the fault lifted

@@ -575,16 +575,23 @@ def _retry_loop_world(capacity: int, loop: dict) -> dict:
 
 @pytest.mark.parametrize("loop", [{"populations": ["clients"]}, {"services": ["db"], "populations": ["clients"]}],
                          ids=["retries only", "retries beside a service in bounds"])
-def test_the_summary_follows_the_loop_measure_that_left_its_bounds(tmp_path, loop):
+def test_the_summary_follows_the_loop_measure_that_left_its_bounds(tmp_path, loop, monkeypatch):
     """The summary followed one fixed measure (a loop device's setup success, else a loop
     service's useful work): of a world whose retries ran away while its service's useful work
     stayed in bounds, it said the trigger pushed nothing out of bounds. It follows whichever
     of the loop milestone's measures left its bounds, and says a world failing before its
-    incident in that measure's words."""
+    incident in that measure's words; the loop chart draws that measure with its bound (it
+    drew the service's flat useful work, or nothing for a loop of populations only)."""
     from helpers import play
+    from reports import charts
     from reports.rundir import load_run
 
-    a = analyse(load_run(play(tmp_path / "healthy", _retry_loop_world(5000, loop)).dir))
+    run = load_run(play(tmp_path / "healthy", _retry_loop_world(5000, loop)).dir)
+    a = analyse(run)
+    titles, figure = [], charts._figure
+    monkeypatch.setattr(charts, "_figure", lambda title, ylabel: (titles.append(title), figure(title, ylabel))[1])
+    assert list(charts.run_charts(run, a, only=("loop",))) == ["loop"]
+    assert titles[0].startswith("The loop: clients retries, the measure that left its bounds")
     assert a.summary[0].startswith("The trigger at 00:03:00 set off the loop: clients retries rose out of bounds at 00:03:")
     assert [row["what"] for row in a.timeline if row["what"].startswith("ground truth")] == [
         "ground truth: clients retries above 1.50 tries per request"]

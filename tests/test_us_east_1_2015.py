@@ -86,20 +86,25 @@ def test_historical_landmarks_beside_aws(runs):
     during = (m["clock"] >= "02:19") & (m["clock"] < "03:00")
     peak, peak_at = errors[during].max(), m["clock"][errors[during].idxmax()]
     assert 0.45 <= peak <= 0.70 and "02:25" <= peak_at <= "03:00"  # AWS: about 55% by 02:37
-    # the loop breaks only once the requests are paused (AWS: 05:06), and within half an hour of it
-    assert "05:06" <= r.score["loop_broken"]["clock"] <= "05:36"
+    # the loop lets go only once the requests are paused (AWS: 05:06), within half an hour of it: suspended,
+    # since the pause holds them back; it is broken once the readmission has let every server back
+    [suspended] = r.score["loop_suspended"]
+    assert "05:06" <= suspended["from"]["clock"] <= "05:36"
+    assert suspended["to"]["clock"] == r.score["demand_restored"]["clock"] == r.score["loop_broken"]["clock"] < "07:10"
     # DynamoDB recovers after the pause and before AWS's 07:10 (the model adds capacity at once
     # after the pause; how long AWS's additions took is not in the summary)
     recovered = r.score["recovered"]["dynamodb-clients"]
     assert recovered["reached"] and "05:06" < recovered["clock"] <= "07:40"
     assert r.score["backlog_drained"]["reached"]
-    att = r.attribution
-    assert att["breaker"] == "pause_membership_requests"
+    att = r.attribution  # the pause and the readmission: without the one or the other, it was not broken
+    assert sorted(att["needed"]) == ["pause_membership_requests", "readmit_membership_requests"]
 
 
 def test_pausing_early_beats_history(runs):
-    """Pause first (the loop breaks), then add capacity through the freed service."""
+    """Pause first (the loop is suspended), then add capacity through the freed service, then
+    let the servers back (the loop is broken)."""
     early, history = runs("pause-early"), runs("historical")
-    assert minutes(early.score["loop_broken"]["clock"]) < minutes("03:00")
+    assert minutes(early.score["loop_suspended"][0]["from"]["clock"]) < minutes("03:00")
+    assert early.score["loop_broken"]["clock"] < history.score["loop_broken"]["clock"]
     assert early.score["recovered"]["dynamodb-clients"]["clock"] < history.score["recovered"]["dynamodb-clients"]["clock"]
     assert early.score["impact"]["weighted_total"] < 0.5 * history.score["impact"]["weighted_total"]

@@ -17,7 +17,7 @@ import yaml
 
 from orchestrator.batch.comparison import compare
 from orchestrator.errors import InvalidInput, Issue, setting, speaking
-from reports.rundir import PHASE_OF, PHASES, STUCK
+from reports.rundir import PHASE_OF, PHASES, STUCK, SUSPENDED
 
 
 
@@ -99,8 +99,13 @@ def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _majority_stuck(runs: pd.DataFrame) -> bool:
-    return (runs["outcome"].map(PHASE_OF) == STUCK).sum() * 2 > len(runs)
+def _majority_stuck(runs: pd.DataFrame, at_the_load: bool = False) -> bool:
+    """Whether most runs end stuck. ``at_the_load``: the runs' load was lowered on purpose and
+    stays lowered, so a loop within its bounds while it is (suspended) let go at that load."""
+    stuck = runs["outcome"].map(PHASE_OF) == STUCK
+    if at_the_load:
+        stuck &= runs["outcome"] != SUSPENDED
+    return stuck.sum() * 2 > len(runs)
 
 
 def hysteresis(playbook: str, load_var: str, loads: list[float], shed_action: str, shed_param: str,
@@ -129,6 +134,7 @@ def hysteresis(playbook: str, load_var: str, loads: list[float], shed_action: st
             books.append(str(path))
         rec_runs = compare(playbook, books, seeds, {}, {**(sets or {}), load_var: top}, duration, parallel=parallel,
                            address=address)
-    recovered = [f * top for f in factors if not _majority_stuck(rec_runs[rec_runs["runbook"] == shed_to(f)])]
+    recovered = [f * top for f in factors
+                 if not _majority_stuck(rec_runs[rec_runs["runbook"] == shed_to(f)], at_the_load=True)]
     return {"tip_load": min(stuck_at) if stuck_at else None, "recover_load": max(recovered) if recovered else None,
             "tipping": tip_runs, "recovery": rec_runs}

@@ -27,7 +27,7 @@ from agents.population import AMPLIFICATION_BASE, work_switch
 
 from orchestrator.playbook.format import milestone_keys
 from reports import rundir
-from reports.impact import CountedByAttempts, TurnedAway, failed_and_finished
+from reports.impact import CountedByAttempts, HeldDemand, TurnedAway, failed_and_finished
 from reports.timefmt import format_clock
 
 WINDOW_S = 60.0  # ratios are computed over a sliding minute, since per-tick counts are noisy
@@ -164,6 +164,7 @@ class Scorer:
         self.pop_wanted = {p: Rolling(w) for p in sc["recovered"]["populations"]}  # requests asked or held back
         self.svc_ok = {s: Rolling(w) for s in sc["recovered"]["services"]}
         self.svc_useful = {s: Rolling(w) for s in sc["recovered"]["services"]}
+        self.svc_asked = {s: Rolling(w) for s in sc["recovered"]["services"]}
         hold = lambda s: max(0, round(s / dt))  # noqa: E731
         holds = {"loop_broken": sc["loop"]["hold"], "devices_healthy": sc["healthy"]["hold"],
                  "backlog_drained": sc["backlog"]["hold"]}
@@ -195,6 +196,14 @@ class Scorer:
         self.peak_backlog = {part: 0 for part in self.backlog_metric}
         self.par = data.get("par") or {}
         self.last_tick = -1
+        # The demand that feeds the loop: the loop's populations, or every one if it names none. While
+        # an action holds some of it back, a loop within its bounds is suspended, not broken.
+        self.feeding = list(self.loop_pops) or [p["name"] for p in data["populations"]]
+        self.holding = HeldDemand({p["name"]: (p["work"], p.get("max_rate"), p["rate"] * p["clients"])
+                                   for p in data["populations"]})
+        self.suspended: list[list[int]] = []  # [from, to] ticks the loop was suspended (to: None while it is)
+        self.held_ever = False  # an action has held demand back
+        self.restored_tick: int | None = None  # from when nothing has been held back since
 
     def update(self, tick: int, metrics: dict[str, dict[str, float]], events: list[dict]) -> list[dict]:
         """Feed one tick; returns the milestone events confirmed at this tick."""
@@ -202,6 +211,7 @@ class Scorer:
         work_changed = False
         for e in events:
             self.turning.see(e)
+            self.holding.see(e)
             work_changed |= self.counting.see(e)
             if e["event"] in rundir.STARTS_INCIDENT and self.trigger_tick is None:
                 self.trigger_tick = tick
@@ -231,6 +241,7 @@ class Scorer:
         for s, r in self.svc_ok.items():
             r.add(metrics[s]["success_ratio"], 1)
             self.svc_useful[s].add(metrics[s]["work_useful"], 1)
+            self.svc_asked[s].add(metrics[s]["offered"], 1)
         thr = self.sc["backlog"]["threshold"]
         if work_changed:
             self._follow_work(tick)
@@ -256,20 +267,31 @@ class Scorer:
         armed = self.trigger_tick is not None
         loop = self.sc["loop"]
         setup, amp, useful = self._loop_quantities()
+        held = self.holding.held()
+        self._follow_demand(tick, held)
+        in_bounds = setup >= loop["setup_success_min"] and amp <= loop["amplification_max"] \
+            and (useful is None or useful >= loop["useful_work_min"])
+        suspended = armed and in_bounds and any(p in held for p in self.feeding)
+        if suspended and not (self.suspended and self.suspended[-1][1] is None):
+            self.suspended.append([tick, None])
+        elif not suspended and self.suspended and self.suspended[-1][1] is None:
+            self.suspended[-1][1] = tick
         conds = {
-            "loop_broken": setup >= loop["setup_success_min"] and amp <= loop["amplification_max"]
-            and (useful is None or useful >= loop["useful_work_min"]),
+            "loop_broken": in_bounds and not any(p in held for p in self.feeding),
             "devices_healthy": all(self.dev_util[d].ratio(0.0) <= self.sc["healthy"]["utilisation_max"]
                                    and self.dev_ok[d].ratio(1.0) >= self.sc["healthy"]["success_min"] for d in self.healthy_devices),
         }
         if "backlog_drained" in self.milestones:
             conds["backlog_drained"] = (all(not self._late(p, metrics, thr) for p in self.sc["backlog"]["populations"])
                                         and all(metrics[s]["queue_wait_s"] <= thr for s in self.sc["backlog"]["services"]))
-        for p, r in self.pop_ok.items():  # served again; one that wants requests and gets none through has not
+        for p, r in self.pop_ok.items():  # served again, all of its demand: one that wants requests and gets
+            # none through has not, nor one whose demand an action holds back in part
             conds[f"recovered:{p}"] = (r.ratio(1.0) >= self.sc["recovered"]["success_min"]
-                                       and (r.den > 0 or self.pop_wanted[p].num <= 0))
-        for s, r in self.svc_ok.items():  # serving again: an idle service has not recovered
-            conds[f"recovered:{s}"] = r.ratio(0.0) >= self.sc["recovered"]["success_min"] and self.svc_useful[s].num > 0
+                                       and (r.den > 0 or self.pop_wanted[p].num <= 0) and p not in held)
+        for s, r in self.svc_ok.items():  # answering what it is asked: idle and ready is recovered (its success
+            # ratio without traffic is its readiness), asked and answering nothing in time is not
+            conds[f"recovered:{s}"] = (r.ratio(0.0) >= self.sc["recovered"]["success_min"]
+                                       and (self.svc_useful[s].num > 0 or self.svc_asked[s].num <= 0))
         out = []
         for name, ms in self.milestones.items():
             change = ms.update(tick, conds[name], armed)
@@ -278,6 +300,13 @@ class Scorer:
                 out.append({"tick": tick, "agent": "scorer", "event": event, "milestone": name,
                             "at_tick": at, "clock": format_clock(self.start_s + at * self.dt)})
         return out
+
+    def _follow_demand(self, tick: int, held: set[str]) -> None:
+        """When the demand actions held back was all back (``demand_restored``)."""
+        if held:
+            self.held_ever, self.restored_tick = True, None
+        elif self.held_ever and self.restored_tick is None:
+            self.restored_tick = tick
 
     def _follow_work(self, tick: int) -> None:
         """Which populations count their attempts from this tick on (a change is kept, with
@@ -395,6 +424,10 @@ class Scorer:
                            "requests_turned_away": int(round(self.turned_away)),
                            "requests_turned_away_by": {k: int(round(v)) for k, v in sorted(self.turned_away_by.items())}},
             "actions_taken": self.actions,
+            # (only where an action held demand back: the score of every other run reads as before)
+            **({"demand_restored": self._when(self.restored_tick, "demand_restored")} if self.held_ever else {}),
+            **({"loop_suspended": [{"from": self._when(a), "to": self._when(b)} for a, b in self.suspended]}
+               if self.suspended else {}),
             # (only once one has: the score of a run in which none did reads as before)
             **({"first_action_effective": self._when(self.first_effective)} if self.first_effective is not None else {}),
             "simulated_until": format_clock(self.start_s + (self.last_tick + 1) * self.dt),

@@ -611,6 +611,9 @@ def team_row(team: str, sc: dict, started: bool) -> dict:
             loop_text += f" (after re-forming {loop['relapses'][-1]['clock']})"
     elif loop["relapsed"]:
         loop_text, loop_rank = f"re-formed {loop['relapses'][-1]['clock']}", 2
+    elif (suspended := sc.get("loop_suspended")) and not suspended[-1]["to"]["reached"]:
+        # (within its bounds only while the team holds its demand back: not broken)
+        loop_text, loop_rank = f"suspended {suspended[-1]['from']['clock']}", 2
     else:
         loop_text, loop_rank = "not yet", 2
     return {

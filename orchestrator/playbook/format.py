@@ -578,7 +578,10 @@ PLAYBOOK = M(
               "then hold for its `hold` (it holds from the start of that window; failing again as long is a relapse)",
               default=dict,
               loop=M("when the loop counts as broken: over a sliding minute, every measure below that names "
-                     "something is back within its bound", default=dict,
+                     "something is back within its bound, and no action holds back any of the demand that feeds it "
+                     "(the populations below, or every population if it names none): within its bounds while an "
+                     "action holds demand back, the loop is suspended, not broken (score.json's loop_suspended), "
+                     "until the demand is back and the measures stay in bounds", default=dict,
                      devices=_names("device pools whose connection setups must succeed again (successful / offered "
                                     "setups at least setup_success_min)", _POOL, ["bridge"]),
                      populations=_names("populations whose retry amplification ((request + connection attempts) / "
@@ -621,13 +624,17 @@ PLAYBOOK = M(
                         hold=non_negative("duration", default=600.0, doc="how long they must stay drained")),
               recovered=M("recovery milestones, per population (success of its attempts) and per service "
                           "(its success ratio)", default=dict,
-                          populations=_names("populations that must succeed again: ok / (ok + failed) attempts over a "
-                                             "minute at least success_min (one whose requests, asked or held back by "
-                                             "an action's scale_rate, get none through, as when paused, has not; "
-                                             "a trigger's or fault's scale_rate is demand falling)",
+                          populations=_names("populations that must succeed again, all of their demand: ok / (ok + "
+                                             "failed) attempts over a minute at least success_min, and none of their "
+                                             "demand held back by an action (a scale_rate or scale_dispatch below 1, "
+                                             "or a readmission under way, that an action set; a trigger's or "
+                                             "fault's is demand falling); score.json's demand_restored says when "
+                                             "the demand actions held back was all back",
                                              "the name of a population", ["dns-lookups"]),
-                          services=_names("services that must serve again: mean success ratio over a minute at least "
-                                          "success_min, with useful work done", "the name of a service", ["ec2-api"]),
+                          services=_names("services that must answer what they are asked again: mean success ratio "
+                                          "over a minute at least success_min, with useful work done if they were "
+                                          "asked anything (idle and ready counts: without traffic its success ratio "
+                                          "is its readiness)", "the name of a service", ["ec2-api"]),
                           success_min=ratio(default=0.95, unit="success ratio (0-1)", doc="least success to count"),
                           hold=non_negative("duration", default=300.0, doc="how long it must last")),
               impact=Field("dict", default=dict,
@@ -657,7 +664,7 @@ PLAYBOOK = M(
     par=Field("dict", default=dict, values=Field("clock", doc="when the historical response reached that measure"),
               example={"trigger": "07:30", "loop_broken": "13:34", "move_dns_off_bridge": "09:28"},
               doc="the historical response's times, as clock times: by measure (trigger, first_customer_update, "
-                  "loop_broken, devices_healthy, backlog_drained, recovered:NAME) and by mitigation (when the real "
+                  "demand_restored, loop_broken, devices_healthy, backlog_drained, recovered:NAME) and by mitigation (when the real "
                   "team's action took effect); reports show each run beside them, the actions in the timeline"),
 )
 
@@ -730,7 +737,7 @@ RUNBOOK = M(
 
 
 #: what a run measures besides its milestones, as score.json and par name them
-MEASURES = ("trigger", "first_customer_update")
+MEASURES = ("trigger", "first_customer_update", "demand_restored")
 
 
 def milestone_keys(data: dict) -> list[str]:
