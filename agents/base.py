@@ -40,6 +40,10 @@ def per_second(unit: str) -> str:
     """A METRICS unit as monitoring's view (alarms, runbook conditions) holds it."""
     return unit[:-len(PER_TICK)] + " per second" if unit.endswith(PER_TICK) else unit
 
+#: The unit of an operation's argument that is a clock time: seconds after midnight of the run's
+#: first day, written in a playbook as "14:00" (validation converts it)
+CLOCK = "clock time"
+
 #: How the requests a fault (toxic) hits fail: their callers wait out their timeout, or are refused at once.
 FAULT_KINDS = ("timeout", "error")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import cohort_kernels as kernels
-from .base import Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .base import CLOCK, Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .draws import _EXACT_LIMIT
 from .retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports, source_of
@@ -341,15 +341,22 @@ class PopulationControls:
                every=Arg("time between steps (at least a tick)", unit="s", min=0),
                over=Arg("let all of it back over this long instead (its last step this long after the first, to the "
                         "`every` below it): the steps are then even shares of what is held back, and step is unused",
-                        unit="s", min=0))
-    def op_readmit(self, tick: int, step: float = 0.25, every: float = 300.0, over: float | None = None) -> None:
+                        unit="s", min=0),
+               until=Arg("let all of it back by this clock time instead (as `over` the time from now to then; a time "
+                         "already past: all of it at once)", unit=CLOCK))
+    def op_readmit(self, tick: int, step: float = 0.25, every: float = 300.0, over: float | None = None,
+                   until: float | None = None) -> None:
         """Let the traffic back in steps: the first step at once, then one every ``every``
         until all of it is back (or, with ``over``, in even steps that end that long after the
-        first: a readmission planned to end at a time). Perishable work: the fresh requests
+        first; with ``until``, that end at a clock time). Perishable work: the fresh requests
         (scale_rate); durable work: the dispatch (scale_dispatch). A scale_rate or
         scale_dispatch applied meanwhile sets where the next step starts from."""
         every_ticks = in_ticks(every, self.world.dt)
         self.readmission = {"step": float(step), "every": every_ticks, "next": tick}
+        if until is not None:
+            if over is not None:
+                raise BadArgument(f"until {until!r}: over and until both say when the readmission ends (give one)")
+            over = max(0.0, float(until) - self.world.clock(tick))
         if over is not None:
             steps = round(float(over) / self.world.dt) // every_ticks + 1  # (the first at once)
             now = self.dispatch_factor if self.durable else self.rate_factor

@@ -314,3 +314,31 @@ def test_loading_the_kernels_for_one_world_leaves_none_for_any_run_to_compile(tm
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert any(name.endswith(".nbc") for name, _ in out["loaded"])  # (compiled into this empty cache)
     assert out["played"] == out["loaded"]
+
+
+def test_a_readmission_ends_at_a_clock_time_given_as_one(tmp_path):
+    """#42: a readmission that should end at a clock time had its step and interval worked out
+    by hand; ``until`` takes the time, as a playbook writes one, in a mitigation's params or a
+    runbook's override of them."""
+    from helpers import play
+    from orchestrator.errors import InvalidRunbook
+
+    world = {"name": "reopen", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "12m"},
+             "services": [{"name": "api", "capacity": 5000}],
+             "populations": [{"name": "users", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "2s"}, "retry": {"max_attempts": 2}}],
+             "mitigations": [{"name": "close", "deploy": False,
+                              "effects": [{"target": "users", "op": "scale_rate", "args": {"factor": 0}}]},
+                             {"name": "reopen", "deploy": False, "params": {"until": "00:11"},
+                              "effects": [{"target": "users", "op": "readmit", "args": {"until": "$until", "every": "1m"}}]}],
+             "scoring": {"impact": {"users": 1}}}
+    rules = [{"when": {"at": "00:02"}, "do": "close"},
+             {"when": {"at": "00:04"}, "do": {"action": "reopen", "params": {"until": "00:09"}}}]
+    r = play(tmp_path / "ok", world, rules)
+    steps = r.events[r.events["event"] == "readmitted"]
+    # applied at 00:04:02 (asked, effective, applied: a tick each), so 4:58 to go: all of it back by 00:09
+    assert list(steps["share"]) == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert list(steps["clock"]) == ["00:04:02", "00:05:02", "00:06:02", "00:07:02", "00:08:02"]
+    with pytest.raises(InvalidRunbook) as e:
+        play(tmp_path / "bad", world, [{"when": {"at": "00:04"}, "do": {"action": "reopen", "params": {"until": "9am"}}}])
+    assert "a clock time such as" in str(e.value)

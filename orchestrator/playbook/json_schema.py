@@ -101,6 +101,8 @@ def _argument_schema(arg, params: bool) -> dict:
         out["default"] = arg.default
     if arg.is_duration:  # seconds, or a duration such as 90s
         out = {"anyOf": [out, _DURATION_TEXT], **({"description": out["description"]} if "description" in out else {})}
+    elif arg.is_clock:  # a clock time, as a playbook's other clock times are written
+        out = {**field_schema(Field("clock")), **({"description": out["description"]} if "description" in out else {})}
     return {"anyOf": [out, _PARAM_REF]} if params else out
 
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents import AGENT_CLASSES
-from agents.base import Arg
+from agents.base import CLOCK, Arg
 from orchestrator.playbook.schema import yaml_hint
 
-from reports.timefmt import parse_duration
+from reports.timefmt import parse_clock, parse_duration
 
 #: the kinds of part a playbook's effects can target (a section's items, or a singleton)
 TARGET_KINDS = ("device", "service", "population", "controller", "monitoring", "deployment", "status", "automation")
@@ -49,11 +49,18 @@ class Argument:
         """An argument in seconds, which takes a duration too (``90s``, ``15m``)."""
         return self.about is not None and self.about.unit == "s"
 
+    @property
+    def is_clock(self) -> bool:
+        """An argument that is a clock time (``"14:00"``), taken as seconds after midnight."""
+        return self.about is not None and self.about.unit == CLOCK
+
     def normalised(self, value):
-        """The value as the operation takes it: a duration in seconds."""
-        if self.is_duration and isinstance(value, str):
+        """The value as the operation takes it: a duration in seconds, a clock time in seconds
+        after midnight (YAML reads an unquoted 14:00 as the number 840: taken as it was meant)."""
+        parse = parse_duration if self.is_duration else parse_clock if self.is_clock else None
+        if parse is not None and (isinstance(value, str) or (self.is_clock and type(value) is int)):
             try:
-                return parse_duration(value)
+                return parse(value)
             except ValueError:
                 return value
         return value
@@ -69,6 +76,10 @@ class Argument:
             value = self.normalised(value)
             if isinstance(value, str):
                 return "a duration such as 30s, 15m, 2h or a number of seconds"
+        if self.is_clock and value is not None:
+            value = self.normalised(value)
+            if isinstance(value, str):
+                return "a clock time such as \"14:00\" (24:00 or later: the next day)"
         if value is None:  # null: only where the operation takes none (a throttle without a rate)
             return None if self.nullable else "a value"
         fits = [ARG_TYPES[t] for t in self.types if t in ARG_TYPES]
