@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import FAULT_KINDS, Agent, Arg, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
+from .base import FAULT_KINDS, Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .cache import Cache
 from .dns import DnsAutomation
 from .draws import draw_without_replacement
@@ -75,6 +75,10 @@ def _due(b: dict, dt: float) -> int:
     """The tick a flow's caller must hear of its timeout by, to retry on time (it hears a tick
     after the answer, at its timeout)."""
     return int(b["sent"]) + math.ceil(float(b["rt"]) / dt - 1e-9) - 2
+
+
+#: how the requests over a cut edge fail (error, timeout), or none: the edge is restored
+EDGE_CUTS = (*FAULT_KINDS, "none")
 
 
 class Service(Agent):
@@ -146,6 +150,7 @@ class Service(Agent):
         self.broken = 0.0
         self.capacity_factor = 1.0
         self.throttle: float | None = None  # requests per second admitted; None: no throttle
+        self.cut: dict[str, str] = {}  # a service this one calls -> how requests over the cut edge fail
 
     @operation(needs="dns", example={})
     def op_restore_dns(self, tick: int) -> None:
@@ -275,6 +280,23 @@ class Service(Agent):
             return ok
         return self._successes(ok, -math.expm1(-left / self.fault_jitter))
 
+    @operation(example={"to": "config-db", "kind": "error"},
+               to=Arg("a service this one calls: one of its depends_on, or its then", names="callee"),
+               kind=Arg("how the requests that need the edge fail while it is cut: error, refused at once; timeout, "
+                        "their callers wait out their timeout; none: the edge is restored", choices=EDGE_CUTS))
+    def op_cut_edge(self, tick: int, to: str, kind: str = "error") -> None:
+        """Cut (or restore) the traffic from this service to one service it calls, and no
+        other (a network policy, a firewall rule, a bad routing change): over a depends_on
+        edge, every request this service takes on fails while it is cut, as if that
+        dependency failed; over its then edge, the requests it answered well fail instead of
+        going on. Its other callers and callees are untouched."""
+        if to not in (*self.depends_on, self.then):
+            raise BadArgument(f"to {to!r}: expected a service {self.name} calls (its depends_on or then)")
+        if kind == "none":
+            self.cut.pop(to, None)
+        else:
+            self.cut[to] = kind
+
     @operation(example={"factor": 0.5},
                factor=Arg("the capacity as a multiple of the playbook's: 0 stops the service, below 1 degrades it, "
                           "1 restores it, above 1 adds capacity", unit="x the playbook's capacity", min=0))
@@ -334,7 +356,7 @@ class Service(Agent):
         succeed, health-check flaps): dependencies, DNS and health checks."""
         dep = 1.0
         for d in self.depends_on:
-            dep *= self.health[d]
+            dep *= 0.0 if d in self.cut else self.health[d]
         if self.dns is not None:
             for what in self.dns.step(tick, self.rng):
                 self.event(tick, "dns", what=what)
@@ -401,9 +423,13 @@ class Service(Agent):
         failed, rej = queued - ok - odd, n - queued
         if self.fault_kind == "error":
             failed, rej = failed - faulted + odd, rej + faulted - odd
-        if self.fail_fast:  # it answers an error at once rather than letting its caller time out
-            failed, rej = 0, n - ok - odd
-        if self.cache is not None:
+        if self.fail_fast or "error" in (self.cut.get(d) for d in self.depends_on):
+            failed, rej = 0, n - ok - odd  # an error at once rather than letting its caller time out
+        if self.then and self.then in self.cut:  # the edge on is cut: those answered well here fail
+            failed, rej = (failed + ok, rej) if self.cut[self.then] == "timeout" else (failed, rej + ok)
+            self._reply(tick, b, 0, failed, rej, delay)
+            self._ok += ok  # (its own part went well: each service of a chain counts its own part)
+        elif self.cache is not None:
             self._look_up(tick, b, ok, odd, failed, rej, delay)
         elif self.then:  # answered well here: on to the next service, whose answer the caller gets
             self.send(self.then, "flow", b | {"hops": [], "requests": ok, "delay": delay,

@@ -183,3 +183,60 @@ def test_an_autoscaler_scales_in_behind_packet_loss_floods_its_control_plane_and
     # a sweep of the network's capacity moves when it breaks: too small and it never does
     broken = {n: _loop_broken(run(f"n{n}", network_devices=n)) for n in (4, 5, 16)}
     assert broken[4] is None and broken[5] > broken[16]
+
+
+def _chain() -> dict:
+    """An app whose requests go on to a database (then), and which depends on an auth service."""
+    return {"name": "chain", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "10m"},
+            "services": [{"name": "app", "capacity": 5000, "then": "db", "depends_on": ["auth"]},
+                         {"name": "db", "capacity": 5000}, {"name": "auth", "capacity": 5000},
+                         {"name": "other", "capacity": 5000, "then": "db"}],
+            "populations": [{"name": "users", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "app",
+                             "request": {"timeout": "2s"}, "retry": {"max_attempts": 1}},
+                            {"name": "batch", "clients": 100, "rate": 1.0, "mode": "per_request", "target": "other",
+                             "request": {"timeout": "2s"}, "retry": {"max_attempts": 1}}],
+            "triggers": [{"name": "policy", "at": "00:02", "effects": [
+                             {"target": "app", "op": "cut_edge", "args": {"to": "db", "kind": "timeout"}}]},
+                         {"name": "policy-fixed", "at": "00:04", "effects": [
+                             {"target": "app", "op": "cut_edge", "args": {"to": "db", "kind": "none"}}]},
+                         {"name": "auth-firewall", "at": "00:06", "effects": [
+                             {"target": "app", "op": "cut_edge", "args": {"to": "auth", "kind": "error"}}]}],
+            "scoring": {"impact": {"users": 1}}}
+
+
+def test_cutting_one_edge_between_two_services_fails_its_callers_and_no_one_else(tmp_path):
+    """#42: stopping the traffic between two services only was written as setting the users'
+    rate to 0. cut_edge cuts one edge (then or depends_on) and restores it, its callers
+    seeing timeouts or refusals as said; the same callee's other callers are untouched."""
+    r = play(tmp_path, _chain())
+    m = r.metrics.set_index("clock")
+    cut, fixed, firewalled = m.loc["00:02:10":"00:03:50"], m.loc["00:04:10":"00:05:50"], m.loc["00:06:10":"00:09:50"]
+    assert cut["users.ok"].sum() == 0 and cut["users.failed"].sum() > 0 and cut["db.offered"].sum() > 0  # (batch's)
+    assert (cut["batch.success_ratio"] == 1).all() and (fixed["users.success_ratio"] == 1).all()
+    assert firewalled["users.ok"].sum() == 0 and (firewalled["batch.success_ratio"] == 1).all()
+    # a timeout keeps its callers waiting their 2 s; an error comes back at once
+    assert cut["users.errors"].sum() > 0 and firewalled["users.errors"].sum() > 0
+    bad = _chain()
+    bad["triggers"][0]["effects"][0]["args"]["to"] = "auth2"
+    with pytest.raises(InvalidPlaybook) as e:
+        play(tmp_path / "bad", bad)
+    [issue] = e.value.issues
+    assert issue.location == "triggers[0].effects[0].args.to" and "a service app calls" in issue.expected
+
+
+@pytest.mark.parametrize("kind, field", [("timeout", "r_fail"), ("error", "r_rej")])
+def test_a_cut_edge_fails_its_requests_as_timeouts_or_refusals_as_said(tmp_path, kind, field):
+    import yaml
+
+    (tmp_path / "chain.yaml.j2").write_text(yaml.safe_dump(_chain()))
+    plan = build_plan(load_playbook(str(tmp_path / "chain.yaml.j2")), None, seed=1)
+    spec = next(a for a in plan.agents if a.name == "app").spec
+    app = build_agent("service", "app", spec, plan.info)
+    flow = {"origin": "users", "sent": 0, "hops": [], "setups": 0, "requests": 50, "coupled": 0, "closes": 0,
+            "ct": 2.0, "rt": 2.0, "s_fail": 0, "s_rej": 0, "r_fail": 0, "r_rej": 0, "r_full": 0, "delay": 0.0}
+    app.step(0, [Message("apply", "triggers", "app", {"op": "cut_edge", "args": {"to": "db", "kind": kind}, "by": "t"},
+                         0, 0)])
+    res = app.step(1, [Message("flow", "users", "app", flow, 0, 1)])
+    [answer] = [m.body for m in res.messages if m.kind == "flow_result"]
+    assert answer["r_ok"] == 0 and answer[field] == 50
+    assert not [m for m in res.messages if m.kind == "flow" and m.dst == "db"]  # nothing crossed the edge

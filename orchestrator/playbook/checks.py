@@ -108,7 +108,9 @@ def _check_references(data: dict, issues: list[Issue]) -> None:
     populations = {p["name"] for p in data["populations"]}
     names = Names(devices, services, populations, services | populations, agent_names(data),
                    {"device": devices, "service": services, "trigger": {t["name"] for t in data["triggers"]} | {"*"},
-                    "fault": {f["name"] for f in data["faults"]}}, issues)
+                    "fault": {f["name"] for f in data["faults"]},
+                    "callee": {s["name"]: {*s["depends_on"], *([s["then"]] if s.get("then") else [])}
+                               for s in data["services"]}}, issues)
     for checker in CROSS_CHECKS:
         checker(data, names)
 

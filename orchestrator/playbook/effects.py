@@ -50,20 +50,25 @@ def check_effect(e: dict, loc: str, n: Names, params: dict | None = None) -> Non
         else:
             at = f"{loc}.args.{k}"
             args[k] = takes[k].normalised(v)
-        wanted = takes[k].problem(v) or _unknown_name(takes[k], v, parts)
+        wanted = takes[k].problem(v) or _unknown_name(takes[k], v, parts, e["target"])
         if wanted:
             issues.append(Issue(at, v, f"{wanted} (argument {k} of {e['op']})"))
 
 
-def _unknown_name(arg, value, parts: dict) -> str | None:
-    """What was expected, if an argument that names parts of the world names one that does not exist."""
+def _unknown_name(arg, value, parts: dict, target: str) -> str | None:
+    """What was expected, if an argument that names parts of the world names one that does not
+    exist (of the parts its ``target`` has, where they are each part's own: a service's callees)."""
     kind = arg.about.names if arg.about else ""
     if not kind or value is None:
         return None
-    known = parts[kind]
+    known, own = parts[kind], isinstance(parts[kind], dict)
+    if own:
+        known = known.get(target, set())
     for name in value if isinstance(value, list) else [value]:
         if name not in known:
             what = f"a list naming {kind}s" if isinstance(value, list) else f"the name of a {kind}"
+            if own:  # (a callee: of this target's)
+                return f"a service {target} calls, one of its depends_on or its then ({closest_first(name, known)})"
             return f"{what} of the playbook ({closest_first(name, known - {'*'})})"
     return None
 

@@ -214,7 +214,9 @@ def _arg_type(arg) -> str:
             text += f" <= {a.max:g}"
     if a is not None and a.unit:
         text += f", {a.unit}"
-    if a is not None and a.names:
+    if a is not None and a.names == "callee":  # (the target's own: a service it calls)
+        text += ", naming a service the target calls"
+    elif a is not None and a.names:
         text += f", naming {'each' if 'list' in kinds else 'a'} {a.names} of the playbook"
     if arg.required:
         return text + "; required"
