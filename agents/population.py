@@ -28,6 +28,8 @@ from .wheel import DelayStore, DelayTable, TimingWheel, delay, delay_table
 
 WORKS = ("perishable", "durable")  # perishable work fails for good after max_attempts; durable work is kept
 MODES = ("pooled", "per_request")  # clients hold connections, or every request is a flow of its own
+#: what a pooled client's fresh perishable request does while the client has no connection
+WHILE_RECONNECTING = ("fail", "queue")
 
 
 #: The declarations of the operations both population models have (``Population`` here and
@@ -95,6 +97,7 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.connect_timeout = float(conn["timeout"])
     agent.reconnect = RetryPolicy.from_spec(conn["reconnect"])
     agent.reconnect_on = set(conn["reconnect_on"])
+    agent.queue_while_reconnecting = conn["while_reconnecting"] == "queue"
     agent.request_timeout = float(spec["request"]["timeout"])
     retry = spec["retry"]
     agent.retry = RetryPolicy.from_spec(retry)
@@ -295,9 +298,11 @@ class PopulationControls:
                reconnect_on=Arg("the request failures that make a client drop its connection and reconnect from "
                                 "now on (empty: none)", choices=RECONNECT_ON),
                lifetime=Arg("how long a new connection is kept before it is replaced", unit="s", min=0),
-               timeout=Arg("how long a connection attempt waits from now on", unit="s", min=0))
+               timeout=Arg("how long a connection attempt waits from now on", unit="s", min=0),
+               while_reconnecting=Arg("what a fresh request of a client without a connection does from now on: "
+                                      "fail at once for good, or queue for the connection", choices=WHILE_RECONNECTING))
     def op_set_connection(self, tick: int, reconnect_on: list | None = None, lifetime: float | None = None,
-                          timeout: float | None = None) -> None:
+                          timeout: float | None = None, while_reconnecting: str | None = None) -> None:
         """A client hot-fix of pooled connections (arguments left out keep their value): which
         request failures drop the connection, how long connections live (at least a tick; the
         connections held are replaced at the new rate), and the connection timeout (for
@@ -306,6 +311,8 @@ class PopulationControls:
         timeout = None if timeout is None else max(self.world.dt, share_or_rate("timeout", timeout))
         if reconnect_on is not None:
             self.reconnect_on = set(reconnect_on)
+        if while_reconnecting is not None:
+            self.queue_while_reconnecting = while_reconnecting == "queue"
         if timeout is not None:
             self.connect_timeout = timeout
         if lifetime is not None:
@@ -456,7 +463,10 @@ class Population(PopulationControls, Agent):
         "waiting": ("count", "clients waiting in the timing wheel for their next connection attempt"),
         "demand": ("requests per tick", "fresh requests wanted this tick (all clients, connected or not; what a scale_rate "
                                "below 1 holds back is not in it: see held_back)"),
-        "fresh": ("requests per tick", "fresh requests sent or queued this tick"),
+        "fresh": ("requests per tick", "fresh requests sent or queued this tick (durable work waiting for dispatch; "
+                                       "not those a pooled client without a connection fails or, with "
+                                       "while_reconnecting queue, holds for its connection: they go out as its "
+                                       "retries waiting for one do)"),
         "attempts": ("requests per tick", "request attempts put on the wire this tick (fresh + retries; durable "
                                           "work: what was dispatched, fresh work included, at most max_rate)"),
         "conn_attempts": ("setups per tick", "connection attempts (setups) put on the wire this tick"),
@@ -776,10 +786,14 @@ class Population(PopulationControls, Agent):
         demand = self.draws.poisson(self.rate * self.rate_factor * dt * self.clients) if self.rate_factor > 0 else 0
         demand += surged
         if self.pooled and not self.durable:
-            # Only connected clients can send; the others' requests fail at once.
+            # Only connected clients can send; the others' requests fail at once, or wait for
+            # their client's connection as its retries do (parked, first attempts).
             fresh = self.draws.binomial(demand, self.connected / self.clients) if self.clients else 0
-            res["errors"] += demand - fresh
-            res["failed"] += demand - fresh
+            if self.queue_while_reconnecting:
+                self.parked[0] += demand - fresh
+            else:
+                res["errors"] += demand - fresh
+                res["failed"] += demand - fresh
         else:
             fresh = demand
         dep_ok = 1.0

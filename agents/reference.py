@@ -372,6 +372,9 @@ class ClientByClientPopulation(PopulationControls, Agent):
         fresh: list[int] = []
         for cid in wanted:
             if self.pooled and not self.durable and self.people[cid].state != CONNECTED:
+                if self.queue_while_reconnecting:  # it waits for the client's connection, as a retry does
+                    self.people[cid].parked.append((0, None))
+                    continue
                 res["errors"] += 1  # no connection to send it on: it fails at once, for good
                 res["failed"] += 1
             else:

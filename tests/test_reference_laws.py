@@ -220,3 +220,31 @@ def test_waits_shorter_than_a_tick_grow_toward_the_mm1_wait_as_the_tick_shrinks(
         waits[tick] = df["api.queue_wait_s"].iloc[int(30 / tick):].mean() * 1000
     assert 0 < waits[1.0] < waits[0.1] < 19.0, waits
     assert f"waits {waits[1.0]:.1f} ms at 1 s ticks, {waits[0.1]:.1f} ms at 0.1 s" in said, waits
+
+
+@pytest.mark.parametrize("tick", TICKS)
+@pytest.mark.parametrize("p, n", [(0.1, 3), (0.5, 3), (0.9, 5)])
+def test_pooled_clients_reconnecting_fail_or_queue_their_fresh_requests_as_said(p, n, tick):
+    """#42: while a pooled client reconnects (here after every timeout), what its fresh
+    requests do is a choice (connection.while_reconnecting). queue: they wait for its
+    connection and go out on it, so every request makes E[X] = (1 - p^n) / (1 - p) attempts
+    and fails for good with probability p^n, whatever the connections did. fail: those of
+    clients without a connection fail at once, for good: with c the share of the demand
+    that found its client connected, (1 - c) + c p^n fail (the 0.594 an outsider measured
+    where the requests sent fail p^n = 0.125 of the time)."""
+    for how in ("queue", "fail"):
+        df = step_world(playbook_path("fault_lab"), {"share": p, "max_attempts": n, "mode": "pooled", "kind": "timeout",
+                                                     "duration": "6m", "while_reconnecting": how}, tick=tick)
+        t = df.sum()
+        demand, q = t["clients.demand"], p**n
+        assert df["clients.attempts"].iloc[-int(30 / tick):].sum() == 0 and demand > 20_000  # every request is over
+        se = math.sqrt(q * (1 - q) / demand)
+        if how == "queue":
+            mean = (1 - q) / (1 - p)
+            var = sum((2 * k + 1) * p**k for k in range(n)) - mean**2
+            assert abs(t["clients.attempts"] / demand - mean) <= 4 * math.sqrt(var / demand), (how, t)
+            assert abs(t["clients.errors"] / demand - q) <= 4 * se, (how, t)
+        else:
+            c = t["clients.fresh"] / demand
+            assert c < 0.9  # (clients were often without a connection: the choice mattered)
+            assert abs(t["clients.errors"] / demand - ((1 - c) + c * q)) <= 4 * se + 1e-9, (how, t)

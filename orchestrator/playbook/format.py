@@ -11,7 +11,7 @@ from dataclasses import dataclass, field as dfield
 from agents.base import FAULT_KINDS
 from agents.controller import METRIC_IS
 from agents.monitoring import WHEN_STALE
-from agents.population import MODES, WORKS
+from agents.population import MODES, WHILE_RECONNECTING, WORKS
 from agents.retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON
 
 from orchestrator.playbook.schema import Field, L, M, names, non_negative, positive, ratio
@@ -352,7 +352,14 @@ POPULATION = M(
                                       doc="timeout: no answer within request.timeout; reject: refused at once"),
                                 doc="the request failures that make a client drop its connection and reconnect (its "
                                     "retry then waits for the new connection)",
-                                default=lambda: ["timeout"], example=["timeout", "reject"])),
+                                default=lambda: ["timeout"], example=["timeout", "reject"]),
+                 while_reconnecting=Field("str", choices=WHILE_RECONNECTING, default=WHILE_RECONNECTING[0],
+                                          doc="what a fresh request does when its client has no connection (client "
+                                              "libraries differ): fail, it fails at once, for good (an error nothing "
+                                              "retries); queue, it waits for the client's connection and goes out on "
+                                              "it, or, if that connection attempt fails, fails as an attempt that the "
+                                              "retry policy retries or gives up (as a retry waiting for a connection "
+                                              "does). Perishable work only: durable work always waits")),
     request=M("requests", default=dict,
               timeout=positive("duration", default=5.0,
                                doc="request timeout: an attempt not answered within it fails (and may be retried)")),
