@@ -94,6 +94,9 @@ class Cache:
         self.stale = np.zeros(len(self.n), dtype=np.int64)  # absent keys whose expired value is still held
         self.pending = np.zeros(len(self.n), dtype=np.int64)  # absent keys with a store request in flight
         self.warm = spec["start"] == "warm"  # filled at its long-run level by the first traffic
+        # fresh keys per bucket holding a bad value (a bad configuration written to them): looked up,
+        # they answer it; they go as other fresh keys go (lapse, replacement, flush, eviction)
+        self.bad = np.zeros(len(self.n), dtype=np.int64)
 
     # -- the long run ----------------------------------------------------------------------
     def steady_fresh(self, rate: float) -> np.ndarray:
@@ -119,6 +122,26 @@ class Cache:
             lo, hi = (mid, hi) if held(mid).sum() > self.size else (lo, mid)
         return held(hi)
 
+    # -- bad values ------------------------------------------------------------------------
+    def spoil(self, rng: np.random.Generator, hottest: int, share: float) -> None:
+        """Write a bad value to keys held now: the ``hottest`` most popular keys, and ``share``
+        of the others (at random)."""
+        ranks = np.cumsum(self.n) - self.n  # the keys before each bucket
+        hot = np.clip(hottest - ranks, 0, self.n)  # of each bucket's keys, those among the hottest
+        fresh = self.fresh
+        held_hot = rng.hypergeometric(fresh, self.n - fresh, hot, size=len(self.n)) if hottest else 0 * fresh
+        self.bad = np.maximum(self.bad, held_hot)
+        if share > 0:
+            self.bad += rng.binomial(fresh - self.bad, share)
+
+    def _keep_bad_within(self, rng: np.random.Generator, before: np.ndarray) -> None:
+        """Fresh keys went (``before``: how many each bucket had): as many of its bad ones went, in proportion."""
+        if self.bad.any():
+            now, some = self.fresh, (self.bad > 0) & (before > 0)
+            kept = np.minimum(self.bad, now)
+            kept[some] = rng.hypergeometric(self.bad[some], before[some] - self.bad[some], now[some])
+            self.bad = kept
+
     # -- lookups ---------------------------------------------------------------------------
     def lookup(self, rng: np.random.Generator, requests: int, unexpected: int) -> dict:
         """``requests`` lookups, ``unexpected`` more answered with something unexpected (a fault;
@@ -134,9 +157,18 @@ class Cache:
         asked = rng.multinomial(requests, self.share)
         hits = rng.binomial(asked, self.fresh / self.n)
         misses = asked - hits
+        bad = np.zeros_like(hits)
+        if self.bad.any():  # hits on keys with a bad value answer it
+            fresh = self.fresh
+            bad = rng.binomial(hits, np.divide(self.bad, fresh, out=np.zeros(len(fresh)), where=fresh > 0))
+            hits = hits - bad
+            if self.evict_on_error:  # an unexpected answer: its key is deleted and asked of the store
+                unexpected, bad = unexpected + int(bad.sum()), np.zeros_like(bad)
         if unexpected:
             odd = rng.multinomial(unexpected, self.share)
+            before = self.fresh
             self.ages -= rng.binomial(self.ages, _reached(self.n, odd, 1.0))
+            self._keep_bad_within(rng, before)
             misses = misses + odd
             asked = asked + odd
         absent = self.n - self.fresh
@@ -145,7 +177,7 @@ class Cache:
         new = rng.binomial(absent - self.pending, _reached(absent, misses, 1.0))
         self.pending += new
         return {"absent": absent, "hits": hits, "misses": misses, "stale": stale, "new": new,
-                "asks": new.copy() if self.coalesce else misses}
+                "asks": new.copy() if self.coalesce else misses, "bad": bad}
 
     # -- the store's answers -------------------------------------------------------------
     def settle(self, rng: np.random.Generator, asked: np.ndarray, ok: np.ndarray, new: np.ndarray,
@@ -179,10 +211,12 @@ class Cache:
     def tick(self, rng: np.random.Generator) -> None:
         """Fresh keys lapse into stale values."""
         if self.ttl:
+            before = self.fresh
             moved = rng.binomial(self.ages, min(1.0, self.dt * self._stages() / self.ttl))
             self.ages -= moved
             self.ages[1:] += moved[:-1]
             self.stale += moved[-1]
+            self._keep_bad_within(rng, before)
 
     def _stages(self) -> int:
         """The stages a stored key's freshness passes through (each at least a tick long on average)."""
@@ -190,7 +224,9 @@ class Cache:
 
     def flush(self, rng: np.random.Generator, share: float) -> None:
         """A share of the cache is emptied (its nodes restarted): a cold start for those keys."""
+        before = self.fresh
         self.ages -= rng.binomial(self.ages, share)
+        self._keep_bad_within(rng, before)
         self.stale -= rng.binomial(self.stale, share)
 
     def _make_room(self, rng: np.random.Generator, coming: int) -> None:
@@ -200,8 +236,10 @@ class Cache:
         if excess > 0:
             b = len(self.n)
             gone = draw_without_replacement(rng, np.concatenate([self.ages.ravel(), self.stale]), excess)
+            before = self.fresh
             self.ages -= gone[:-b].reshape(self.ages.shape)
             self.stale -= gone[-b:]
+            self._keep_bad_within(rng, before)
 
     @property
     def fresh(self) -> np.ndarray:

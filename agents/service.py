@@ -151,6 +151,7 @@ class Service(Agent):
         self.capacity_factor = 1.0
         self.throttle: float | None = None  # requests per second admitted; None: no throttle
         self.cut: dict[str, str] = {}  # a service this one calls -> how requests over the cut edge fail
+        self.spoiled_kind = "error"  # how a lookup of a cache's bad value fails (spoil_keys)
 
     @operation(needs="dns", example={})
     def op_restore_dns(self, tick: int) -> None:
@@ -213,6 +214,24 @@ class Service(Agent):
         share = share_or_rate("share", share, 1.0)
         if self.cache is not None:
             self.cache.flush(self.rng, share)
+
+    @operation(needs="cache", example={"hottest": 100, "kind": "error"},
+               hottest=Arg("the most popular keys whose held values go bad (by rank: 100, the 100 hottest)",
+                           unit="keys", min=0),
+               share=Arg("a share of the other keys held whose values go bad, at random", unit="share of keys (0-1)",
+                         min=0, max=1),
+               kind=Arg("how a lookup of a bad value fails for its caller: error, at once; timeout, the caller waits "
+                        "out its timeout (evict_on_error clients delete the key and ask the store instead)",
+                        choices=FAULT_KINDS))
+    def op_spoil_keys(self, tick: int, hottest: int = 0, share: float = 0.0, kind: str = "error") -> None:
+        """Bad values in some of a cache's keys (a bad configuration value written to them, a
+        poisoned entry), not in all of its answers: lookups of those keys answer the bad
+        value until the key goes (its TTL lapses, it is replaced or flushed, or an
+        evict_on_error client deletes it and refills it from the store). Keys not held now
+        are not touched."""
+        if self.cache is not None:
+            self.cache.spoil(self.rng, int(hottest), share_or_rate("share", share, 1.0))
+            self.spoiled_kind = kind
 
     @operation(needs="cache", example={"enabled": True},
                enabled=Arg("true: one store request per key in flight, other misses of that key wait for it"))
@@ -455,9 +474,11 @@ class Service(Agent):
     def _look_up(self, tick: int, b: dict, ok: int, odd: int, failed: int, rej: int, delay: float) -> None:
         """A cache's lookups: hits are answered, misses wait for this tick's store request."""
         found = self.cache.lookup(self.rng, ok, odd)
-        hits, misses = int(found["hits"].sum()), int(found["misses"].sum())
+        hits, misses, bad = int(found["hits"].sum()), int(found["misses"].sum()), int(found["bad"].sum())
         self._lookups += ok + odd
-        self._hits += hits
+        self._hits += hits + bad
+        if bad:  # answered with a bad value: its caller fails
+            failed, rej = (failed + bad, rej) if self.spoiled_kind == "timeout" else (failed, rej + bad)
         if not misses:
             self._reply(tick, b, hits, failed, rej, delay)
             return

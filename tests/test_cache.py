@@ -237,3 +237,41 @@ def test_a_tick_longer_than_a_caches_ttl_is_refused():
     (issue,) = tick_issues(data, 1.0, "--tick")
     assert issue.location == "--tick" and "services[0].cache.ttl of edge (0.5 s)" in issue.expected
     assert tick_issues(data, 0.5, "--tick") == [] and tick_issues(data, 0.25, "--tick") == []
+
+
+def _spoiled(evict: bool) -> dict:
+    """A warm cache holding all of 100,000 Zipf-1.0 keys, for good (no ttl); at 00:02 its 10
+    hottest keys get a bad value; at 00:05 it is flushed."""
+    return {"name": "spoiled", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "8m"},
+            "services": [{"name": "cache", "cache": {"store": "db", "keys": 100_000, "zipf": 1.0,
+                                                     "start": "warm", "evict_on_error": evict}},
+                         {"name": "db", "capacity": 100_000}],
+            "populations": [{"name": "clients", "clients": 5000, "rate": 1.0, "mode": "per_request", "target": "cache",
+                             "request": {"timeout": "2s"}, "retry": {"max_attempts": 1}}],
+            "triggers": [{"name": "bad-config", "at": "00:02",
+                          "effects": [{"target": "cache", "op": "spoil_keys", "args": {"hottest": 10}}]},
+                         {"name": "flush", "at": "00:05", "effects": [{"target": "cache", "op": "flush_cache"}]}],
+            "scoring": {"impact": {"clients": 1}}}
+
+
+def test_bad_values_in_a_caches_hottest_keys_fail_their_lookups_until_the_keys_go(tmp_path):
+    """#42: a bad value in some keys of a cache had to be written as a fault on all of its
+    answers. spoil_keys puts it in the 10 hottest keys: their lookups fail, H(10) / H(100,000)
+    = 0.242 of all (Zipf 1.0), until the keys go (here a flush) and come back good from the
+    store; evict_on_error clients delete a bad key at its first lookup and refill it."""
+    from helpers import play
+
+    import math
+
+    share = sum(1 / k for k in range(1, 11)) / sum(1 / k for k in range(1, 100_001))
+    r = play(tmp_path / "kept", _spoiled(False))
+    m = r.metrics.set_index("clock")
+    during = m.loc["00:02:05":"00:04:59"]
+    demand = during["clients.demand"].sum()
+    assert abs(during["clients.errors"].sum() / demand - share) <= 4 * math.sqrt(share * (1 - share) / demand)
+    assert m.loc["00:00:30":"00:01:59", "clients.errors"].sum() == 0
+    assert m.loc["00:05:30":, "clients.errors"].sum() == 0  # flushed, and refetched good from the store
+    evicting = play(tmp_path / "evicting", _spoiled(True)).metrics.set_index("clock")
+    assert evicting["clients.errors"].sum() == 0  # deleted at the first lookup, answered by the store
+    assert evicting.loc["00:02:01":"00:02:03", "cache.store_requests"].sum() > \
+        evicting.loc["00:01:01":"00:01:03", "cache.store_requests"].sum()  # (the 10 keys asked again)
