@@ -114,7 +114,12 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     bugs = spec["bugs"]
     agent.bug_ignores_backoff = bool(bugs["reconnect_ignores_backoff"])
     agent.bug_delay = float(bugs["reconnect_delay"])
+    # Two factors scale the fresh requests: the world's (demand rising or falling: a trigger's or a
+    # fault's scale_rate) and the response's (an action's cut, or its readmission), so that a cut
+    # and its readmission return to the demand of the moment, not to the playbook's rate.
+    agent.demand_factor = 1.0
     agent.rate_factor = 1.0
+    agent.by_response = False  # the operation being applied came from the deployment tooling (an action)
     agent.dispatch_factor = 1.0
     agent.readmission = None  # a readmission in steps under way (op_readmit)
     agent.given_up = 0  # work an op_drop_backlog gave up, counted as errors at the end of the tick
@@ -165,8 +170,10 @@ class PopulationControls:
             "setup_failed": res["setup_failed"],
             "backlog": backlog,
             "broken_connections": self.broken,
-            # what an operation's scale_rate below 1 keeps from being sent (the expected count)
-            "held_back": self.rate * self.clients * self.world.dt * max(0.0, 1.0 - self.rate_factor),
+            # what an operation's scale_rate below 1 keeps from being sent (the expected count): the
+            # world's cut, then the response's of what is left
+            "held_back": self.rate * self.clients * self.world.dt * (
+                max(0.0, 1.0 - self.demand_factor) + self.demand_factor * max(0.0, 1.0 - self.rate_factor)),
         }
         if self.health_of_clients:  # the share of its clients with no pending work (counts add up over shards)
             ok, of = self.clients - min(backlog, self.clients), self.clients
@@ -326,17 +333,22 @@ class PopulationControls:
         if r is not None and tick >= r["next"]:
             self._readmit_step(tick)
 
+    def _lifted(self) -> float:
+        """The factor a readmission lifts: durable work's dispatch, else the fresh requests' cut
+        (the response's, or the world's for a readmission the world started)."""
+        r = self.readmission
+        return self.dispatch_factor if self.durable else self.rate_factor if r["by_response"] else self.demand_factor
+
     def _readmit_step(self, tick: int) -> None:
         r = self.readmission
-        now = self.dispatch_factor if self.durable else self.rate_factor
-        share = min(1.0, round(now + r["step"], 9))  # steps of 0.1 add up to 0.9999999999999999, one step short
+        share = min(1.0, round(self._lifted() + r["step"], 9))  # steps of 0.1 add up to 0.9999999999999999, one short
         if "left" in r:  # (a readmission over a stated time: its last step lets everything back)
             r["left"] -= 1
             share = 1.0 if r["left"] <= 0 else share
         if self.durable:
             self.op_scale_dispatch(tick, share)
         else:
-            self.op_scale_rate(tick, share)  # the reference model redraws its clients' requests here
+            self._scale(tick, share, r["by_response"])  # the reference model redraws its clients' requests here
         self.event(tick, "readmitted", share=share)
         r["next"] = tick + r["every"]
         if share >= 1.0:
@@ -359,23 +371,39 @@ class PopulationControls:
         (scale_rate); durable work: the dispatch (scale_dispatch). A scale_rate or
         scale_dispatch applied meanwhile sets where the next step starts from."""
         every_ticks = in_ticks(every, self.world.dt)
-        self.readmission = {"step": float(step), "every": every_ticks, "next": tick}
+        self.readmission = {"step": float(step), "every": every_ticks, "next": tick, "by_response": self.by_response}
         if until is not None:
             if over is not None:
                 raise BadArgument(f"until {until!r}: over and until both say when the readmission ends (give one)")
             over = max(0.0, float(until) - self.world.clock(tick))
         if over is not None:
             steps = round(float(over) / self.world.dt) // every_ticks + 1  # (the first at once)
-            now = self.dispatch_factor if self.durable else self.rate_factor
-            self.readmission |= {"step": max(0.0, 1.0 - now) / steps, "left": steps}
+            self.readmission |= {"step": max(0.0, 1.0 - self._lifted()) / steps, "left": steps}
         self._readmit_step(tick)
 
     @operation(**SCALE_RATE_OP)
     def op_scale_rate(self, tick: int, factor: float) -> None:
         """Disable (0), throttle (<1) or restore (1) this population's fresh requests; the
-        factor replaces the last one, and retries already due still go out."""
-        self.rate_factor = float(factor)
+        factor replaces the last one, and retries already due still go out. An action's
+        factor and a trigger's or fault's (demand rising or falling) are kept apart and
+        multiply: restoring an action's cut (1, or a readmission) returns to the demand of
+        the moment."""
+        self._scale(tick, float(factor), self.by_response)
+
+    def _scale(self, tick: int, factor: float, by_response: bool) -> None:
+        if by_response:
+            self.rate_factor = factor
+        else:
+            self.demand_factor = factor
         self._rate_changed(tick)
+
+    def take_apply(self, tick: int, msg: Message) -> None:
+        """An operation sent to this population; the deployment tooling's are the response's."""
+        self.by_response = msg.src == self.wiring.deployment
+        try:
+            self.handle_apply(tick, msg.body)
+        finally:
+            self.by_response = False
 
     def _rate_changed(self, tick: int) -> None:
         """(A model that draws its requests ahead draws them again here.)"""
@@ -742,7 +770,7 @@ class Population(PopulationControls, Agent):
             elif msg.kind == "health":
                 health.take(msg)
             elif msg.kind == "apply":
-                self.handle_apply(tick, msg.body)
+                self.take_apply(tick, msg)
         health.merge()
 
     def _churn(self, tick: int, dt: float) -> tuple[list[int], int, int, int]:
@@ -783,7 +811,8 @@ class Population(PopulationControls, Agent):
                 if tick < s["until"]:
                     surged += self.draws.poisson(self.clients * s["fraction"] / s["ticks"] + s["extra"] * dt)
             self.surges = [s for s in self.surges if tick < s["until"]]
-        demand = self.draws.poisson(self.rate * self.rate_factor * dt * self.clients) if self.rate_factor > 0 else 0
+        factor = self.demand_factor * self.rate_factor
+        demand = self.draws.poisson(self.rate * factor * dt * self.clients) if factor > 0 else 0
         demand += surged
         if self.pooled and not self.durable:
             # Only connected clients can send; the others' requests fail at once, or wait for

@@ -128,13 +128,13 @@ class ClientByClientPopulation(PopulationControls, Agent):
 
     def _redraw_requests(self, after: float) -> None:
         """Every client's next request after ``after`` (Poisson streams are memoryless)."""
-        rate = self.rate * self.rate_factor
+        rate = self.rate * self.demand_factor * self.rate_factor
         self.next_request[:] = after + self.rng.exponential(1.0 / rate, self.clients) if rate > 0 else math.inf
 
     def _requests_due(self, now: float) -> list[int]:
         """The clients whose requests fall due by ``now``, once per request."""
         due: list[int] = []
-        rate = self.rate * self.rate_factor
+        rate = self.rate * self.demand_factor * self.rate_factor
         while True:
             idx = np.flatnonzero(self.next_request <= now + _EPS)
             if not idx.size:
@@ -315,7 +315,7 @@ class ClientByClientPopulation(PopulationControls, Agent):
             elif msg.kind == "health":
                 health.take(msg)
             elif msg.kind == "apply":
-                self.handle_apply(tick, msg.body)
+                self.take_apply(tick, msg)
         health.merge()
         self._readmit_due(tick)
         res["errors"], self.given_up = res["errors"] + self.given_up, 0

@@ -99,6 +99,14 @@ TIMELINE_ROWS = {
     "session_paused": lambda e: ("game day paused", "simulated time stood still meanwhile"),
     "session_resumed": lambda e: ("game day resumed", ""),
     "host_restarted": lambda e: (f"simulator: host {e.get('host')} restarted", e.get("reason", "")),
+    # the world's own automation (controllers)
+    "scale_out": lambda e: (f"{e['agent']} scaled out {e['service']}",
+                            f"asked for {int(e['instances'])} instances ({int(e['running'])} serving, "
+                            f"{e['metric']} read {float(e['value']):.3g})"),
+    "scale_in": lambda e: (f"{e['agent']} scaled in {e['service']}",
+                           f"stopped {int(e['instances'])} of {int(e['running'])} instances"
+                           + (f", withdrew {int(e['withdrawn'])} asked for" if e.get("withdrawn") else "")
+                           + f" ({e['metric']} read {float(e['value']):.3g})"),
 }
 
 
@@ -304,6 +312,14 @@ def analyse(run: RunData) -> Analysis:
                 "ticks": f"{r.ticks_done} of {meta.get('ticks_planned', '?')} ({r.dt:g} s each)"}
     summary = _summary(r.trigger, r.trigger_tick, r.bad_tick, r.signal, r.events,
                        r.milestones_reached, r.relapses, r.score, weighted, backlog, r.at, r.dt, r.partial, r.until)
+    if r.trigger is None and r.ticks_done:
+        # (nothing was scored: still, a world that fails with no incident at all is said to)
+        failing = [(sig, float(sig.out(sig.series).mean())) for sig in r.signals]
+        failing = [(sig, share) for sig, share in failing if share >= 0.5]
+        if failing:
+            sig, share = failing[0]
+            summary.append(f"Yet {sig.name} was out of bounds for {share:.0%} of the run: this world fails without "
+                           f"an incident (check the playbook's capacities against its demand).")
     if r.before_trigger is not None:
         # (then the trigger's sentence cannot be taken at its word: the world was failing already)
         sig, value = r.before_trigger
@@ -480,6 +496,7 @@ def _findings(r: _Reading) -> list[Finding]:
                                     "attempts refused by its throttle (its callers' retries included) or requests held "
                                     "back by its lowered rate, for as long as it held", "collateral"))
     findings += _never_took_effect(r.events, at, r.until)
+    findings += _instances_that_never_came(r.events, m, at, r.until)
     findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.changes, at, r.until)
     findings += _held_briefly(r.score, r.changes, dt, at, r.until)
     loop_at = r.milestones_reached.get("loop_broken")
@@ -530,10 +547,31 @@ def _never_took_effect(events: list[dict], at, until: str) -> list[Finding]:
     return out
 
 
+def _instances_that_never_came(events: list[dict], m: pd.DataFrame, at, until: str) -> list[Finding]:
+    """Each autoscaler that asked for instances of which some had not come when the run ended,
+    and why: its provisioning requests kept failing (the control plane's capacity, its path)."""
+    out = []
+    for agent in dict.fromkeys(e["agent"] for e in events if e["event"] == "scale_out"):
+        waiting = m[f"{agent}.instances_waiting"]
+        if m.empty or waiting.iloc[-1] <= 0:
+            continue
+        asks = [e for e in events if e["event"] == "scale_out" and e["agent"] == agent]
+        sent, failed = int(m[f"{agent}.provision_requests"].sum()), int(m[f"{agent}.provision_failures"].sum())
+        out.append(Finding(
+            f"{agent} asked for {sum(int(e['instances']) for e in asks)} instances of {asks[0]['service']}; "
+            f"{int(waiting.iloc[-1])} never came",
+            f"it scaled out {len(asks)} time{'s' * (len(asks) != 1)} from {at(asks[0]['tick'])}; {failed:,} of its "
+            f"{sent:,} provisioning requests failed, each asked again after its retry delay, and "
+            f"{int(waiting.iloc[-1])} instances were still not provisioned at {until}", "never_took_effect"))
+    return out
+
+
 def _verdict(r: _Reading) -> str:
     lb = r.score.get("loop_broken") or {}
     if r.partial:
         return f"Partial run (status {r.meta.get('status')}): simulated until {r.until}; no verdict."
+    if r.trigger_tick is None:
+        return f"No trigger fired and no fault was injected by {r.until}: nothing was scored."
     if r.score.get("loop_formed") is False:
         return "No feedback loop formed: nothing to break."
     if not lb.get("reached") and lb.get("relapsed"):
@@ -753,9 +791,21 @@ def _summary(trigger, trigger_tick, bad_tick, signal: Signal | None, events, mil
     if trigger is None:
         out.append(f"No trigger fired and no fault was injected by {until}: nothing was scored.")
     elif bad_tick is not None:
-        out.append(f"{what} at {at(trigger_tick)} set off the loop: {measure} "
-                   f"{'rose' if signal.high_is_bad else 'fell'} out of bounds at "
-                   f"{at(bad_tick)}, {format_wait((bad_tick - trigger_tick) * dt)} after it.")
+        # (the change just before the measure left its bounds, if a later trigger or fault than the first)
+        def named(e: dict) -> str:
+            return f"the trigger {e['trigger']}" if e["event"] == "trigger" else f"the fault {e['fault']}"
+
+        setter = [e for e in events if e["event"] in ("trigger", "fault_injected") and trigger_tick < e["tick"] <= bad_tick]
+        if setter and named(setter[-1]) != named(trigger):
+            last = setter[-1]
+            out.append(f"{named(last)[0].upper()}{named(last)[1:]} at {at(last['tick'])} set off the loop (the "
+                       f"incident began with {named(trigger)} at {at(trigger_tick)}): "
+                       f"{measure} {'rose' if signal.high_is_bad else 'fell'} out of bounds at {at(bad_tick)}, "
+                       f"{format_wait((bad_tick - last['tick']) * dt)} after it.")
+        else:
+            out.append(f"{what} at {at(trigger_tick)} set off the loop: {measure} "
+                       f"{'rose' if signal.high_is_bad else 'fell'} out of bounds at "
+                       f"{at(bad_tick)}, {format_wait((bad_tick - trigger_tick) * dt)} after it.")
     else:
         out.append(f"{what} at {at(trigger_tick)} did not push {measure} out of bounds.")
     alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
@@ -846,6 +896,13 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _to_the_second(seconds: float) -> str:
+    """``2 min 49 s``, ``3 min``, ``35 s``."""
+    whole = int(round(seconds))
+    minutes, rest = divmod(whole, 60)
+    return f"{rest} s" if not minutes else f"{minutes} min" + (f" {rest} s" if rest else "")
+
+
 def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
     if metric not in m:
         return f"{metric} is not a metric of this world"
@@ -860,8 +917,9 @@ def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
         stretch = held.ne(held.shift()).cumsum()[held]  # a label per unbroken stretch
         sizes = stretch.value_counts(sort=False)
         longest = sizes.idxmax()
-        text += (f", at most {format_wait(sizes[longest] * dt)} without a break (from "
-                 f"{at(int(stretch.index[stretch == longest][0]))}) where it needed {format_wait(hold)}")
+        # (to the second: "at most 3 min where it needed 3 min" read as if the rule should have fired)
+        text += (f", at most {_to_the_second(sizes[longest] * dt)} without a break (from "
+                 f"{at(int(stretch.index[stretch == longest][0]))}) where it needed {_to_the_second(hold)}")
     if "monitoring.visibility" in m:
         vis = m.loc[held, "monitoring.visibility"].mean()
         text += (f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"

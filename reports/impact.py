@@ -86,9 +86,12 @@ class HeldDemand:
         self.work = {p: w for p, (w, _, _) in populations.items()}
         self.max_rate = {p: m for p, (_, m, _) in populations.items()}
         self.arrivals = {p: a for p, (_, _, a) in populations.items()}
+        # as the population keeps them: the world's demand factor apart from the response's cut
+        self.demand = {p: 1.0 for p in populations}
         self.rate = {p: 1.0 for p in populations}
         self.dispatch = {p: 1.0 for p in populations}
-        self.by_action = {p: False for p in populations}  # what set its factors last was an action
+        self.dispatch_by_action = {p: False for p in populations}
+        self.readmitting_by_action = {p: False for p in populations}
         self._an_action: dict[str, bool] = {}
 
     def see(self, e: dict) -> None:
@@ -98,12 +101,18 @@ class HeldDemand:
         if part not in self.work:
             return
         args = e.get("args") or {}
-        if kind == "applied" and e.get("op") in ("scale_rate", "scale_dispatch", "readmit"):
-            if e["op"] != "readmit":
-                (self.rate if e["op"] == "scale_rate" else self.dispatch)[part] = float(args["factor"])
-            self.by_action[part] = self._an_action.get(e.get("by") or e["agent"], False)
+        by_action = kind == "applied" and self._an_action.get(e.get("by") or e["agent"], False)
+        if kind == "applied" and e.get("op") == "scale_rate":
+            (self.rate if by_action else self.demand)[part] = float(args["factor"])
+        elif kind == "applied" and e.get("op") == "scale_dispatch":
+            self.dispatch[part], self.dispatch_by_action[part] = float(args["factor"]), by_action
+        elif kind == "applied" and e.get("op") == "readmit":
+            self.readmitting_by_action[part] = by_action
         elif kind == "readmitted":  # (a step of a readmission: the factor it lifts, as the population chose)
-            (self.dispatch if self.work[part] == "durable" else self.rate)[part] = float(e["share"])
+            if self.work[part] == "durable":
+                self.dispatch[part] = float(e["share"])
+            else:
+                (self.rate if self.readmitting_by_action[part] else self.demand)[part] = float(e["share"])
         elif kind == "applied" and e.get("op") == "set_work":
             self.work[part] = args["work"]
             if args.get("max_rate") is not None:
@@ -111,11 +120,9 @@ class HeldDemand:
 
     def held(self) -> set[str]:
         out = set()
-        for p, by_action in self.by_action.items():
-            if not by_action:
-                continue
-            paced = self.work[p] == "durable" and self.max_rate[p] is not None and \
-                self.dispatch[p] * self.max_rate[p] < self.rate[p] * self.arrivals[p]
+        for p in self.work:
+            paced = self.work[p] == "durable" and self.max_rate[p] is not None and self.dispatch_by_action[p] and \
+                self.dispatch[p] * self.max_rate[p] < self.demand[p] * self.rate[p] * self.arrivals[p]
             if self.rate[p] < 1.0 or paced:
                 out.add(p)
         return out

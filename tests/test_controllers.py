@@ -240,3 +240,39 @@ def test_a_cut_edge_fails_its_requests_as_timeouts_or_refusals_as_said(tmp_path,
     [answer] = [m.body for m in res.messages if m.kind == "flow_result"]
     assert answer["r_ok"] == 0 and answer[field] == 50
     assert not [m for m in res.messages if m.kind == "flow" and m.dst == "db"]  # nothing crossed the edge
+
+
+def test_the_report_says_which_trigger_set_the_loop_off_and_what_the_autoscaler_did(tmp_path):
+    """An outsider's trial (#42): a traffic rise at 07:20 and a flush on a condition at 07:22
+    read as 'the trigger at 07:20 set off the loop'; an autoscaler that asked for instances
+    that never came was in no finding and no timeline row."""
+    from reports.analysis import analyse
+    from reports.rundir import load_run
+
+    world = _small_world(triggers=[{"name": "overload", "when": {"metric": "web.utilisation", "above": 0.95, "for": "30s"},
+                                    "effects": [{"target": "web", "op": "scale_capacity", "args": {"factor": 0.2}}]}])
+    world["services"].append({"name": "provisioning", "capacity": 0.01})
+    world["monitoring"]["observe"].append("web.offered")
+    world["controllers"] = [{"name": "scaler", "autoscaler": {
+        "service": "web", "instances": 10, "metric": "web.offered", "metric_is": "total", "target": 100, "max": 100,
+        "scale_out_after": "30s", "provision": {"service": "provisioning", "timeout": "2s"}}}]
+    world["scoring"]["loop"] = {"populations": ["users"], "hold": "1m"}
+    a = analyse(load_run(play(tmp_path, world).dir))
+    assert a.summary[0].startswith("The trigger overload at 00:0") and "(the incident began with the trigger rush at " \
+        "00:05:00)" in a.summary[0], a.summary
+    assert any(row["what"] == "scaler scaled out web" for row in a.timeline)
+    [never] = [f for f in a.findings if f.title.startswith("scaler asked for")]
+    assert "never came" in never.title and "provisioning requests failed" in never.evidence
+
+
+def test_a_world_that_fails_with_no_incident_says_so_instead_of_no_loop(tmp_path):
+    from reports.analysis import analyse
+    from reports.rundir import load_run
+
+    world = _small_world()
+    world["triggers"] = []
+    world["services"][0]["capacity"] = 300  # a third of the demand
+    world["scoring"]["loop"] = {"populations": ["users"]}
+    a = analyse(load_run(play(tmp_path, world).dir))
+    assert a.verdict.startswith("No trigger fired and no fault was injected")
+    assert any(s.startswith("Yet users retries was out of bounds for") for s in a.summary), a.summary

@@ -342,3 +342,31 @@ def test_a_readmission_ends_at_a_clock_time_given_as_one(tmp_path):
     with pytest.raises(InvalidRunbook) as e:
         play(tmp_path / "bad", world, [{"when": {"at": "00:04"}, "do": {"action": "reopen", "params": {"until": "9am"}}}])
     assert "a clock time such as" in str(e.value)
+
+
+def test_an_actions_cut_and_its_readmission_return_to_the_demand_of_the_moment(tmp_path):
+    """An outsider's trial (#42): a shed (scale_rate 0.1) replaced the morning peak's factor
+    (1.2, a trigger's), so the readmission let back the playbook's rate, not the peak's, and
+    flattered the runbook. The world's factor and the response's are kept apart."""
+    from helpers import play
+
+    world = {"name": "peak", "title": "t", "clock": {"start": "00:00", "tick": "1s", "duration": "12m"},
+             "services": [{"name": "api", "capacity": 50_000}],
+             "populations": [{"name": "users", "clients": 1000, "rate": 1.0, "mode": "per_request", "target": "api",
+                              "request": {"timeout": "2s"}, "retry": {"max_attempts": 2}}],
+             "triggers": [{"name": "peak", "at": "00:02", "effects": [
+                 {"target": "users", "op": "scale_rate", "args": {"factor": 1.2}}]}],
+             "mitigations": [{"name": "shed", "deploy": False,
+                              "effects": [{"target": "users", "op": "scale_rate", "args": {"factor": 0.1}}]},
+                             {"name": "reopen", "deploy": False,
+                              "effects": [{"target": "users", "op": "readmit", "args": {"over": "2m", "every": "1m"}}]}],
+             "scoring": {"loop": {"populations": ["users"]}, "impact": {"users": 1}}}
+    r = play(tmp_path, world, [{"when": {"at": "00:04"}, "do": "shed"}, {"when": {"at": "00:07"}, "do": "reopen"}])
+    m = r.metrics.set_index("clock")
+    peak, shed, back = (m.loc[a:b, "users.demand"].mean() for a, b in
+                        (("00:02:30", "00:03:59"), ("00:04:30", "00:06:59"), ("00:09:30", "00:11:59")))
+    assert peak == pytest.approx(1200, rel=0.03) and shed == pytest.approx(120, rel=0.1)
+    assert back == pytest.approx(1200, rel=0.03)  # the peak's demand, not the playbook's 1,000
+    assert m.loc["00:09:30":, "users.held_back"].sum() == 0
+    held = m.loc["00:04:30":"00:06:59", "users.held_back"].mean()
+    assert held == pytest.approx(1080, rel=0.01)  # of the peak's 1,200, the shed keeps 1,080 back
