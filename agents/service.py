@@ -90,6 +90,7 @@ class Service(Agent):
         "utilisation": ("ratio", "work done / the work it could do this tick (work admitted, without a queue): "
                         "its capacity x tick, or, where service times vary, what this tick's draws allowed (a busy "
                         "tick reads 1 whatever it did; over many ticks it averages about work done / capacity); "
+                        "without a queue, what arrives over what it could do, so above 1 when overloaded; "
                         "with no capacity, 1 while work arrives (saturated), else 0"),
         "broken_fraction": ("ratio", "share of servers broken and waiting to be recycled"),
         "dependency_health": ("ratio", "product of the success ratios of its dependencies"),

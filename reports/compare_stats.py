@@ -50,7 +50,10 @@ TEST = ("Fisher's exact test on success rates and the Mann-Whitney U test on tim
         "number of pairs; inf where a median run did not break the loop within the horizon, and "
         "'at least' / 'at most' where the interval is unbounded on one side. Seeds that 'cannot show a "
         "difference' could not even if every run of one runbook beat every run of the other; the seeds "
-        "named are the fewest with which that would be significant (more show smaller differences)")
+        "named are the fewest with which that would be significant (more show smaller differences). They "
+        "treat runs as independent samples, so they need more seeds than a race's selection or the seed-by-seed "
+        "pairs (which compare the same seeds' runs): their 'cannot tell' does not gainsay a runbook the race "
+        "named best")
 
 
 def time_to_break(df: pd.DataFrame) -> pd.Series:

@@ -197,7 +197,10 @@ SERVICE = M(
                    "exponential, each request's service time is exponential at rate capacity, so the requests "
                    "done in a busy tick of length dt are Poisson(capacity x dt); gamma, the work done in a busy "
                    "tick has mean capacity x dt and variance cv^2 x capacity x dt (cv: the service times' "
-                   "coefficient of variation)", default=dict,
+                   "coefficient of variation). With a queue, exponential and gamma draw every completion while the "
+                   "service is busy, so their cost grows with the capacity: a busy queue of 150,000 requests/s took "
+                   "17 times as long to simulate as a deterministic one (34 s against 2 s for 30 minutes)",
+                   default=dict,
                    distribution=Field("str", choices=("deterministic", "exponential", "gamma"), default="deterministic",
                                       doc="the service times' distribution: deterministic, exponential or gamma (see "
                                           "service_time)"),
