@@ -104,8 +104,10 @@ def outcome(score: Score) -> str:
     it broke: the run's attribution says the same); it broke after an action took effect
     (whether because of it, the counterfactuals of `gameday run` say; a comparison does not
     play them); it broke, or was suspended (within its bounds while an action held back the
-    demand that feeds it), and re-formed, and was not broken at the horizon; it is suspended
-    at the horizon; it never broke."""
+    demand that feeds it), and re-formed, an action having taken effect before it did, and
+    was not broken at the horizon; it is suspended at the horizon; it never broke, or broke
+    and re-formed with no action taken (a loop still forming, as under a slow ramp of
+    traffic, is stuck: nothing relapsed)."""
     broken = score["loop_broken"]
     if not score["loop_formed"]:
         return HEALTHY
@@ -113,7 +115,10 @@ def outcome(score: Score) -> str:
         suspended = score.get("loop_suspended") or []
         if suspended and not suspended[-1]["to"]["reached"]:
             return SUSPENDED
-        return RELAPSED if broken.get("relapsed") or suspended else STUCK
+        acted = score.get("first_action_effective")
+        again = broken.get("relapses") or []
+        acting = bool(again) and acted is not None and acted["seconds_after_start"] < again[-1]["seconds_after_start"]
+        return RELAPSED if (broken.get("relapsed") and acting) or suspended else STUCK
     acted = score.get("first_action_effective")  # before the tick the loop holds broken from, as attribution asks
     return BY_ITSELF if acted is None or acted["seconds_after_start"] >= broken["seconds_after_start"] else AFTER_ACTION
 

@@ -387,3 +387,15 @@ def test_a_service_answering_what_it_is_asked_is_recovered_idle_or_not_but_not_w
     db = r.score["recovered"]["db"]
     assert r.metrics["db.offered"].iloc[300:].sum() == 0  # idle from 00:04 on
     assert db["reached"] and not db["relapses"] and "00:12" <= db["clock"] < "00:13"  # once the fault lifted
+
+
+def test_a_loop_that_broke_and_re_formed_with_nobody_acting_is_stuck_not_relapsed(relapsed):
+    """#42: under a slow ramp of traffic, runbook none's loop dipped into its bounds long
+    enough to count as broken, then formed for good, and the run read 'relapsed' (a fix that
+    did not hold) where nothing was fixed. Relapsed needs an action before the relapse."""
+    from reports.rundir import outcome
+
+    score = relapsed.score
+    assert outcome(score) == "relapsed"  # the paced release broke it, letting the rest go at once re-formed it
+    nobody = {k: v for k, v in score.items() if k not in ("first_action_effective", "loop_suspended")}
+    assert nobody["loop_broken"]["relapsed"] and outcome(nobody) == "stuck"
