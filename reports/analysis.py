@@ -19,7 +19,7 @@ from agents.operator import by_the_team, rule_label
 from agents.population import AMPLIFICATION_BASE, work_switch
 
 from .impact import TurnedAway, failed_and_finished
-from .rundir import COMPLETE, RUNBOOK, STARTS_INCIDENT, RunData
+from .rundir import COMPLETE, MEASURES, RUNBOOK, STARTS_INCIDENT, RunData
 from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
 from .summary import not_reached, posts_updates
 
@@ -359,11 +359,15 @@ def _measures(r: _Reading) -> list[dict]:
     # (a playbook that can post no customer update has no such measure)
     if posts_updates(r.playbook) or r.first_update is not None:
         measure("first customer update", "first_customer_update", r.first_update)
+    restored = r.score.get("demand_restored")  # (once an action held demand back)
+    if restored is not None:
+        measure("demand restored", "demand_restored",
+                round(restored["seconds_after_start"] / r.dt) if restored["reached"] else None, "still held back")
     for key, tick in sorted(r.milestones_reached.items(), key=lambda kv: kv[1]):
         measure(_milestone_label(key), key, tick)
     scored = _scored_milestones(r.score)
     for key in dict.fromkeys([*r.relapses, *r.par_s, *scored]):
-        if key not in r.milestones_reached and key not in ("trigger", "first_customer_update") and key not in r.actions:
+        if key not in r.milestones_reached and key not in MEASURES and key not in r.actions:
             m = scored.get(key) or {}
             missing = "loop never formed" if key == "loop_broken" and r.score.get("loop_formed") is False else not_reached(m)
             measure(_milestone_label(key), key, None, missing)

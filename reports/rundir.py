@@ -90,6 +90,9 @@ class Score(TypedDict, total=False):
     loop_suspended: list[dict]  # {from, to} (When) the loop was in its bounds while an action held demand back
 
 
+#: what a run measures besides its milestones, as score.json and par name them
+MEASURES = ("trigger", "first_customer_update", "demand_restored")
+
 #: a run's outcome, as a comparison's results table says it (``outcome``)
 HEALTHY, BY_ITSELF, AFTER_ACTION, RELAPSED, SUSPENDED, STUCK = OUTCOMES = (
     "healthy", "recovered by itself", "broken after the runbook acted", "relapsed", "suspended", "stuck")

@@ -399,3 +399,10 @@ def test_a_loop_that_broke_and_re_formed_with_nobody_acting_is_stuck_not_relapse
     assert outcome(score) == "relapsed"  # the paced release broke it, letting the rest go at once re-formed it
     nobody = {k: v for k, v in score.items() if k not in ("first_action_effective", "loop_suspended")}
     assert nobody["loop_broken"]["relapsed"] and outcome(nobody) == "stuck"
+
+
+def test_the_report_shows_when_the_demand_was_back_beside_par(paced):
+    from reports.analysis import analyse
+
+    row = next(r for r in analyse(paced).measures if r["measure"] == "demand restored")
+    assert row["yours"] == paced.score["demand_restored"]["clock"]

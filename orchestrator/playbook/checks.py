@@ -9,7 +9,8 @@ from agents.monitoring import WHEN_STALE
 from agents.shards import SHARD_SEP
 from orchestrator.errors import InvalidPlaybook, Issue, closest_first, setting
 from orchestrator.playbook.format import PLAYBOOK
-from orchestrator.playbook.format import MEASURES, milestone_keys
+from orchestrator.playbook.format import milestone_keys
+from reports.rundir import MEASURES
 from orchestrator.playbook.schema import check
 from orchestrator.playbook.names import KIND_OF_SECTION, Names, agent_names
 from orchestrator.playbook.effects import check_effect, observable_metrics

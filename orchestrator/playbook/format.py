@@ -746,8 +746,6 @@ RUNBOOK = M(
 )
 
 
-#: what a run measures besides its milestones, as score.json and par name them
-MEASURES = ("trigger", "first_customer_update", "demand_restored")
 
 
 def milestone_keys(data: dict) -> list[str]:
