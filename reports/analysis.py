@@ -86,7 +86,7 @@ TIMELINE_ROWS = {
     "alarm_cleared": lambda e: (f"alarm cleared: {e['alarm']}",
                                 "its data stale, not its value: monitoring has no fresh value of "
                                 f"{e.get('metric', '')} (its when_stale: clear)" if e.get("stale") else ""),
-    "action_requested": lambda e: (f"asked: {e['action']}", e.get("reason", "")),
+    "action_requested": lambda e: (f"asked: {e['action']}", e["reason"]),
     "action_started": lambda e: (f"started: {e['action']}",
                                  f"lead time {format_minutes(float(e.get('lead_time_s', 0)), 0)}, "
                                  f"{int(e.get('steps', 0))} deployment step{'s' if int(e.get('steps', 0)) != 1 else ''}, "
@@ -95,10 +95,10 @@ TIMELINE_ROWS = {
     "fault_injected": lambda e: (f"fault injected: {e['fault']}", f"by the facilitator; {e.get('description', '')}"),
     "fault_lifted": lambda e: (f"fault lifted: {e['agent']}", "its duration was over"),
     "readmitted": lambda e: (f"readmitted: {e['agent']}", f"{float(e['share']):.0%} of its traffic let back"),
-    "facilitator_message": lambda e: ("facilitator's message", e.get("text", "")),
+    "facilitator_message": lambda e: ("facilitator's message", e["text"]),
     "session_paused": lambda e: ("game day paused", "simulated time stood still meanwhile"),
     "session_resumed": lambda e: ("game day resumed", ""),
-    "host_restarted": lambda e: (f"simulator: host {e.get('host')} restarted", e.get("reason", "")),
+    "host_restarted": lambda e: (f"simulator: host {e['host']} restarted", e["reason"]),
     # the world's own automation (controllers)
     "scale_out": lambda e: (f"{e['agent']} scaled out {e['service']}",
                             f"asked for {int(e['instances'])} instances ({int(e['running'])} serving, "
@@ -446,10 +446,10 @@ def _timeline(r: _Reading) -> list[dict]:
             fired = repeated[e["trigger"]]
             fired[1:] = [fired[1] + 1, tick]
         elif ev == "trigger":  # par's trigger is the first one
-            add(tick, "trigger", e.get("description") or e.get("trigger", ""), "trigger" if tick == r.trigger_tick else None)
+            add(tick, "trigger", e["description"] or e["trigger"], "trigger" if tick == r.trigger_tick else None)
             repeated[e.get("trigger")] = [timeline[-1], 1, tick]
         elif ev == "status_posted":
-            add(tick, "customer update posted", e.get("message", ""), "first_customer_update" if tick == r.first_update else None)
+            add(tick, "customer update posted", e["message"], "first_customer_update" if tick == r.first_update else None)
         elif ev == "action_effective":
             lead = (tick - e.get("asked_tick", tick)) * r.dt
             add(tick, f"took effect: {e['action']}", f"{format_wait(lead)} after it was asked")
@@ -952,10 +952,10 @@ def _counterfactual_findings(att: dict) -> list[Finding]:
             title += f" ({', '.join(others)} {'was' if len(others) == 1 else 'were'} needed too)"
         return [Finding(title + hurt, evidence, "loop_breaker")]
     if delayed:
-        return [Finding(f"{', '.join(delayed)} delayed the break of the loop", f"{_sentence(att.get('text', ''))} "
+        return [Finding(f"{', '.join(delayed)} delayed the break of the loop", f"{_sentence(att['text'])} "
                         f"{evidence}", "loop_breaker")]
     title = "No single action broke the loop"
-    text = att.get("text", "").removeprefix(title + ": ")  # (the title says it already)
+    text = att["text"].removeprefix(title + ": ")  # (the title says it already)
     return [Finding(title, f"{_sentence(text)} {evidence}", "loop_breaker")]
 
 

@@ -9,8 +9,9 @@ def relapse_note(m: dict) -> str:
     """`` (first 11:02, relapsed 11:40)`` for a milestone of score.json that relapsed."""
     if not m.get("relapses"):
         return ""
-    first = (m.get("first_at") or {}).get("clock", "?")
-    again = ", ".join(r.get("clock", "?") for r in m["relapses"])
+    # (a relapse follows a first confirmation: first_at is there, and every time has its clock)
+    first = m["first_at"]["clock"]
+    again = ", ".join(r["clock"] for r in m["relapses"])
     return f" (first {first}, relapsed {again})"
 
 
@@ -37,9 +38,10 @@ def summary_table(run: RunData) -> str:
     def add(label: str, m: dict | None):
         if not m:
             return
-        yours = m.get("clock", "not reached") if m.get("reached") else not_reached(m)
+        yours = m["clock"] if m.get("reached") else not_reached(m)
         yours += relapse_note(m)
-        rows.append((label, yours, m.get("par_clock", ""), format_delta(m.get("vs_par_s"))))
+        par = m["par_clock"] if "par_clock" in m else ""  # (only where par names the measure)
+        rows.append((label, yours, par, format_delta(m.get("vs_par_s"))))
 
     add("trigger", s.get("trigger"))
     update = s.get("first_customer_update") or {}
