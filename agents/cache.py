@@ -134,9 +134,14 @@ class Cache:
         if share > 0:
             self.bad += rng.binomial(fresh - self.bad, share)
 
-    def _keep_bad_within(self, rng: np.random.Generator, before: np.ndarray) -> None:
+    def _fresh_if_bad(self) -> np.ndarray | None:
+        """The fresh keys per bucket, before some go, if any hold a bad value (else nothing is
+        worked out: a cache without bad values does no more work than before)."""
+        return self.fresh if self.bad.any() else None
+
+    def _keep_bad_within(self, rng: np.random.Generator, before: np.ndarray | None) -> None:
         """Fresh keys went (``before``: how many each bucket had): as many of its bad ones went, in proportion."""
-        if self.bad.any():
+        if before is not None:
             now, some = self.fresh, (self.bad > 0) & (before > 0)
             kept = np.minimum(self.bad, now)
             kept[some] = rng.hypergeometric(self.bad[some], before[some] - self.bad[some], now[some])
@@ -166,7 +171,7 @@ class Cache:
                 unexpected, bad = unexpected + int(bad.sum()), np.zeros_like(bad)
         if unexpected:
             odd = rng.multinomial(unexpected, self.share)
-            before = self.fresh
+            before = self._fresh_if_bad()
             self.ages -= rng.binomial(self.ages, _reached(self.n, odd, 1.0))
             self._keep_bad_within(rng, before)
             misses = misses + odd
@@ -211,7 +216,7 @@ class Cache:
     def tick(self, rng: np.random.Generator) -> None:
         """Fresh keys lapse into stale values."""
         if self.ttl:
-            before = self.fresh
+            before = self._fresh_if_bad()
             moved = rng.binomial(self.ages, min(1.0, self.dt * self._stages() / self.ttl))
             self.ages -= moved
             self.ages[1:] += moved[:-1]
@@ -224,7 +229,7 @@ class Cache:
 
     def flush(self, rng: np.random.Generator, share: float) -> None:
         """A share of the cache is emptied (its nodes restarted): a cold start for those keys."""
-        before = self.fresh
+        before = self._fresh_if_bad()
         self.ages -= rng.binomial(self.ages, share)
         self._keep_bad_within(rng, before)
         self.stale -= rng.binomial(self.stale, share)
@@ -236,7 +241,7 @@ class Cache:
         if excess > 0:
             b = len(self.n)
             gone = draw_without_replacement(rng, np.concatenate([self.ages.ravel(), self.stale]), excess)
-            before = self.fresh
+            before = self._fresh_if_bad()
             self.ages -= gone[:-b].reshape(self.ages.shape)
             self.stale -= gone[-b:]
             self._keep_bad_within(rng, before)

@@ -189,13 +189,13 @@ class Controller(RunbookOperator):
             a.more_since = (tick if a.more_since is None else a.more_since) if want > have else None
             a.fewer_since = (tick if a.fewer_since is None else a.fewer_since) if want < have else None
             if want > have and tick - a.more_since >= a.out_after and tick - a.last_out >= a.out_cooldown:
-                n = min(want - a.running - a.coming, limit)
+                n = min(want - have, limit)
                 a.due[tick] = a.due.get(tick, 0) + n
                 a.last_out = tick
                 self.event(tick, "scale_out", service=a.service, instances=n, desired=want, metric=a.metric,
                            value=value, running=a.running)
             elif want < have and a.scale_in and tick - a.fewer_since >= a.in_after and tick - a.last_in >= a.in_cooldown:
-                extra = min(a.running + a.coming - want, limit)
+                extra = min(have - want, limit)
                 withdrawn = a.cancel(extra)
                 stop = min(extra - withdrawn, max(0, a.running - max(want, a.low)))
                 if withdrawn or stop:
