@@ -12,9 +12,13 @@ Keys are not tracked one by one: ranks are grouped into buckets of nearly equal 
 (each of the 64 most popular keys alone, then ranks growing by 15% a bucket), and the cache
 counts how many of each bucket's keys are fresh, stale, or being fetched. A lookup hits if
 its key is fresh; a miss is asked of the store and, when the store answers well, stores its
-key. Misses of a key whose first request is in flight are asked again but store nothing new
-(an approximation that holds while keys stay in the cache much longer than a store round
-trip); with ``coalesce`` they are not asked again, they wait for the request in flight.
+key. A key is fetched for the store's latency (its last answers' delay), not for the ticks
+its answer takes to come back: of the lookups of a key in flight, those within that latency
+of its first miss miss again (they ask the store again, or with ``coalesce`` wait for the
+request in flight); those after it find the key stored with the chance that the store's
+last answers were good, and miss again otherwise (the lookups' times within a tick are
+those of Poisson arrivals: see ``_in_window``). The store's answer, when it comes, stores
+the key (the state the next lookups see).
 With ``evict_on_error`` (a latent behaviour of many cache clients) a failed answer deletes
 its key, even one another request has just stored, and an unexpected answer from the cache
 (its fault) deletes the key and asks the store: while the store fails, hot keys cannot stay
@@ -68,6 +72,48 @@ def _reached(n: np.ndarray, x: np.ndarray, p) -> np.ndarray:
     return np.where((x > 0) & (n > 0), out, 0.0)
 
 
+def _in_window(x: np.ndarray, lat: float) -> np.ndarray:
+    """Of a key's further lookups in the tick of its first miss, the share that falls within
+    ``lat`` (the store's latency, in ticks) of that miss, for ``x`` lookups of it a tick on
+    average (Poisson arrivals: the first at tau, the others after it). With l = lat < 1:
+    1 - E[max(0, 1 - l - tau)] / E[1 - tau], tau the first arrival given one in the tick;
+    l for a hot key (tau near 0), 1 - (1 - l)^2 for a key asked about twice."""
+    if lat >= 1.0:
+        return np.ones(len(x))
+    if lat <= 0.0:
+        return np.zeros(len(x))
+    c = 1.0 - lat
+    x = np.maximum(np.asarray(x, dtype=float), 1e-9)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        z = -np.expm1(-x)  # the chance of a lookup in the tick
+        after = 1.0 - (1.0 / x - np.exp(-x) / z)  # E[1 - tau]
+        beyond = (c + np.expm1(-x * c) / x) / z  # E[max(0, c - tau)]
+        q = 1.0 - beyond / after
+    rare = x < 1e-4  # tau uniform: 1 - c^2
+    return np.clip(np.where(rare, 1.0 - c * c, q), 0.0, 1.0)
+
+
+def _window_after(age: int, lat: float) -> float:
+    """The share of a tick's lookups within ``lat`` ticks of a first miss ``age`` ticks
+    before (both at uniform times in their ticks: their distance is age + a triangular
+    variable on -1..1)."""
+    x = lat - age
+    if x <= -1.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    return (x + 1.0) ** 2 / 2 if x <= 0 else 1.0 - (1.0 - x) ** 2 / 2
+
+
+def _first_misses(rng: np.random.Generator, idle: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per bucket, how many of ``idle`` keys ``x`` lookups spread evenly over them reach (at
+    most x: the others are further lookups of keys reached). Where the keys outnumber the
+    lookups, the repeats are drawn (rare: Poisson); elsewhere the keys reached (binomial)."""
+    reached = _reached(idle, x, 1.0)
+    repeats = np.minimum(rng.poisson(np.maximum(x - idle * reached, 0.0)), np.maximum(x - 1, 0))
+    return np.where(idle >= x, x - repeats, np.minimum(rng.binomial(idle, reached), x))
+
+
 def _spread(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
     """Expected counts as whole numbers, rounded up with the chance of their fraction."""
     return np.floor(x + rng.random(len(x))).astype(np.int64)
@@ -97,6 +143,12 @@ class Cache:
         # fresh keys per bucket holding a bad value (a bad configuration written to them): looked up,
         # they answer it; they go as other fresh keys go (lapse, replacement, flush, eviction)
         self.bad = np.zeros(len(self.n), dtype=np.int64)
+        # what the store's last answer said: how long it took (s) and the share answered well
+        self.store_latency = 0.0
+        self.store_good = 1.0
+        # store requests timed out (evict_on_error): [ticks until the cache's timeout is up, the chance a
+        # key absent then got one (per bucket), the keys absent then]
+        self.timeouts: list[list] = []
 
     # -- the long run ----------------------------------------------------------------------
     def steady_fresh(self, rate: float) -> np.ndarray:
@@ -148,11 +200,14 @@ class Cache:
             self.bad = kept
 
     # -- lookups ---------------------------------------------------------------------------
-    def lookup(self, rng: np.random.Generator, requests: int, unexpected: int) -> dict:
+    def lookup(self, rng: np.random.Generator, requests: int, unexpected: int,
+               flights: list[tuple[int, np.ndarray]] = ()) -> dict:
         """``requests`` lookups, ``unexpected`` more answered with something unexpected (a fault;
-        only asked with evict_on_error: their keys are deleted and asked of the store). Returns
-        per bucket the absent keys, hits, misses, the misses of keys with a stale value, the store
-        requests they make (``asks``) and the keys that now have one in flight (``new``)."""
+        only asked with evict_on_error: their keys are deleted and asked of the store), with
+        ``flights`` the keys in flight per bucket by the ticks since they were first missed
+        (0: this tick). Returns per bucket the absent keys, hits, misses, the misses of keys
+        with a stale value, the store requests they make (``asks``) and the keys that now
+        have one in flight (``new``)."""
         if self.warm:
             steady = np.minimum(_spread(rng, self.steady_fresh((requests + unexpected) / self.dt)), self.n)
             k = self._stages()
@@ -177,41 +232,102 @@ class Cache:
             misses = misses + odd
             asked = asked + odd
         absent = self.n - self.fresh
-        stale = rng.binomial(misses, np.divide(self.stale, absent, out=np.zeros(len(absent)), where=absent > 0))
-        # the misses went to the absent keys; each idle one they reached now has a request in flight
-        new = rng.binomial(absent - self.pending, _reached(absent, misses, 1.0))
+        lat = self.store_latency / self.dt
+        # the misses of keys in flight, by how long they have been (the rest reach idle keys)
+        in_flight = np.minimum(self.pending, absent)
+        left, flying = misses.copy(), in_flight.copy()
+        late = np.zeros_like(misses)  # after the store's latency: the key was stored, if the store answered well
+        for age, keys in flights:
+            keys = np.minimum(keys, flying)
+            these = rng.binomial(left, np.divide(keys, absent - (in_flight - flying), out=np.zeros(len(keys)),
+                                                 where=keys > 0))
+            late += rng.binomial(these, 1.0 - _window_after(age, lat)) if age else \
+                rng.binomial(these, 1.0 - _in_window(asked / self.n, lat))
+            left -= these
+            flying -= keys
+        idle = absent - in_flight
+        new = _first_misses(rng, idle, left)  # idle keys reached now have a request in flight
+        late += rng.binomial(np.maximum(left - new, 0), 1.0 - _in_window(asked / self.n, lat))
+        found = rng.binomial(late, self.store_good)  # stored by now
+        hits, misses = hits + found, misses - found
         self.pending += new
+        stale = rng.binomial(misses, np.divide(self.stale, absent, out=np.zeros(len(absent)), where=absent > 0))
         return {"absent": absent, "hits": hits, "misses": misses, "stale": stale, "new": new,
                 "asks": new.copy() if self.coalesce else misses, "bad": bad}
 
     # -- the store's answers -------------------------------------------------------------
-    def settle(self, rng: np.random.Generator, asked: np.ndarray, ok: np.ndarray, new: np.ndarray,
-               absent: np.ndarray, coalesced: bool) -> int:
-        """The store answered ``asked`` requests per bucket, ``ok`` of them well, for keys among
-        ``absent`` (those without a fresh value when they were asked); they put ``new`` keys'
-        requests in flight (``coalesced``: one request per key). A key is stored if one of its
-        requests was answered well (a stale value refreshed); the others are idle again. With
-        evict_on_error a stored key that also got a failed answer is deleted, and so is a
-        stale value. Returns the keys deleted so."""
+    def settle(self, rng: np.random.Generator, asked: np.ndarray, ok: np.ndarray, refused: np.ndarray,
+               new: np.ndarray, absent: np.ndarray, coalesced: bool, latency: float, heard: int) -> int:
+        """The store answered ``asked`` requests per bucket, ``ok`` of them well and
+        ``refused`` at once (the others timed out), ``latency`` seconds after they were sent
+        and ``heard`` ticks after, for keys among ``absent`` (those without a fresh value when
+        they were asked); they put ``new`` keys' requests in flight (``coalesced``: one
+        request per key). A key is stored if one of its requests was answered well (a stale
+        value refreshed); the others are idle again. With evict_on_error a failed answer
+        deletes its key, even one another request stored: a refusal now (it came at once),
+        a timeout when the cache's timeout is up (the key is deleted then if it was stored
+        meanwhile); a stale value goes with a refusal. Returns the keys deleted now."""
+        total = int(asked.sum())
+        if total:
+            self.store_latency, self.store_good = float(latency), float(ok.sum()) / total
         good = np.divide(ok, asked, out=np.zeros(len(asked)), where=asked > 0)  # per bucket
         self.pending = np.maximum(self.pending - new, 0)
+        failed = np.zeros(len(new))
         if coalesced:
-            stored, failed = rng.binomial(new, good), np.zeros(len(new))
+            stored = rng.binomial(new, good)
         else:  # each request was for a given absent key with chance 1/absent
             reached = _reached(absent, asked, 1.0)
             stored = rng.binomial(new, np.clip(np.divide(_reached(absent, asked, good), reached,
                                                          out=np.zeros(len(new)), where=reached > 0), 0.0, 1.0))
-            failed = _reached(absent, asked, 1.0 - good)
+            if self.evict_on_error:
+                failed = _reached(absent, asked, np.divide(refused, asked, out=np.zeros(len(asked)), where=asked > 0))
+                late = asked - ok - refused
+                if late.any():
+                    wait = max(0, math.ceil(self.timeout / self.dt - 1e-9) - heard)
+                    self.timeouts.append([wait, _reached(absent, asked, np.divide(
+                        late, asked, out=np.zeros(len(asked)), where=asked > 0)), absent.copy()])
         stored = np.minimum(stored, self.n - self.fresh)
         self.stale -= rng.hypergeometric(self.stale, self.n - self.fresh - self.stale, stored)  # values refreshed
         gone = np.zeros_like(stored)
-        if self.evict_on_error and failed.any():
+        if failed.any():
             gone = rng.binomial(stored, failed)
             self.stale -= rng.binomial(self.stale, failed)
         stored = stored - gone
         self._make_room(rng, int(stored.sum()))
         self.ages[TTL_STAGES - self._stages()] += stored
-        return int(gone.sum())
+        return int(gone.sum()) + self._time_out(rng)
+
+    def _time_out(self, rng: np.random.Generator) -> int:
+        """The timeouts whose time is up delete their keys if they were stored since they
+        were asked (evict_on_error). Returns the keys deleted."""
+        gone = 0
+        for entry in [e for e in self.timeouts if e[0] <= 0]:
+            _, chance, absent_then = entry
+            stored_since = np.clip(self.fresh - (self.n - absent_then), 0, None)
+            if stored_since.any():
+                before = self._fresh_if_bad()
+                out = rng.binomial(stored_since, chance)
+                self._delete_youngest(out)
+                self._keep_bad_within(rng, before)
+                gone += int(out.sum())
+        self.timeouts = [e for e in self.timeouts if e[0] > 0]
+        return gone
+
+    def _delete_youngest(self, count: np.ndarray) -> None:
+        """Delete ``count`` fresh keys per bucket, the most recently stored first."""
+        left = count.astype(np.int64).copy()
+        for stage in range(TTL_STAGES):
+            take = np.minimum(left, self.ages[stage])
+            self.ages[stage] -= take
+            left -= take
+            if not left.any():
+                break
+
+    def step_timeouts(self, rng: np.random.Generator) -> int:
+        """A tick passes for the timeouts waiting to delete keys; returns the keys deleted."""
+        for e in self.timeouts:
+            e[0] -= 1
+        return self._time_out(rng) if self.timeouts else 0
 
     def tick(self, rng: np.random.Generator) -> None:
         """Fresh keys lapse into stale values."""

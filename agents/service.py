@@ -436,6 +436,7 @@ class Service(Agent):
         well: to the caller, on to ``then``, or (a cache) from its keys and its store. (``b``'s
         ``r_full`` counts the refusals by a full queue among them.)"""
         ok = self._in_time(b, ok, delay)  # the fault's latency makes the others time out
+        delay += self.fault_latency + self.fault_jitter  # (on average: what a cache learns of its store's latency)
         faulted = self._successes(ok, self.fault_share)  # the fault fails these whatever the load
         # an unexpected answer from a cache whose clients evict on error: they ask the store
         odd = faulted if self.cache is not None and self.cache.evict_on_error else 0
@@ -474,7 +475,10 @@ class Service(Agent):
     # -- a cache ----------------------------------------------------------------------------
     def _look_up(self, tick: int, b: dict, ok: int, odd: int, failed: int, rej: int, delay: float) -> None:
         """A cache's lookups: hits are answered, misses wait for this tick's store request."""
-        found = self.cache.lookup(self.rng, ok, odd)
+        flights = [(tick - sent, ask.new) for sent, ask in self.store_asks.items()]
+        if self._ask is not None:
+            flights.append((0, self._ask.new))
+        found = self.cache.lookup(self.rng, ok, odd, flights)
         hits, misses, bad = int(found["hits"].sum()), int(found["misses"].sum()), int(found["bad"].sum())
         self._lookups += ok + odd
         self._hits += hits + bad
@@ -521,8 +525,10 @@ class Service(Agent):
             return
         k = int(ask.asks.sum())
         r_ok = min(int(body["r_ok"]), k)
-        self._evicted += self.cache.settle(self.rng, ask.asks, draw_without_replacement(self.rng, ask.asks, r_ok),
-                                         ask.new, ask.absent, ask.coalesced)
+        ok = draw_without_replacement(self.rng, ask.asks, r_ok)
+        refused = draw_without_replacement(self.rng, ask.asks - ok, min(int(body["r_rej"]), k - r_ok))
+        self._evicted += self.cache.settle(self.rng, ask.asks, ok, refused, ask.new, ask.absent, ask.coalesced,
+                                           float(body["delay"]), tick - int(body["sent"]))
         good_share = r_ok / k
         refused_share = min(1.0, int(body["r_rej"]) / (k - r_ok)) if k > r_ok else 0.0
         for w in ask.waiting:
@@ -594,6 +600,7 @@ class Service(Agent):
 
         if self.cache is not None:
             self.cache.tick(self.rng)
+            self._evicted += self.cache.step_timeouts(self.rng)
             for body in answers:
                 self._store_answered(tick, body)
         units_in, throttled = self._admit(tick, flows, share, ready, within)

@@ -2,13 +2,14 @@
 should not move, played at 1 s, 0.5 s, 0.25 s and 0.1 s, each figure printed with its change
 from the finest tick (and from its reference, where there is one). A measurement, not a test.
 
-    python benchmarks/tick_convergence.py [--ticks 1,0.5,0.25,0.1] [--scenarios]
+    python benchmarks/tick_convergence.py [--ticks 1,0.5,0.25,0.1] [--only mm1,cache,stampede] [--scenarios]
 
 - M/M/1 at 95% (tests/playbooks/mm1_queue): the mean wait in the queue; exactly 19 ms.
 - A cache of 10,000 of 100,000 Zipf-1.0 keys at 5,000 lookups/s (random replacement): its
   hit ratio; the closed form for a store answering at once (tests/test_cache.random_replacement).
-- The cache stampede of tests/test_cache.py (evict_on_error, flushed at 00:05): when the loop
-  broke, and the clients' error-minutes.
+- The cache stampede of tests/test_cache.py (flushed at 00:05, its store's queue outlasting the
+  cache's timeout), with its runbooks at 00:08 (more capacity, a throttle): when each broke the
+  loop, and the clients' error-minutes.
 - ``--scenarios``: when the built-in scenarios' historical runbooks break the loop, each run
   for its playbook's duration (slow: tens of seconds at 1 s ticks, ten times that at 0.1 s).
 """
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import orchestrator  # noqa: E402
-from test_cache import FLUSH, random_replacement, stampede, world  # noqa: E402
+from test_cache import FIXES, FLUSH, random_replacement, stampede, world  # noqa: E402
 
 MM1_WAIT_MS = 19.0  # rho / (mu - lambda) at 950 and 1,000 requests/s
 
@@ -62,11 +63,17 @@ def _broken_min(score: dict) -> float:
 
 
 def stampede_figures(tick: float, out: Path) -> dict:
-    w = stampede(True, FLUSH)
-    w["scoring"] = {"loop": {"populations": ["clients"], "services": ["db"], "hold": "2m"}, "impact": {"clients": 1}}
-    score = _play(w, tick, out).score
-    return {"stampede loop broken (min after start)": _broken_min(score),
-            "stampede error-minutes": score["impact"]["error_minutes"]["clients"]}
+    """The stampede's runbooks (tests/test_cache.py): when each broke the loop, and the clients' error-minutes."""
+    out_ = {}
+    for name in ("capacity", "throttle"):
+        w = stampede(True, FLUSH, FIXES[name], duration="16m")
+        w["scoring"] = {"loop": {"populations": ["clients"], "services": ["db"], "hold": "2m"}, "impact": {"clients": 1}}
+        path = out.parent / f"{out.name}-{name}-runbook.yaml"
+        path.write_text(yaml.safe_dump({"name": name, "rules": [{"when": {"at": "00:08"}, "do": "fix"}]}))
+        score = _play(w, tick, out.parent / f"{out.name}-{name}", runbook=str(path)).score
+        out_[f"stampede, {name}: loop broken (min)"] = _broken_min(score)
+        out_[f"stampede, {name}: error-minutes"] = score["impact"]["error_minutes"]["clients"]
+    return out_
 
 
 def scenario_landmarks(tick: float, out: Path) -> dict:
@@ -81,11 +88,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ticks", default="1,0.5,0.25,0.1", help="the ticks, in seconds, coarsest first")
     ap.add_argument("--scenarios", action="store_true", help="also the built-in scenarios' landmarks (slow)")
+    ap.add_argument("--only", default="mm1,cache,stampede", help="which of the worlds: mm1, cache, stampede")
     args = ap.parse_args()
     ticks = [float(t) for t in args.ticks.split(",")]
     refs = {"M/M/1 mean wait (ms)": MM1_WAIT_MS,  # (the closed form of a cache whose store answers at once)
             "cache hit ratio": random_replacement(100_000, 1.0, 5000.0, 10_000, d=0)}
-    measures = [mm1, cache_hits, stampede_figures] + ([scenario_landmarks] if args.scenarios else [])
+    worlds = {"mm1": mm1, "cache": cache_hits, "stampede": stampede_figures}
+    measures = [worlds[w] for w in args.only.split(",") if w] + ([scenario_landmarks] if args.scenarios else [])
     figures: dict[str, dict[float, float]] = {}
     seconds: dict[float, float] = {}
     with tempfile.TemporaryDirectory(prefix="gameday-ticks-") as tmp:

@@ -28,13 +28,14 @@ RESULT_FILES = ("metrics.csv", "events.jsonl", "score.json", "attribution.json")
 
 
 def _stampede() -> dict:
-    """A cache whose clients evict on error, flushed: the stampede sustains itself (tests/test_cache.py)."""
+    """A cache whose clients evict on error, flushed, in front of a store whose queue outlasts
+    the cache's timeout: the stampede sustains itself (tests/test_cache.py)."""
     return {
         "name": "stampede", "title": "a cache in front of a store",
         "clock": {"start": "00:00", "tick": "1s", "duration": "12m"},
         "services": [{"name": "cache", "cache": {"store": "db", "keys": 100_000, "zipf": 1.0, "ttl": "1h",
-                                                 "evict_on_error": True}},
-                     {"name": "db", "capacity": 1000}],
+                                                 "evict_on_error": True, "timeout": "2s"}},
+                     {"name": "db", "capacity": 1000, "queue": {"limit": "3s"}}],
         "populations": [{"name": "clients", "clients": 5000, "rate": 1.0, "mode": "per_request", "target": "cache",
                          "request": {"timeout": "2s"}, "retry": {"max_attempts": 3, "base": "1s"}}],
         "triggers": [{"name": "trigger", "at": "00:05", "effects": [{"target": "cache", "op": "flush_cache", "args": {}}]}],

@@ -266,12 +266,15 @@ SERVICE = M(
     cache=M("the service is a cache in front of a store service: callers ask for keys of "
             "Zipf popularity; a lookup of a fresh key is answered by the cache (at the service's own capacity), "
             "a miss is asked of the store and its caller is answered when the store answers (or at its timeout). "
-            "A store round trip takes two ticks (asked at one, answered at the next, heard at the one after), which "
-            "are not counted against the caller's timeout, as the ticks a request the cache answers at once takes are "
-            "not; but a missed key stays missing for them, and without coalescing each lookup of it meanwhile asks "
-            "the store again: how hard a flush hits the store, and whether a stampede holds, depends on the tick. "
-            "Check a cache world's outcome at a shorter tick (`--tick`). The operations flush_cache, set_coalescing, "
-            "set_serve_stale, set_evict_on_error and set_cache_ttl change it during a run",
+            "A missed key is fetched for the store's latency (what its last answers took), not for the ticks its "
+            "answer takes to come back: lookups of it within that latency of its first miss miss too (and, without "
+            "coalescing, ask the store again); later ones find it stored with the chance that the store's last "
+            "answers were good (lookups fall at random points of a tick). What needs the next tick: the store's "
+            "answer itself is a message (asked at one tick, answered at the next, heard at the one after), so a "
+            "miss's caller hears two ticks later, which is not counted against its timeout (as the ticks a request "
+            "the cache answers at once takes are not); the store's latency and success the cache goes by are those "
+            "of the answers it has heard. The operations flush_cache, set_coalescing, set_serve_stale, "
+            "set_evict_on_error and set_cache_ttl change it during a run",
             store=Field("str", required=True, example="user-db",
                         doc="the service misses are asked of (another service; it answers the cache)"),
             keys=positive("int", required=True, unit="keys", example=1000000,
@@ -302,9 +305,9 @@ SERVICE = M(
                                   "is one (the operation set_serve_stale switches it)"),
             evict_on_error=Field("bool", default=False,
                                  doc="a latent behaviour of many cache clients: a failed answer deletes its key (even "
-                                     "one another request has just stored), and an unexpected answer from the cache "
-                                     "(the service's fault) deletes the key and asks the store: while the store "
-                                     "fails, hot keys cannot stay stored (a stampede that feeds itself)")),
+                                     "one another request has just stored), when it comes: a refusal at once, a "
+                                     "timeout when the cache's timeout is up; and an unexpected answer from the cache "
+                                     "(the service's fault) deletes the key and asks the store")),
 )
 
 POPULATION = M(
