@@ -100,7 +100,10 @@ class Service(Agent):
         "goodput": ("requests per tick", "requests answered this tick while their callers still waited"),
         "work_done": ("units per tick", "work the service did this tick, its own lease work included"),
         "work_admitted": ("units per tick", "work the service took on this tick (queued, or begun without a queue), its own lease work included"),
-        "work_useful": ("units per tick", "work that succeeded in time: requests answered this tick, lease work started this tick (useful / done falls to 0 in congestive collapse)"),
+        "work_useful": ("units per tick", "work that succeeded in time: requests answered well this tick (with a queue: "
+                        "the work it did this tick for requests done within their callers' timeouts, as expected at "
+                        "the service's readiness), lease work started this tick (useful / done falls to 0 in "
+                        "congestive collapse)"),
         "throttled": ("requests per tick", "requests and lease work refused this tick by the throttle"),
         "leases_held": ("ratio", "share of the service's leases held (1 without leases)"),
         "leases_expired": ("leases per tick", "leases that expired this tick"),
@@ -626,7 +629,8 @@ class Service(Agent):
             if self._lookups:
                 self.last_hit_ratio = self._hits / self._lookups
         ok_total, answered = self._ok, self._answered
-        useful += ok_total
+        # a queue's useful work is the work it did in time this tick, whenever its requests are answered
+        useful += self.queue.useful if self.queue is not None else ok_total
         held = self.leases.held_fraction if self.leases is not None else 1.0
         if answered:
             self.last_ratio = ok_total / answered

@@ -3,11 +3,15 @@ each tick's requests stand in it.
 
 Work is measured in units (a request costs one). Every unit admitted gets a position
 (the work admitted before it, counted from the start); the service works positions off
-in order, at an even pace within a tick, so the position it has reached is a piecewise
-linear function of time. A tick's arrivals are spread evenly over the tick and over the
-positions they were given, so a request's completion time follows from its position,
-and whether it was done within its caller's timeout is known share by share, not all or
-nothing per tick (results converge as the tick shrinks).
+in order. A tick's arrivals come at random times within it (Poisson arrivals: given
+their number, uniform; drawn from the service's own stream), and the service works at an
+even pace (deterministic service times) or at the points of its clock (below) whenever
+work is waiting, idling when none is: the queue within the tick is the reflected
+difference of the work arrived and the work the service could have done (Lindley), so
+each arrival's wait and completion time are known, and whether it was done within its
+caller's timeout. Beyond 4,096 arrivals a tick they come in that many equal parcels (times
+resolved to a 4,096th of a tick). Work left from earlier ticks is worked off first, at
+an even pace, its arrival times spread evenly over what is left of its tick.
 
 Each tick's flows join the queue as members of that tick's segment. A member is
 answered once, with one result per batch as the callers expect: when its last part has
@@ -32,12 +36,15 @@ refused at once (cheap for everyone).
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 #: Points per member at which a projection is evaluated (midpoint rule over its positions).
 _POINTS = 8
+#: Most arrival times drawn a tick; beyond, a tick's arrivals come in this many equal parcels.
+_ARRIVALS = 4096
 
 
 @dataclass(eq=False)
@@ -114,6 +121,7 @@ class WorkQueue:
         self.cv = float(cv)  # the service times' coefficient of variation (0: a steady pace)
         self.theta = 0.0  # the service clock: operational time reached
         self.points = np.zeros(0)  # ... and the completions drawn ahead on it, ascending
+        self.passed = np.zeros(0)  # the completions this tick passed (operational time into the tick)
         self.backlog = 0.0  # work units waiting
         self.cap = 0.0  # units the service works off this tick
         self.mean_cap = 0.0  # ... on average per tick
@@ -128,6 +136,7 @@ class WorkQueue:
         self.tick_start = 0.0
         self.tick_members: list[Member] = []
         self.live = 0  # members not yet answered
+        self.useful = 0.0  # the work of requests done within their callers' budgets this tick (expected)
         self.due: list = []  # heap of (due tick, sequence, member)
         self.seq = 0
 
@@ -148,6 +157,7 @@ class WorkQueue:
         while not len(self.points) or self.points[-1] < end:
             self._points_ahead(len(self.points) + max(64, int(mean_cap) + 1), rng)
         k = int(np.searchsorted(self.points, end, side="right"))
+        self.passed = self.points[:k] - self.theta  # this tick's completions, as operational time into it
         self.points = self.points[k:]
         self.theta = end
         return float(k)
@@ -180,36 +190,82 @@ class WorkQueue:
         self.seq += 1
         heapq.heappush(self.due, (due, self.seq, m))
 
+    def _within_tick(self, rng, m: float) -> tuple[np.ndarray, float, np.ndarray, float]:
+        """This tick's ``m`` units arriving at random times: (their arrival times in seconds
+        into the tick, ascending; the units each brings; the units ahead of each when it
+        comes, itself excluded, the backlog from earlier ticks included; the units done in
+        the tick). The service works whenever work waits: evenly at cap per tick, or at
+        its clock's points."""
+        backlog0 = self.backlog - m
+        parcels = int(min(_ARRIVALS, math.ceil(m - 1e-9))) if m > 0 else 0
+        t = np.sort(rng.random(parcels)) * self.dt if parcels else np.zeros(0)
+        u = m / parcels if parcels else 0.0
+        if self.cv > 0 and self.mean_cap > 0:
+            points = self.passed / self.mean_cap * self.dt  # completion chances, in seconds into the tick
+            could = np.searchsorted(points, t, side="right").astype(float)  # work the service could have done by then
+            could_end = float(len(points))
+        else:
+            could = t * (self.cap / self.dt)
+            could_end = self.cap
+        free = backlog0 + u * np.arange(parcels) - could  # the queue before each arrival, were it never idle
+        low = np.minimum.accumulate(np.minimum(free, 0.0)) if parcels else free
+        ahead = free - low
+        end_free = backlog0 + m - could_end
+        end_low = min(0.0, float(low[-1]) if parcels else 0.0, end_free)
+        done = backlog0 + m - (end_free - end_low)
+        return t, u, ahead, max(0.0, min(done, backlog0 + m))
+
+    def _completions(self, t: np.ndarray, u: float, ahead: np.ndarray) -> np.ndarray:
+        """Seconds into the tick at which each arrival's last unit is done (inf: not in this
+        tick): the work ahead of it and its own, worked whenever work waits."""
+        if self.cv > 0 and self.mean_cap > 0:
+            points = self.passed / self.mean_cap * self.dt
+            index = np.searchsorted(points, t, side="right") + ahead + u  # the completion that finishes it
+            whole = np.ceil(index - 1e-9).astype(np.int64) - 1
+            out = np.full(len(t), np.inf)
+            inside = whole < len(points)
+            out[inside] = points[whole[inside]]
+            return out
+        if self.cap <= 0:
+            return np.full(len(t), np.inf)
+        out = t + (ahead + u) * (self.dt / self.cap)
+        out[out > self.dt * (1 + 1e-12)] = np.inf
+        return out
+
     def serve(self, tick: int, rng=None) -> tuple[float, list[Member]]:
         """Work off this tick's capacity; returns the units done and the members answered
         now (their ``ok`` share done in time, ``wait`` their summed waits). ``rng`` draws
-        the service clock ahead when service times vary."""
+        this tick's arrival times, and the service clock ahead when service times vary."""
+        new = None
+        self.useful = 0.0
+        now = self.arrived - self.tick_start  # units that arrived this tick
+        if now > 0 and rng is not None:
+            t, u, ahead, done = self._within_tick(rng, now)
+        else:  # (without a stream to draw them: spread evenly over the tick)
+            t, u, ahead, done = np.zeros(0), 0.0, np.zeros(0), min(self.backlog, self.cap)
         if self.tick_members:
-            seg = Segment(self.tick_start, self.arrived, self.start_s, self.start_s + self.dt, members=self.tick_members)
-            for m in seg.members:
-                m.seg = seg
-            self.segments.append(seg)
+            new = Segment(self.tick_start, self.arrived, self.start_s, self.start_s + self.dt, members=self.tick_members)
+            for mem in new.members:
+                mem.seg = new
+            self.segments.append(new)
             self.tick_members = []
-        done = min(self.backlog, self.cap)
         s0, s1 = self.served, self.served + done
         slope = self.dt / self.cap if self.cap > 0 else 0.0
         answered = []
         segs = self.segments
         while self.head < len(segs) and segs[self.head].q0 < s1:
             seg = segs[self.head]
+            if seg is new and len(t):
+                if self._work_new(seg, t, u, ahead, s1, answered):
+                    break
+                continue
             lo, hi = seg.q0, min(seg.q1, s1)
-            for m in seg.members:
-                if not m.done:
-                    ok, wait = _in_time(seg, m, lo, hi, s0, self.start_s, slope)
-                    m.ok += ok
-                    m.wait += wait
+            for mem in seg.members:
+                if not mem.done:
+                    ok, wait = _in_time(seg, mem, lo, hi, s0, self.start_s, slope)
+                    self._credit(mem, ok, wait)
             if s1 >= seg.q1:  # worked off: everyone in it is answered
-                for m in seg.members:
-                    if not m.done:
-                        m.done = True
-                        answered.append(m)
-                segs[self.head] = None
-                self.head += 1
+                self._worked_off(seg, answered)
             else:
                 span = seg.q1 - seg.q0
                 seg.a0 += (s1 - seg.q0) / span * (seg.a1 - seg.a0)
@@ -229,13 +285,9 @@ class WorkQueue:
             answered.append(m)
             if self.cv > 0 and mean_slope < float("inf"):
                 points = self._points_ahead(int(m.seg.q1 - self.served) + 2, rng)
-                ok, wait = _on_clock(m.seg, m, self.served, end_s, self.mean_cap / self.dt, points, self.theta)
-                m.ok += ok
-                m.wait += wait
+                self._credit(m, *_on_clock(m.seg, m, self.served, end_s, self.mean_cap / self.dt, points, self.theta))
             elif mean_slope < float("inf"):
-                ok, wait = _in_time(m.seg, m, m.seg.q0, m.seg.q1, self.served, end_s, mean_slope)
-                m.ok += ok
-                m.wait += wait
+                self._credit(m, *_in_time(m.seg, m, m.seg.q0, m.seg.q1, self.served, end_s, mean_slope))
         for m in answered:
             m.seg = None
         self.live -= len(answered)
@@ -247,6 +299,51 @@ class WorkQueue:
             self.due = [e for e in self.due if not e[2].done]
             heapq.heapify(self.due)
         return done, answered
+
+    def _credit(self, mem: Member, ok: float, wait: float) -> None:
+        """A share ``ok`` of the member's requests done within its budget (``wait``: their
+        summed waits), counted as useful work now (projected work, when it is judged at
+        its due tick, counts when it is judged)."""
+        mem.ok += ok
+        mem.wait += wait
+        self.useful += ok * mem.n * mem.good
+
+    def _worked_off(self, seg: Segment, answered: list) -> None:
+        """The segment is worked off: everyone in it is answered."""
+        for mem in seg.members:
+            if not mem.done:
+                mem.done = True
+                answered.append(mem)
+        self.segments[self.head] = None
+        self.head += 1
+
+    def _work_new(self, seg: Segment, t: np.ndarray, u: float, ahead: np.ndarray, s1: float,
+                  answered: list) -> bool:
+        """This tick's own segment, worked off up to position ``s1``: its arrivals done
+        within the tick count at their own times (the share done within each member's
+        budget, and their waits; the part of one begun and not finished, at the tick's
+        end); the rest stays queued, arrived from the next of them on. Returns whether
+        some of it is left."""
+        finish = self._completions(t, u, ahead)
+        k = int(np.isfinite(finish).sum())  # FIFO: the first k arrivals are done
+        span = seg.q1 - seg.q0
+        if k == len(t) or s1 >= seg.q1:
+            k, part = len(t), 0.0
+        else:
+            part = min(max(s1 - (seg.q0 + k * u), 0.0), u)  # of the next one, worked off by the end
+        waits = np.append(finish[:k] - t[:k], self.dt - t[k] if part else [])
+        weights = np.append(np.full(k, u / span), part / span if part else [])
+        for mem in seg.members:
+            if not mem.done:
+                ok = waits <= mem.budget
+                self._credit(mem, float(weights[ok].sum()), float((weights * waits)[ok].sum()))
+        if k == len(t):
+            self._worked_off(seg, answered)
+            return False
+        seg.q0 += k * u + part
+        seg.a0 = self.start_s + float(t[k])
+        seg.w = (seg.q1 - seg.q0) / span
+        return True
 
     def reset(self, fraction: float = 1.0) -> None:
         """Throw away a share of the queued work, everywhere in the queue alike; the

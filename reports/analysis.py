@@ -766,8 +766,8 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     done = m[f"{service}.work_done"].rolling(w, min_periods=1).sum()
     useful = m[f"{service}.work_useful"].clip(upper=m[f"{service}.work_done"]).rolling(w, min_periods=1).sum()
     taken = (m[f"{service}.work_admitted"] + m[f"{service}.queue_backlog"]).rolling(w, min_periods=1).sum()
-    idle = (taken <= 0).astype(float)
-    return (useful / done.where(done > 0)).fillna(idle)
+    idle = (taken <= 1e-9).astype(float)  # (as the score: a rounding residue of fractional work is none)
+    return (useful / done.where(done > 1e-9)).fillna(idle)
 
 
 def _suspended_sentence(score: dict, broken: bool, until: str) -> str:

@@ -49,7 +49,7 @@ def test_a_deep_throttle_with_the_queue_reset_restores_forward_progress(runbook_
                                        throttle(1.0, "00:16")])
     r = orchestrator.run(WQ, runbook=book, seed=1)
     late = window(r, "00:25", "00:30")
-    assert late["lease-manager.goodput"].mean() > 700 and late["lease-manager.queue_backlog"].max() == 0
+    assert late["lease-manager.goodput"].mean() > 700 and late["lease-manager.queue_wait_s"].max() < 0.1  # short again
     assert r.score["recovered"]["renewals"]["reached"]
 
 
@@ -125,10 +125,11 @@ def test_the_share_of_a_ticks_arrivals_that_time_out_is_computed_within_the_tick
 
 @pytest.mark.parametrize("tick", ["1s", "0.25s"])
 def test_the_longest_wait_in_a_full_queue_is_its_limit(tick):
-    """A queue of 10 s of work, kept full: work arriving waits the whole 10 s (it used to
-    be 10 s less a tick, so a timeout equal to the limit never fired at 1 s ticks)."""
+    """A queue of 10 s of work, kept full: work arriving waits the whole 10 s, within a
+    request's work (it used to be 10 s less a tick, so a timeout equal to the limit never
+    fired at 1 s ticks; the server idled before the first arrival, a fraction of a request)."""
     _, rows = answers({"lam": 30, "tau": 60, "tick": tick, "duration": "120s", "service_time": "deterministic"})
-    assert max(r["server"]["queue_wait_s"] for r in rows) == pytest.approx(10.0)
+    assert max(r["server"]["queue_wait_s"] for r in rows) == pytest.approx(10.0, abs=0.1)
 
 
 @pytest.mark.parametrize("tick", ["1s", "0.25s"])

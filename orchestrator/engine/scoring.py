@@ -50,7 +50,8 @@ class Rolling:
             self.den -= b
 
     def ratio(self, empty: float) -> float:
-        return self.num / self.den if self.den > 0 else empty
+        # (what a window of fractional work sums to once its work has left it is a rounding residue, not work)
+        return self.num / self.den if self.den > 1e-9 else empty
 
 
 class Milestone:
@@ -230,7 +231,9 @@ class Scorer:
                      sum(metrics[p][k] for p, base in self.amp_base.items() for k in base))
         self.useful.add(sum(min(metrics[s]["work_useful"], metrics[s]["work_done"]) for s in self.loop_services),
                         sum(metrics[s]["work_done"] for s in self.loop_services))
-        self.admitted.add(sum(metrics[s]["work_admitted"] + metrics[s]["queue_backlog"] for s in self.loop_services), 1)
+        # (ticks with work taken on or waiting: a count, so that a window without any sums to 0 exactly)
+        self.admitted.add(float(any(metrics[s]["work_admitted"] + metrics[s]["queue_backlog"] > 0
+                                    for s in self.loop_services)), 1)
         for d in self.healthy_devices:
             self.dev_util[d].add(metrics[d]["utilisation"], 1)
             self.dev_ok[d].add(metrics[d]["request_success_ratio"] * metrics[d]["setup_success_ratio"], 1)

@@ -189,11 +189,15 @@ SERVICE = M(
                doc="a service every request answered well goes on to; the caller gets that one's answer (each "
                    "service's success_ratio counts its own part only: the callers' metrics show the chain's)"),
     queue=M("a work queue in front of the service: requests wait their turn, and those that waited longer "
-            "than their caller's timeout are still worked on, for nobody (congestive collapse)",
+            "than their caller's timeout are still worked on, for nobody (congestive collapse). A tick's arrivals "
+            "come at random times within it (beyond 4,096, in 4,096 parcels) and the service works whenever work "
+            "waits, so waits far shorter than a tick are those of random arrivals, and each request's wait is set "
+            "against its caller's timeout; its answer is a message, heard the tick after it is sent",
             limit=positive("duration", default=3600.0,
                            doc="seconds of work, at the service's mean capacity, the queue holds; arrivals beyond it "
                                "are refused at once (cheap for everyone). The default holds an hour")),
-    service_time=M("how long a request's work takes: deterministic, every tick does exactly its capacity; "
+    service_time=M("how long a request's work takes: deterministic, the service works at an even pace (a busy "
+                   "tick does exactly its capacity); "
                    "exponential, each request's service time is exponential at rate capacity, so the requests "
                    "done in a busy tick of length dt are Poisson(capacity x dt); gamma, the work done in a busy "
                    "tick has mean capacity x dt and variance cv^2 x capacity x dt (cv: the service times' "
