@@ -101,9 +101,9 @@ class Service(Agent):
         "work_done": ("units per tick", "work the service did this tick, its own lease work included"),
         "work_admitted": ("units per tick", "work the service took on this tick (queued, or begun without a queue), its own lease work included"),
         "work_useful": ("units per tick", "work that succeeded in time: requests answered well this tick (with a queue: "
-                        "the work it did this tick for requests done within their callers' timeouts, as expected at "
-                        "the service's readiness), lease work started this tick (useful / done falls to 0 in "
-                        "congestive collapse)"),
+                        "the work it did this tick for requests done within their callers' timeouts, whenever they are "
+                        "answered, as expected at the service's readiness), lease work started this tick (useful / "
+                        "done falls to 0 in congestive collapse)"),
         "throttled": ("requests per tick", "requests and lease work refused this tick by the throttle"),
         "leases_held": ("ratio", "share of the service's leases held (1 without leases)"),
         "leases_expired": ("leases per tick", "leases that expired this tick"),

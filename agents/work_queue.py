@@ -136,7 +136,7 @@ class WorkQueue:
         self.tick_start = 0.0
         self.tick_members: list[Member] = []
         self.live = 0  # members not yet answered
-        self.useful = 0.0  # the work of requests done within their callers' budgets this tick (expected)
+        self.useful = 0.0  # the work done this tick for requests within their callers' budgets (expected)
         self.due: list = []  # heap of (due tick, sequence, member)
         self.seq = 0
 
@@ -261,9 +261,7 @@ class WorkQueue:
                 continue
             lo, hi = seg.q0, min(seg.q1, s1)
             for mem in seg.members:
-                if not mem.done:
-                    ok, wait = _in_time(seg, mem, lo, hi, s0, self.start_s, slope)
-                    self._credit(mem, ok, wait)
+                self._credit(mem, *_in_time(seg, mem, lo, hi, s0, self.start_s, slope))
             if s1 >= seg.q1:  # worked off: everyone in it is answered
                 self._worked_off(seg, answered)
             else:
@@ -281,13 +279,15 @@ class WorkQueue:
             m = heapq.heappop(self.due)[2]
             if m.done:
                 continue
-            m.done = True
             answered.append(m)
             if self.cv > 0 and mean_slope < float("inf"):
                 points = self._points_ahead(int(m.seg.q1 - self.served) + 2, rng)
-                self._credit(m, *_on_clock(m.seg, m, self.served, end_s, self.mean_cap / self.dt, points, self.theta))
+                self._credit(m, *_on_clock(m.seg, m, self.served, end_s, self.mean_cap / self.dt, points, self.theta),
+                             projected=True)
             elif mean_slope < float("inf"):
-                self._credit(m, *_in_time(m.seg, m, m.seg.q0, m.seg.q1, self.served, end_s, mean_slope))
+                self._credit(m, *_in_time(m.seg, m, m.seg.q0, m.seg.q1, self.served, end_s, mean_slope),
+                             projected=True)
+            m.done = True
         for m in answered:
             m.seg = None
         self.live -= len(answered)
@@ -300,13 +300,16 @@ class WorkQueue:
             heapq.heapify(self.due)
         return done, answered
 
-    def _credit(self, mem: Member, ok: float, wait: float) -> None:
+    def _credit(self, mem: Member, ok: float, wait: float, projected: bool = False) -> None:
         """A share ``ok`` of the member's requests done within its budget (``wait``: their
-        summed waits), counted as useful work now (projected work, when it is judged at
-        its due tick, counts when it is judged)."""
-        mem.ok += ok
-        mem.wait += wait
-        self.useful += ok * mem.n * mem.good
+        summed waits): its outcome, while it is not answered yet; and, for work done now
+        (not ``projected``), useful work, answered or not (a member answered at its due
+        tick by projection has its work counted useful when it is done)."""
+        if not mem.done:
+            mem.ok += ok
+            mem.wait += wait
+        if not projected:
+            self.useful += ok * mem.n * mem.good
 
     def _worked_off(self, seg: Segment, answered: list) -> None:
         """The segment is worked off: everyone in it is answered."""
@@ -334,9 +337,8 @@ class WorkQueue:
         waits = np.append(finish[:k] - t[:k], self.dt - t[k] if part else [])
         weights = np.append(np.full(k, u / span), part / span if part else [])
         for mem in seg.members:
-            if not mem.done:
-                ok = waits <= mem.budget
-                self._credit(mem, float(weights[ok].sum()), float((weights * waits)[ok].sum()))
+            ok = waits <= mem.budget
+            self._credit(mem, float(weights[ok].sum()), float((weights * waits)[ok].sum()))
         if k == len(t):
             self._worked_off(seg, answered)
             return False

@@ -764,7 +764,7 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     it that it could not do (engine/scoring.py, Scorer._idle_share)."""
     w = max(1, round(60 / dt))
     done = m[f"{service}.work_done"].rolling(w, min_periods=1).sum()
-    useful = m[f"{service}.work_useful"].clip(upper=m[f"{service}.work_done"]).rolling(w, min_periods=1).sum()
+    useful = m[f"{service}.work_useful"].rolling(w, min_periods=1).sum().clip(upper=done)
     taken = (m[f"{service}.work_admitted"] + m[f"{service}.queue_backlog"]).rolling(w, min_periods=1).sum()
     idle = (taken <= 1e-9).astype(float)  # (as the score: a rounding residue of fractional work is none)
     return (useful / done.where(done > 1e-9)).fillna(idle)

@@ -229,7 +229,9 @@ class Scorer:
         self.setup.add(ok, setups)
         self.amp.add(sum(metrics[p]["tries"] for p in self.loop_pops),
                      sum(metrics[p][k] for p, base in self.amp_base.items() for k in base))
-        self.useful.add(sum(min(metrics[s]["work_useful"], metrics[s]["work_done"]) for s in self.loop_services),
+        # (the minute's useful work is counted at most its work done, not each tick's: work is useful when it is
+        # credited, which need not be the tick in which it is done, as a lease's work queued across a tick)
+        self.useful.add(sum(metrics[s]["work_useful"] for s in self.loop_services),
                         sum(metrics[s]["work_done"] for s in self.loop_services))
         # (ticks with work taken on or waiting: a count, so that a window without any sums to 0 exactly)
         self.admitted.add(float(any(metrics[s]["work_admitted"] + metrics[s]["queue_backlog"] > 0
@@ -348,7 +350,7 @@ class Scorer:
         """Over the last minute: setup success on the loop's devices, attempts per fresh
         request of its populations (per request completed, for durable work:
         AMPLIFICATION_BASE), useful share of its services' work (None: no services)."""
-        useful = self.useful.ratio(self._idle_share()) if self.loop_services else None
+        useful = min(1.0, self.useful.ratio(self._idle_share())) if self.loop_services else None
         # (attempts against nothing fresh or completed: unbounded; no attempts at all: at rest)
         return self.setup.ratio(1.0), self.amp.ratio(math.inf if self.amp.num > 0 else 1.0), useful
 

@@ -608,7 +608,7 @@ PLAYBOOK = M(
                                         "(attempts with none completed: unbounded)", "the name of a population",
                                         ["internal-clients"]),
                      services=_names("services whose work must be useful again (work_useful / work_done over the "
-                                     "last minute at least useful_work_min, each tick's useful work counted at most "
+                                     "last minute at least useful_work_min, the minute's useful work counted at most "
                                      "its work done; a service that does no work counts as useful)",
                                      "the name of a service", ["droplet-manager"]),
                      setup_success_min=ratio(default=0.95, unit="share of setups (0-1)",
