@@ -63,6 +63,16 @@ def simulate_continuous(keys: int, s: float, rate: float, duration_s: float, siz
     due_k: deque[int] = deque()  # ... and keys
     asking = bytearray(keys)  # (coalesce) 1 while a request for the key is in flight
     hits = lookups = requests = 0
+
+    def drop(key: int) -> None:
+        """The key is no longer held (the last held key takes its place in the list)."""
+        i, last = where[key], held.pop()
+        if last != key:
+            held[i] = last
+            where[last] = i
+        where[key] = -1
+        fresh_until[key] = -1.0
+
     t = 0.0
     block = max(1024, min(1 << 17, int(rate * duration_s) + 1))
     while True:
@@ -83,23 +93,10 @@ def simulate_continuous(keys: int, s: float, rate: float, duration_s: float, siz
                             e = lapses_t.popleft()
                             g = lapses_k.popleft()
                             if fresh_until[g] == e and where[g] >= 0:
-                                i = where[g]
-                                last = held.pop()
-                                if last != g:
-                                    held[i] = last
-                                    where[last] = i
-                                where[g] = -1
-                                fresh_until[g] = -1.0
+                                drop(g)
                     if where[j] < 0:
                         if len(held) >= cap:  # evict a held key drawn uniformly
-                            i = int(pick.random() * len(held))
-                            gone = held[i]
-                            last = held.pop()
-                            if last != gone:
-                                held[i] = last
-                                where[last] = i
-                            where[gone] = -1
-                            fresh_until[gone] = -1.0
+                            drop(held[int(pick.random() * len(held))])
                         where[j] = len(held)
                         held.append(j)
                     if lapsing:
