@@ -192,16 +192,17 @@ class WorkQueue:
 
     def _within_tick(self, rng, m: float) -> tuple[np.ndarray, float, np.ndarray, float]:
         """This tick's ``m`` units arriving at random times: (their arrival times in seconds
-        into the tick, ascending; the units each brings; the units ahead of each when it
-        comes, itself excluded, the backlog from earlier ticks included; the units done in
-        the tick). The service works whenever work waits: evenly at cap per tick, or at
-        its clock's points."""
+        into the tick, ascending; the units each brings; when each arrival's last unit is
+        done, in seconds into the tick (inf: not in this tick); the units done in the tick).
+        The service works whenever work waits: evenly at cap per tick, or at its clock's
+        points."""
         backlog0 = self.backlog - m
         parcels = int(min(_ARRIVALS, math.ceil(m - 1e-9))) if m > 0 else 0
         t = np.sort(rng.random(parcels)) * self.dt if parcels else np.zeros(0)
         u = m / parcels if parcels else 0.0
+        points = None  # the clock's completion chances, in seconds into the tick
         if self.cv > 0 and self.mean_cap > 0:
-            points = self.passed / self.mean_cap * self.dt  # completion chances, in seconds into the tick
+            points = self.passed / self.mean_cap * self.dt
             could = np.searchsorted(points, t, side="right").astype(float)  # work the service could have done by then
             could_end = float(len(points))
         else:
@@ -209,27 +210,26 @@ class WorkQueue:
             could_end = self.cap
         free = backlog0 + u * np.arange(parcels) - could  # the queue before each arrival, were it never idle
         low = np.minimum.accumulate(np.minimum(free, 0.0)) if parcels else free
-        ahead = free - low
+        ahead = free - low  # the units ahead of each when it comes, the backlog from earlier ticks included
         end_free = backlog0 + m - could_end
         end_low = min(0.0, float(low[-1]) if parcels else 0.0, end_free)
         done = backlog0 + m - (end_free - end_low)
-        return t, u, ahead, max(0.0, min(done, backlog0 + m))
+        return t, u, self._completions(t, u, could, ahead, points), max(0.0, min(done, backlog0 + m))
 
-    def _completions(self, t: np.ndarray, u: float, ahead: np.ndarray) -> np.ndarray:
-        """Seconds into the tick at which each arrival's last unit is done (inf: not in this
-        tick): the work ahead of it and its own, worked whenever work waits."""
-        if self.cv > 0 and self.mean_cap > 0:
-            points = self.passed / self.mean_cap * self.dt
-            index = np.searchsorted(points, t, side="right") + ahead + u  # the completion that finishes it
-            whole = np.ceil(index - 1e-9).astype(np.int64) - 1
-            out = np.full(len(t), np.inf)
+    def _completions(self, t: np.ndarray, u: float, could: np.ndarray, ahead: np.ndarray,
+                     points: np.ndarray | None) -> np.ndarray:
+        """Seconds into the tick at which each arrival (at ``t``, bringing ``u`` units) has
+        its last unit done (inf: not in this tick): the work ahead of it and its own, worked
+        whenever work waits, at the clock's ``points`` (``could``: those passed by each
+        arrival) or evenly."""
+        out = np.full(len(t), np.inf)
+        if points is not None:
+            whole = np.ceil(could + ahead + u - 1e-9).astype(np.int64) - 1  # the completion that finishes it
             inside = whole < len(points)
             out[inside] = points[whole[inside]]
-            return out
-        if self.cap <= 0:
-            return np.full(len(t), np.inf)
-        out = t + (ahead + u) * (self.dt / self.cap)
-        out[out > self.dt * (1 + 1e-12)] = np.inf
+        elif self.cap > 0:
+            out = t + (ahead + u) * (self.dt / self.cap)
+            out[out > self.dt * (1 + 1e-12)] = np.inf
         return out
 
     def serve(self, tick: int, rng=None) -> tuple[float, list[Member]]:
@@ -240,9 +240,9 @@ class WorkQueue:
         self.useful = 0.0
         now = self.arrived - self.tick_start  # units that arrived this tick
         if now > 0 and rng is not None:
-            t, u, ahead, done = self._within_tick(rng, now)
+            t, u, finish, done = self._within_tick(rng, now)
         else:  # (without a stream to draw them: spread evenly over the tick)
-            t, u, ahead, done = np.zeros(0), 0.0, np.zeros(0), min(self.backlog, self.cap)
+            t, u, finish, done = np.zeros(0), 0.0, np.zeros(0), min(self.backlog, self.cap)
         if self.tick_members:
             new = Segment(self.tick_start, self.arrived, self.start_s, self.start_s + self.dt, members=self.tick_members)
             for mem in new.members:
@@ -256,7 +256,7 @@ class WorkQueue:
         while self.head < len(segs) and segs[self.head].q0 < s1:
             seg = segs[self.head]
             if seg is new and len(t):
-                if self._work_new(seg, t, u, ahead, s1, answered):
+                if self._work_new(seg, t, u, finish, s1, answered):
                     break
                 continue
             lo, hi = seg.q0, min(seg.q1, s1)
@@ -320,14 +320,13 @@ class WorkQueue:
         self.segments[self.head] = None
         self.head += 1
 
-    def _work_new(self, seg: Segment, t: np.ndarray, u: float, ahead: np.ndarray, s1: float,
+    def _work_new(self, seg: Segment, t: np.ndarray, u: float, finish: np.ndarray, s1: float,
                   answered: list) -> bool:
-        """This tick's own segment, worked off up to position ``s1``: its arrivals done
-        within the tick count at their own times (the share done within each member's
-        budget, and their waits; the part of one begun and not finished, at the tick's
-        end); the rest stays queued, arrived from the next of them on. Returns whether
-        some of it is left."""
-        finish = self._completions(t, u, ahead)
+        """This tick's own segment, worked off up to position ``s1``: its arrivals (at ``t``,
+        done at ``finish``) done within the tick count at their own times (the share done
+        within each member's budget, and their waits; the part of one begun and not
+        finished, at the tick's end); the rest stays queued, arrived from the next of them
+        on. Returns whether some of it is left."""
         k = int(np.isfinite(finish).sum())  # FIFO: the first k arrivals are done
         span = seg.q1 - seg.q0
         if k == len(t) or s1 >= seg.q1:
