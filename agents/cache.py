@@ -73,6 +73,11 @@ def _reached(n: np.ndarray, x: np.ndarray, p) -> np.ndarray:
     return np.where((x > 0) & (n > 0), out, 0.0)
 
 
+def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """Per bucket, ``part / whole`` (0 where the whole is 0)."""
+    return np.divide(part, whole, out=np.zeros(len(whole)), where=whole > 0)
+
+
 def _in_window(x: np.ndarray, lat: float) -> np.ndarray:
     """Of a key's further lookups in the tick of its first miss, the share that falls within
     ``lat`` (the store's latency, in ticks) of that miss, for ``x`` lookups of it a tick on
@@ -221,7 +226,7 @@ class Cache:
         bad = np.zeros_like(hits)
         if self.bad.any():  # hits on keys with a bad value answer it
             fresh = self.fresh
-            bad = rng.binomial(hits, np.divide(self.bad, fresh, out=np.zeros(len(fresh)), where=fresh > 0))
+            bad = rng.binomial(hits, _share(self.bad, fresh))
             hits = hits - bad
             if self.evict_on_error:  # an unexpected answer: its key is deleted and asked of the store
                 unexpected, bad = unexpected + int(bad.sum()), np.zeros_like(bad)
@@ -240,8 +245,7 @@ class Cache:
         late = np.zeros_like(misses)  # after the store's latency: the key was stored, if the store answered well
         for age, keys in flights:
             keys = np.minimum(keys, flying)
-            these = rng.binomial(left, np.divide(keys, absent - (in_flight - flying), out=np.zeros(len(keys)),
-                                                 where=keys > 0))
+            these = rng.binomial(left, _share(keys, absent - (in_flight - flying)))
             late += rng.binomial(these, 1.0 - _window_after(age, lat)) if age else \
                 rng.binomial(these, 1.0 - _in_window(asked / self.n, lat))
             left -= these
@@ -252,7 +256,7 @@ class Cache:
         found = rng.binomial(late, self.store_good)  # stored by now
         hits, misses = hits + found, misses - found
         self.pending += new
-        stale = rng.binomial(misses, np.divide(self.stale, absent, out=np.zeros(len(absent)), where=absent > 0))
+        stale = rng.binomial(misses, _share(self.stale, absent))
         return {"absent": absent, "hits": hits, "misses": misses, "stale": stale, "new": new,
                 "asks": new.copy() if self.coalesce else misses, "bad": bad}
 
@@ -271,22 +275,20 @@ class Cache:
         total = int(asked.sum())
         if total:
             self.store_latency, self.store_good = float(latency), float(ok.sum()) / total
-        good = np.divide(ok, asked, out=np.zeros(len(asked)), where=asked > 0)  # per bucket
+        good = _share(ok, asked)  # per bucket
         self.pending = np.maximum(self.pending - new, 0)
         failed = np.zeros(len(new))
         if coalesced:
             stored = rng.binomial(new, good)
         else:  # each request was for a given absent key with chance 1/absent
             reached = _reached(absent, asked, 1.0)
-            stored = rng.binomial(new, np.clip(np.divide(_reached(absent, asked, good), reached,
-                                                         out=np.zeros(len(new)), where=reached > 0), 0.0, 1.0))
+            stored = rng.binomial(new, np.clip(_share(_reached(absent, asked, good), reached), 0.0, 1.0))
             if self.evict_on_error:
-                failed = _reached(absent, asked, np.divide(refused, asked, out=np.zeros(len(asked)), where=asked > 0))
+                failed = _reached(absent, asked, _share(refused, asked))
                 late = asked - ok - refused
                 if late.any():
                     wait = max(0, math.ceil(self.timeout / self.dt - 1e-9) - heard)
-                    self.timeouts.append([wait, _reached(absent, asked, np.divide(
-                        late, asked, out=np.zeros(len(asked)), where=asked > 0)), absent.copy()])
+                    self.timeouts.append([wait, _reached(absent, asked, _share(late, asked)), absent.copy()])
         stored = np.minimum(stored, self.n - self.fresh)
         self.stale -= rng.hypergeometric(self.stale, self.n - self.fresh - self.stale, stored)  # values refreshed
         gone = np.zeros_like(stored)
