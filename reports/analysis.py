@@ -19,8 +19,9 @@ from agents.operator import by_the_team, rule_label
 from agents.population import AMPLIFICATION_BASE, work_switch
 
 from .impact import TurnedAway, failed_and_finished
-from .rundir import COMPLETE, MEASURES, RUNBOOK, STARTS_INCIDENT, RunData
-from .timefmt import format_clock, format_delta as _delta, format_minutes, format_wait, parse_clock, parse_duration
+from .rundir import COMPLETE, MEASURES, RESIDUE, RUNBOOK, STARTS_INCIDENT, RunData
+from .timefmt import (format_clock, format_delta as _delta, format_minutes, format_wait, format_wait_exact,
+                      parse_clock, parse_duration)
 from .summary import not_reached, posts_updates
 
 IMPAIRED_ERROR_RATIO = 0.05  # a population is impaired while more than 5% of its requests fail for good
@@ -766,8 +767,8 @@ def useful_share(m: pd.DataFrame, service: str, dt: float) -> pd.Series:
     done = m[f"{service}.work_done"].rolling(w, min_periods=1).sum()
     useful = m[f"{service}.work_useful"].rolling(w, min_periods=1).sum().clip(upper=done)
     taken = (m[f"{service}.work_admitted"] + m[f"{service}.queue_backlog"]).rolling(w, min_periods=1).sum()
-    idle = (taken <= 1e-9).astype(float)  # (as the score: a rounding residue of fractional work is none)
-    return (useful / done.where(done > 1e-9)).fillna(idle)
+    idle = (taken <= RESIDUE).astype(float)  # (as the score reads it)
+    return (useful / done.where(done > RESIDUE)).fillna(idle)
 
 
 def _suspended_sentence(score: dict, broken: bool, until: str) -> str:
@@ -802,14 +803,13 @@ def _summary(trigger, trigger_tick, bad_tick, signal: Signal | None, events, mil
         setter = [e for e in events if e["event"] in ("trigger", "fault_injected") and trigger_tick < e["tick"] <= bad_tick]
         if setter and named(setter[-1]) != named(trigger):
             last = setter[-1]
-            out.append(f"{named(last)[0].upper()}{named(last)[1:]} at {at(last['tick'])} set off the loop (the "
-                       f"incident began with {named(trigger)} at {at(trigger_tick)}): "
-                       f"{measure} {'rose' if signal.high_is_bad else 'fell'} out of bounds at {at(bad_tick)}, "
-                       f"{format_wait((bad_tick - last['tick']) * dt)} after it.")
+            since = last["tick"]
+            opener = (f"{_sentence(named(last))} at {at(since)} set off the loop (the incident began with "
+                      f"{named(trigger)} at {at(trigger_tick)})")
         else:
-            out.append(f"{what} at {at(trigger_tick)} set off the loop: {measure} "
-                       f"{'rose' if signal.high_is_bad else 'fell'} out of bounds at "
-                       f"{at(bad_tick)}, {format_wait((bad_tick - trigger_tick) * dt)} after it.")
+            since, opener = trigger_tick, f"{what} at {at(trigger_tick)} set off the loop"
+        out.append(f"{opener}: {measure} {'rose' if signal.high_is_bad else 'fell'} out of bounds at {at(bad_tick)}, "
+                   f"{format_wait((bad_tick - since) * dt)} after it.")
     else:
         out.append(f"{what} at {at(trigger_tick)} did not push {measure} out of bounds.")
     alarm = next((e for e in events if e["event"] == "alarm_raised"), None)
@@ -900,13 +900,6 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _to_the_second(seconds: float) -> str:
-    """``2 min 49 s``, ``3 min``, ``35 s``."""
-    whole = int(round(seconds))
-    minutes, rest = divmod(whole, 60)
-    return f"{rest} s" if not minutes else f"{minutes} min" + (f" {rest} s" if rest else "")
-
-
 def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
     if metric not in m:
         return f"{metric} is not a metric of this world"
@@ -922,8 +915,8 @@ def _why_metric(metric: str, cond: dict, m: pd.DataFrame, dt: float, at) -> str:
         sizes = stretch.value_counts(sort=False)
         longest = sizes.idxmax()
         # (to the second: "at most 3 min where it needed 3 min" read as if the rule should have fired)
-        text += (f", at most {_to_the_second(sizes[longest] * dt)} without a break (from "
-                 f"{at(int(stretch.index[stretch == longest][0]))}) where it needed {_to_the_second(hold)}")
+        text += (f", at most {format_wait_exact(sizes[longest] * dt)} without a break (from "
+                 f"{at(int(stretch.index[stretch == longest][0]))}) where it needed {format_wait_exact(hold)}")
     if "monitoring.visibility" in m:
         vis = m.loc[held, "monitoring.visibility"].mean()
         text += (f", but monitoring had on average {vis:.0%} of its metrics fresh meanwhile (data missing)"

@@ -90,6 +90,10 @@ class Score(TypedDict, total=False):
     loop_suspended: list[dict]  # {from, to} (When) the loop was in its bounds while an action held demand back
 
 
+#: a sum of work (or of any measure a score's window adds up) below this is a rounding residue of
+#: fractional work that has left the window, not work: the score and the report read it as none
+RESIDUE = 1e-9
+
 #: what a run measures besides its milestones, as score.json and par name them
 MEASURES = ("trigger", "first_customer_update", "demand_restored")
 

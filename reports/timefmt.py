@@ -94,6 +94,13 @@ def format_wait(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 60 else format_minutes(seconds, 0)
 
 
+def format_wait_exact(seconds: float) -> str:
+    """A wait to the second: ``2 min 49 s``, ``3 min``, ``35 s`` (where ``format_wait``'s
+    rounding would read ``3 min where it needed 3 min``)."""
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{rest} s" if not minutes else f"{minutes} min" + (f" {rest} s" if rest else "")
+
+
 def format_minutes_difference(seconds: float) -> str:
     """``+12.5 min``; "undefined" when both sides are unbroken, ±inf when one is."""
     if math.isnan(seconds):

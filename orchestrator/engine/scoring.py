@@ -50,8 +50,7 @@ class Rolling:
             self.den -= b
 
     def ratio(self, empty: float) -> float:
-        # (what a window of fractional work sums to once its work has left it is a rounding residue, not work)
-        return self.num / self.den if self.den > 1e-9 else empty
+        return self.num / self.den if self.den > rundir.RESIDUE else empty
 
 
 class Milestone:
