@@ -212,11 +212,14 @@ def _register_draws() -> None:
     @overload(hypergeometric)
     def compiled_hypergeometric(draws, good, bad, sample):
         def impl(draws, good, bad, sample):
-            if good < 0 or bad < 0 or sample < 0 or sample > good + bad or good > limit or bad > limit:
-                raise ValueError("hypergeometric: expected counts >= 0 below 10**9, and a sample of at most their sum")
+            if good < 0 or bad < 0 or sample < 0 or sample > good + bad:
+                raise ValueError("hypergeometric: expected counts >= 0, and a sample of at most their sum")
             known = without_drawing(good, bad, sample)
             if known >= 0:
                 return known
+            if good > limit or bad > limit:  # (as Draws.hypergeometric: with replacement beyond a billion)
+                taken = c_binomial(pointer(draws[0]), good / (good + bad), sample, pointer(draws[1]))
+                return min(max(taken, sample - bad), good)
             return c_hypergeometric(pointer(draws[0]), good, bad, sample)
         return impl
 

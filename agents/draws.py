@@ -85,9 +85,9 @@ def _check_p(p: float) -> None:
 
 
 def _check_counts(good: int, bad: int, sample: int) -> None:
-    if good < 0 or bad < 0 or sample < 0 or sample > good + bad or good > _EXACT_LIMIT or bad > _EXACT_LIMIT:
-        raise ValueError(f"hypergeometric({good}, {bad}, {sample}): expected counts >= 0 below 10**9, "
-                         f"and a sample of at most their sum")
+    if good < 0 or bad < 0 or sample < 0 or sample > good + bad:
+        raise ValueError(f"hypergeometric({good}, {bad}, {sample}): expected counts >= 0, and a sample of at most "
+                         f"their sum")
 
 
 def hypergeometric_without_drawing(good: int, bad: int, sample: int) -> int:
@@ -169,6 +169,8 @@ class Draws:
         known = hypergeometric_without_drawing(good, bad, sample)
         if known >= 0:
             return known
+        if good > _EXACT_LIMIT or bad > _EXACT_LIMIT:  # (as draw_without_replacement beyond a billion: with replacement)
+            return min(max(self.binomial(sample, good / (good + bad)), sample - bad), good)
         if self.fast:
             return _lib.random_hypergeometric(self._bitgen, good, bad, sample)
         return int(self.rng.hypergeometric(good, bad, sample))

@@ -27,7 +27,11 @@ mean work it can do, summed), with gaps of mean 1 and coefficient of variation c
 (exponential gaps, cv = 1: the completions in a busy tick are Poisson). A tick's work is
 the points it covers, and a projection reads the same points, so the requests queued
 together succeed or fail together, as they do behind one real server: the coherent
-fluctuations that tip a queue over its threshold, or back. Work whose caller has
+fluctuations that tip a queue over its threshold, or back. A service of more than
+_CLOCK_TICK completions a tick works at an even pace instead, and a projection over more
+than _CLOCK_AHEAD completions goes at the mean pace (the clock's spread over N
+completions is cv/sqrt(N) of their time: under 0.4% there, and its points would fill
+memory at the capacities a playbook may give). Work whose caller has
 given up stays queued and is done later, for nobody: past 100% utilisation the wait
 grows until no caller is served in time, while the service stays busy (congestive
 collapse). Arrivals beyond ``limit_s`` seconds of the service's mean capacity are
@@ -45,6 +49,9 @@ import numpy as np
 _POINTS = 8
 #: Most arrival times drawn a tick; beyond, a tick's arrivals come in this many equal parcels.
 _ARRIVALS = 4096
+#: Most completions a tick for which the service keeps a clock, and most drawn ahead for a projection.
+_CLOCK_TICK = 1 << 16
+_CLOCK_AHEAD = 1 << 20
 
 
 @dataclass(eq=False)
@@ -121,7 +128,7 @@ class WorkQueue:
         self.cv = float(cv)  # the service times' coefficient of variation (0: a steady pace)
         self.theta = 0.0  # the service clock: operational time reached
         self.points = np.zeros(0)  # ... and the completions drawn ahead on it, ascending
-        self.passed = np.zeros(0)  # the completions this tick passed (operational time into the tick)
+        self.passed = np.zeros(0)  # the completions this tick passed (operational time into the tick); None: an even pace
         self.backlog = 0.0  # work units waiting
         self.cap = 0.0  # units the service works off this tick
         self.mean_cap = 0.0  # ... on average per tick
@@ -153,6 +160,10 @@ class WorkQueue:
     def clock_work(self, mean_cap: float, rng) -> float:
         """The work a busy tick does when it can do ``mean_cap`` units on average: the
         completions the service clock passes (what the queue cannot use is lost: idle)."""
+        if mean_cap > _CLOCK_TICK:  # an even pace (no points: see the module's docstring)
+            self.points, self.passed = np.zeros(0), None
+            self.theta += mean_cap
+            return mean_cap
         end = self.theta + mean_cap
         while not len(self.points) or self.points[-1] < end:
             self._points_ahead(len(self.points) + max(64, int(mean_cap) + 1), rng)
@@ -201,7 +212,7 @@ class WorkQueue:
         t = np.sort(rng.random(parcels)) * self.dt if parcels else np.zeros(0)
         u = m / parcels if parcels else 0.0
         points = None  # the clock's completion chances, in seconds into the tick
-        if self.cv > 0 and self.mean_cap > 0:
+        if self.cv > 0 and self.mean_cap > 0 and self.passed is not None:
             points = self.passed / self.mean_cap * self.dt
             could = np.searchsorted(points, t, side="right").astype(float)  # work the service could have done by then
             could_end = float(len(points))
@@ -280,7 +291,8 @@ class WorkQueue:
             if m.done:
                 continue
             answered.append(m)
-            if self.cv > 0 and mean_slope < float("inf"):
+            clocked = self.passed is not None and m.seg.q1 - self.served < _CLOCK_AHEAD
+            if self.cv > 0 and mean_slope < float("inf") and clocked:
                 points = self._points_ahead(int(m.seg.q1 - self.served) + 2, rng)
                 self._credit(m, *_on_clock(m.seg, m, self.served, end_s, self.mean_cap / self.dt, points, self.theta),
                              projected=True)

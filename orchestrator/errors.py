@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
+import itertools
+import math
 import re
+import reprlib
 from dataclasses import dataclass
 
 
@@ -22,10 +25,61 @@ class Issue:
     expected: str
 
     def __str__(self) -> str:
-        shown = "nothing" if self.value is None else repr(self.value)  # a field left out, or YAML's null
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        return f"{self.location}: got {shown}; expected {self.expected}"
+        return f"{printable(self.location, 200, lines=False)}: got {shown(self.value)}; expected {printable(self.expected, 2000)}"
+
+
+#: every control character (C0 with ESC, DEL, C1) -> its escape, as Python writes it
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]} | {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+_ESCAPES_BUT_LINES = {c: e for c, e in _ESCAPES.items() if c not in (0x09, 0x0A)}
+
+
+def printable(text, most: int | None = None, lines: bool = True) -> str:
+    """``text`` (from a file someone else wrote, a client, a playbook) safe to print on a
+    terminal: every control character (C0, DEL, C1, and so ESC: a sequence could move the
+    cursor, retitle the window or rewrite what was shown) written as its escape; newlines
+    and tabs too unless ``lines`` (so that a name cannot pass for a line of its own); at
+    most ``most`` characters. Escaping twice changes nothing more."""
+    text = str(text)
+    if most is not None and len(text) > most:
+        text = text[:most - 3] + "..."
+    return text.translate(_ESCAPES_BUT_LINES if lines else _ESCAPES)
+
+
+class _Bounded(reprlib.Repr):
+    """A value's repr that reads only a bounded part of it: a "billion laughs" list nests
+    nine aliases nine deep, a value may be a 50 MB string or a 5,000-digit integer."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxset = 2, 4, 4, 4, 4
+        self.maxstring, self.maxother, self.maxlong = 80, 80, 40
+
+    def repr_dict(self, x, level):  # (in the order written: reprlib sorts the keys)
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}" for k, v in itertools.islice(x.items(), self.maxdict)]
+        return "{" + ", ".join(items) + (", ..." if len(x) > self.maxdict else "") + "}"
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 128:  # (repr of an integer of over 4,300 digits raises, and is no use)
+            return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_BOUNDED = _Bounded()
+SHOWN_CHARS = 80
+
+
+def shown(value) -> str:
+    """``value`` as an error message shows it: its repr (control characters escaped), read
+    only as far as it is shown, at most SHOWN_CHARS characters; "nothing" for None (a field
+    left out, or YAML's null)."""
+    if value is None:
+        return "nothing"
+    text = _BOUNDED.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 _WORD_BREAK = re.compile(r"[-_.\s/]+")
@@ -113,7 +167,7 @@ class InvalidInput(GamedayError):
     def __init__(self, source: str, stage: str, issues: list[Issue]):
         self.source, self.stage, self.issues = source, stage, issues
         n = len(issues)
-        lines = [f"{source}: {n} error{'s' if n != 1 else ''} ({stage})"]
+        lines = [f"{printable(source, 300)}: {n} error{'s' if n != 1 else ''} ({stage})"]
         lines += [f"  {i}" for i in issues]
         super().__init__("\n".join(lines))
 
@@ -147,3 +201,23 @@ class InternalError(GamedayError):
     kept in the directory's error.txt rather than on the terminal."""
 
     exit_code = 1
+
+
+class DirectoryInUse(RunDirectoryError):
+    """Another live process is writing the run's or comparison's directory asked for (it
+    holds the directory's lock): refused at once, never mixed."""
+
+
+class WriteError(RunDirectoryError):
+    """A file of a run's or comparison's directory could not be written (a full disk, a
+    lost mount, a permission changed): not the user's input, so exit code 1; the message
+    names the file and the system's error, and says what was left readable."""
+
+    exit_code = 1
+
+
+def os_error_text(e: OSError) -> str:
+    """An OSError as a person reads it: the file, then the system's words ("runs/x/meta.json:
+    No space left on device"); Python's own text when it has no number."""
+    what = e.strerror or str(e)
+    return f"{e.filename}: {what}" if e.filename else what

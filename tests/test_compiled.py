@@ -131,7 +131,8 @@ def test_kernels_draw_as_the_draws_methods(monkeypatch):
     for case in range(200):
         n = r.randint(1, 30)
         what = np.array([r.randrange(2) for _ in range(n)], dtype=np.int64)
-        a = np.array([r.choice([0, 1, 9, 10, 11, 500, r.randrange(10**8)]) for _ in range(n)], dtype=np.int64)
+        a = np.array([r.choice([0, 1, 9, 10, 11, 500, r.randrange(10**8), r.randrange(10**9, 10**11)]) for _ in range(n)],
+                     dtype=np.int64)  # (beyond a billion, a hypergeometric is drawn as a binomial)
         b = np.array([r.choice([0, 1, 500, 1000, r.randrange(1001)]) if w == 0 else r.choice([0, 3, 10**6, r.randrange(10**8)])
                       for w in what], dtype=np.int64)
         c = np.array([r.randint(0, int(x + y)) if r.random() < 0.7 else r.choice([0, int(x + y)]) for x, y in zip(a, b)],

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: orchestrator's layers, lowest first: a module may import its own layer and those below
 LAYERS = [
-    {"errors"},  # shared by everything
+    {"errors", "budgets"},  # shared by everything: what a mistake is, and the bounds on every input
     {"playbook"},  # the format, loading, validation
     {"engine"},  # the world's plan, scoring, clock, journal
     {"hosting"},  # in process, or Ray actors over ZeroMQ

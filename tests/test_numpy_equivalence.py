@@ -88,6 +88,15 @@ def test_multinomials_are_numpys(pair):
         assert same_state(theirs, ours)
 
 
+def test_a_hypergeometric_beyond_a_billion_is_drawn_with_replacement_within_its_bounds(pair):
+    _, _, draws = pair(1)
+    good, bad, sample = 3 * 10**9, 10**9, 2 * 10**9
+    taken = [draws.hypergeometric(good, bad, sample) for _ in range(200)]
+    assert all(sample - bad <= t <= good for t in taken)
+    assert abs(np.mean(taken) / (sample * good / (good + bad)) - 1) < 1e-4
+    assert draws.hypergeometric(15 * 10**9, 5, 15 * 10**9 - 10**6) >= 15 * 10**9 - 10**6 - 5  # (at least all but the bad)
+
+
 def test_draws_check_their_arguments_as_numpy_does(pair):
     _, _, draws = pair(1)
     for bad in (lambda: draws.binomial(5, 1.5), lambda: draws.binomial(-1, 0.5), lambda: draws.binomial(3, float("nan")),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from agents.monitoring import WHEN_STALE
 from agents.shards import SHARD_SEP
+from orchestrator import budgets
 from orchestrator.errors import InvalidPlaybook, Issue, closest_first, setting
 from orchestrator.playbook.format import PLAYBOOK
 from orchestrator.playbook.format import milestone_keys
@@ -138,6 +139,11 @@ def _check_populations(data: dict, n: Names) -> None:
             if d not in n.health_sources or d == p["name"]:
                 issues.append(Issue(f"{loc}.depends_on[{j}]", d, f"another population or a service "
                                                                  f"({closest_first(d, set(n.health_sources) - {p['name']})})"))
+        offered = p["clients"] * p["rate"]
+        if offered > budgets.LARGEST_NUMBER:  # (each is within it; their product is what the model counts)
+            issues.append(Issue(f"{loc}.rate", p["rate"], f"clients x rate at most {budgets.LARGEST_NUMBER:g} requests/s "
+                                                          f"(gameday's budget for any number; {p['clients']:,} clients x "
+                                                          f"{p['rate']:g} = {offered:g})"))
         if p["work"] == "durable" and p.get("max_rate") is None:
             issues.append(Issue(f"{loc}.max_rate", None,
                                 f"a dispatch rate (requests/s), since the work of {p['name']} is durable"))

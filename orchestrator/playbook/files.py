@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import importlib.resources
+import os
+import stat
 from pathlib import Path
 
 
+from orchestrator import budgets
 from orchestrator.errors import Issue, NotFound, closest_first
 
 
@@ -56,11 +59,38 @@ def find_runbook(ref: str, playbook: str, source: str | Path | None = None) -> P
                    f"(a playbook's own runbooks go in {where}/)")
 
 
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
 def read_text(path: Path, error_cls) -> str:
-    """A playbook or runbook file's text; one that cannot be read is the user's mistake, not a traceback."""
+    """A playbook, runbook or vars file's text: a regular file of at most budgets.FILE_BYTES
+    of UTF-8 (opened without blocking and checked before it is read: a FIFO would wait for
+    a writer, /dev/zero never ends). One that cannot be read is the user's mistake, not a
+    traceback."""
+    def refuse(value, expected: str):
+        return error_cls(str(path), "read", [Issue("file", value, expected)])
+
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise refuse(str(path), f"a readable file ({e.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((what for is_kind, what in _NOT_REGULAR if is_kind(mode)), "not a regular file")
+        raise refuse(f"{path} ({kind})", "a regular file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(budgets.FILE_BYTES + 1)
+        except OSError as e:
+            raise refuse(str(path), f"a readable file ({e.strerror})") from None
+    if len(data) > budgets.FILE_BYTES:
+        raise refuse(f"{path} (over {budgets.FILE_BYTES:,} bytes)",
+                     f"a file of at most {budgets.FILE_BYTES:,} bytes (gameday's budget for a playbook, runbook or vars "
+                     "file)")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise error_cls(str(path), "read", [Issue(f"byte {e.start}", e.object[e.start:e.end], "UTF-8 text")]) from None
-    except OSError as e:
-        raise error_cls(str(path), "read", [Issue("file", str(path), f"a readable file ({e.strerror})")]) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # (universal newlines, as reading as text does)

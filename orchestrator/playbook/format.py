@@ -25,6 +25,18 @@ def _names(doc: str, item: str, example: list, **kw) -> Field:
     return f
 
 
+#: the most attempts a retry policy may count (the model keeps requests by attempt: 0, unlimited, needs no more)
+MOST_ATTEMPTS = 1000
+#: the most clients a population and keys a cache may have (the model draws them hypergeometrically, exact below 10^9)
+MOST_DRAWN = 500_000_000
+#: the most of the parts the model steps one by one every tick (a load balancer's targets, DNS enactors and
+#: plan generations, a post's backend calls, a mitigation's deployment steps): time grows with them
+MOST_STEPPED = 10_000
+#: the most shards a population may be simulated as (each is an agent, a Ray actor's work)
+MOST_SHARDS = 1024
+#: the longest delay a retry policy may give, in seconds: a day (the model keeps the requests waiting by the tick)
+LONGEST_DELAY = 86_400.0
+
 _POOL = "the name of a device pool"
 _HEALTH_SOURCE = "the name of a service or a population"
 
@@ -59,19 +71,19 @@ def _retry(doc: str, requests: bool = True) -> Field:
                       doc="how the nominal delay grows: none, the next attempt goes at once (the next tick); constant, "
                           "every delay is base; exponential, the delay after the k-th failure is base x multiplier^(k-1), "
                           "at most cap"),
-        base=non_negative("duration", default=1.0,
+        base=non_negative("duration", default=1.0, max=LONGEST_DELAY,
                           doc="nominal delay before the first retry (constant back-off: before every retry); 0 retries "
                               "at once"),
         multiplier=Field("number", min=1, default=2.0,
                          doc="exponential back-off: each nominal delay is this many times the one before"),
-        cap=non_negative("duration", default=60.0,
+        cap=non_negative("duration", default=60.0, max=LONGEST_DELAY,
                          doc="largest nominal delay: exponential growth stops here (jitter draws within it)"),
         jitter=Field("str", choices=JITTERS, default="full",
                      doc="how the actual delay is drawn from the nominal delay d: none, exactly d; full, uniformly in "
                          "[0, d]; equal, uniformly in [d/2, d]; decorrelated (Brooker, with exponential back-off), each "
                          "sleep uniformly in [base, 3 x the previous sleep], at most cap (multiplier is not used; with "
                          "constant back-off every sleep is uniform in [base, 3 x base])"),
-        max_attempts=non_negative("int", default=0, unit="attempts",
+        max_attempts=non_negative("int", default=0, max=MOST_ATTEMPTS, unit="attempts",
                                   doc="request retries: attempts including the first, after which a perishable request "
                                       "fails for good (durable work is never given up); 0 = unlimited. In "
                                       "connection.reconnect clients never stop reconnecting: a non-zero value only stops "
@@ -98,7 +110,7 @@ EFFECT = M("an operation applied to one part of the world: {target: NAME, op: OP
 DEVICE = M(
     "a pool of identical bridge devices (routers doing NAT between two networks): a CPU budget per tick, a cost per "
     "item, a connection-tracking table and a queue whose delay grows with utilisation",
-    name=Field("str", required=True, example="bridge",
+    name=Field("name", required=True, example="bridge",
                doc="the pool's name: populations, monitoring, deployment and status cross it by naming it in their "
                    "path, effects target it"),
     description=Field("str", default="", example="the bridge devices between the main and the internal network",
@@ -143,7 +155,7 @@ DEVICE = M(
 SERVICE = M(
     "a service: capacity, dependencies, and the features a playbook can switch on (recycling, a queue, service "
     "times, leases, health checks, DNS automation)",
-    name=Field("str", required=True, example="internal-dns",
+    name=Field("name", required=True, example="internal-dns",
                doc="the service's name: populations target it, others depend on it, effects target it"),
     description=Field("str", default="", example="internal DNS, on the internal network",
                       doc="what the service stands for (for people)"),
@@ -236,7 +248,7 @@ SERVICE = M(
                     "errors for `dns_ttl`",
                     network=Field("str", required=True, example="network-manager",
                                   doc="the service (with a queue) whose queue wait is the network propagation delay"),
-                    targets=positive("int", default=100, unit="targets", doc="the load balancer's targets (nodes)"),
+                    targets=positive("int", default=100, max=MOST_STEPPED, unit="targets", doc="the load balancer's targets (nodes)"),
                     interval=positive("duration", default=10.0, doc="how often every target is checked"),
                     fall=positive("int", default=3, unit="checks", doc="failed checks in a row that take a target out"),
                     rise=positive("int", default=3, unit="checks", doc="passed checks in a row that put it back"),
@@ -254,7 +266,7 @@ SERVICE = M(
     dns=M("DNS automation for the service's endpoint: a planner, enactors and their clean-up (see agents/dns.py); "
           "while the endpoint has no records nobody reaches the service",
           plan_every=positive("duration", default=60.0, doc="how often the planner makes a new plan"),
-          enactors=positive("int", default=3, unit="enactors", doc="enactors applying plans (one per zone, say)"),
+          enactors=positive("int", default=3, max=MOST_STEPPED, unit="enactors", doc="enactors applying plans (one per zone, say)"),
           delay=positive("duration", default=5.0,
                          doc="how long an enactor usually takes to apply a plan (each application takes 0.5 to 1.5 "
                              "times this, at least a tick)"),
@@ -263,7 +275,7 @@ SERVICE = M(
           slow_delay=positive("duration", default=600.0, doc="how long a badly delayed application takes"),
           cleanup_after=positive("duration", default=30.0,
                                  doc="how long after applying a plan an enactor cleans up old plans"),
-          keep=positive("int", default=3, unit="plan generations",
+          keep=positive("int", default=3, max=MOST_STEPPED, unit="plan generations",
                         doc="the clean-up deletes the plans more than this many generations older than the one its "
                             "enactor applied"),
           guard=Field("bool", default=False, doc="skip stale plans and never delete the plan in place")),
@@ -281,12 +293,12 @@ SERVICE = M(
             "set_evict_on_error and set_cache_ttl change it during a run",
             store=Field("str", required=True, example="user-db",
                         doc="the service misses are asked of (another service; it answers the cache)"),
-            keys=positive("int", required=True, unit="keys", example=1000000,
+            keys=positive("int", required=True, max=MOST_DRAWN, unit="keys", example=1000000,
                           doc="distinct keys the callers ask for"),
-            size=positive("int", unit="keys", example=100000,
+            size=positive("int", max=MOST_DRAWN, unit="keys", example=100000,
                           doc="most keys the cache holds; beyond it a new key replaces one drawn at random. "
                               "Unset: it can hold every key"),
-            zipf=non_negative(default=1.0, unit="exponent s",
+            zipf=non_negative(default=1.0, max=10, unit="exponent s",
                               doc="popularity: the k-th most popular key is asked k^-s times as often as the first "
                                   "(0: every key equally; about 0.6 to 1.2 for web objects)"),
             ttl=positive("duration", example=300.0,
@@ -317,11 +329,11 @@ SERVICE = M(
 POPULATION = M(
     "a client population: clients that send requests along a path of device pools (and maybe to a service), "
     "retry failures and, in pooled mode, hold connections",
-    name=Field("str", required=True, example="internal-clients",
+    name=Field("name", required=True, example="internal-clients",
                doc="the population's name: effects target it, scoring and others' depends_on name it"),
     description=Field("str", default="", example="clients on the internal network with pooled connections",
                       doc="what the population stands for (for people)"),
-    clients=positive("int", required=True, unit="clients", example=20000,
+    clients=positive("int", required=True, max=MOST_DRAWN, unit="clients", example=20000,
                      doc="clients in the population (pooled clients all start connected)"),
     rate=non_negative(required=True, unit="requests/s per client", example=0.05,
                       doc="fresh requests per client per second"),
@@ -340,7 +352,7 @@ POPULATION = M(
                      "attempts, the success ratio of its request attempts; clients_without_backlog (durable work), "
                      "the share of its clients with no work pending, as for servers that stay out of service until "
                      "they have fetched what they need"),
-    shards=positive("int", default=1, unit="shards",
+    shards=positive("int", default=1, max=MOST_SHARDS, unit="shards",
                     doc="simulate as this many shards (at most one per client), which can run on different hosts; "
                         "1: one agent"),
     path=_names("device pools crossed, in order; empty: straight to the target", _POOL, ["bridge"]),
@@ -459,7 +471,7 @@ CONTROLLER = M(
     "a controller: the world's own automation that reacts to what monitoring delivers (never ground truth): an "
     "autoscaler, rules in the runbook grammar (their actions are mitigations, through the deployment tooling), or "
     "both",
-    name=Field("str", required=True, example="web-autoscaler",
+    name=Field("name", required=True, example="web-autoscaler",
                doc="its name: journalled with what it does; effects target it by it"),
     description=Field("str", default="", example="scales the web tier on its CPU", doc="what it stands for"),
     enabled=Field("bool", default=True, doc="false: it starts switched off (an effect's op enable switches it on)"),
@@ -471,7 +483,7 @@ PLAYBOOK = M(
     "a playbook: the world of one scenario (clock, devices, services, populations, monitoring, deployment, status), "
     "what sets the incident off (triggers), what operators can do (mitigations), what a facilitator can inject "
     "(faults), and how runs are scored",
-    name=Field("str", required=True, example="us-east-1-2021",
+    name=Field("name", required=True, example="us-east-1-2021",
                doc="the playbook's name: its runbooks are looked up by it (runbooks/NAME/ beside the playbook), and runs "
                    "record it"),
     title=Field("str", required=True, example="AWS us-east-1, 2021-12-07: bridge congestion",
@@ -528,7 +540,7 @@ PLAYBOOK = M(
     status=M("the status dashboard: a customer update is posted only when its backend calls get through", default=dict,
              path=_names("device pools a post's backend calls cross; empty: posts always get through", _POOL, ["bridge"]),
              timeout=positive("duration", default=10.0, doc="a backend call slower than this across the path fails"),
-             calls=positive("int", default=1, unit="calls", doc="backend calls one post needs, all of which must succeed"),
+             calls=positive("int", default=1, max=MOST_STEPPED, unit="calls", doc="backend calls one post needs, all of which must succeed"),
              retry_delay=positive("duration", default=30.0,
                                   doc="wait after a failed post (or failover attempt) before trying again"),
              failover=M("failing over to a standby when posting keeps failing; unset: never",
@@ -568,7 +580,7 @@ PLAYBOOK = M(
                     deploy=Field("bool", default=True,
                                  doc="it goes through the deployment tooling (its steps cross the deployment path); "
                                      "false: it takes effect once its lead time is over"),
-                    steps=non_negative("int", default=1, unit="deployment steps",
+                    steps=non_negative("int", default=1, max=MOST_STEPPED, unit="deployment steps",
                                        doc="deployment steps it needs (deploy: true only)"),
                     lead_time=non_negative("duration", default=0.0,
                                            doc="preparation (hardware, approvals) before the first step; 0: none"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import yaml
 
+from orchestrator import budgets
 from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.operations import ARG_TYPES, TARGET_KINDS, has_default, operations
 from orchestrator.playbook.schema import _MISSING, Field
@@ -45,7 +46,9 @@ def field_schema(f: Field) -> dict:
     elif t == "bool":
         out = {"type": "boolean"}
     elif t == "str":
-        out = {"type": "string", "minLength": 1, "pattern": r"\S"}
+        out = {"type": "string", "minLength": 1, "maxLength": budgets.TEXT_CHARS, "pattern": r"\S"}
+    elif t == "name":
+        out = {"type": "string", "maxLength": budgets.NAME_CHARS, "pattern": f"^{budgets.NAME_PATTERN}$"}
     elif t == "list":
         out = {"type": "array"}
         if f.item:
@@ -79,8 +82,9 @@ def field_schema(f: Field) -> dict:
 def _range(out: dict, f: Field) -> None:
     if f.min is not None:
         out["exclusiveMinimum" if f.exclusive_min else "minimum"] = f.min
-    if f.max is not None:
-        out["maximum"] = f.max
+    else:
+        out["minimum"] = -budgets.LARGEST_NUMBER
+    out["maximum"] = f.max if f.max is not None else budgets.LARGEST_NUMBER
 
 
 def _argument_schema(arg, params: bool) -> dict:

@@ -8,12 +8,14 @@ Validation, the reference and the JSON Schema all read this one description.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from agents import AGENT_CLASSES
 from agents.base import CLOCK, Arg
-from orchestrator.playbook.schema import yaml_hint
+from orchestrator import budgets
+from orchestrator.playbook.schema import LARGEST_WANTED, text_wanted, yaml_hint
 
 from reports.timefmt import parse_clock, parse_duration
 
@@ -85,6 +87,12 @@ class Argument:
         fits = [ARG_TYPES[t] for t in self.types if t in ARG_TYPES]
         if fits and not any(ok(value) for _, ok, _ in fits):
             return " or ".join(what for _, _, what in fits)
+        if isinstance(value, (int, float)) and not (math.isfinite(value) and abs(value) <= budgets.LARGEST_NUMBER):
+            return LARGEST_WANTED
+        if isinstance(value, str):
+            wanted = text_wanted(value)
+            if wanted:
+                return wanted
         return None if self.about is None else self.about.problem(value)  # the choices and range, as agents check them
 
 

@@ -6,13 +6,17 @@ and a test fails when the file is stale.
 """
 from __future__ import annotations
 
+import inspect
+import re
+
 import yaml
 
 from agents import AGENT_CLASSES
 from agents.base import PER_TICK
+from orchestrator import budgets
 from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.operations import TARGET_KINDS, has_default, operations
-from orchestrator.playbook.schema import _MISSING, Field
+from orchestrator.playbook.schema import _MISSING, Field, bound_text
 from reports.timefmt import format_clock, format_duration
 
 #: the name an example uses for a part of each kind (the singletons' names are fixed)
@@ -61,7 +65,11 @@ runbooks live in a `runbooks/` folder beside it (`runbooks/NAME.yaml`, or
 Conventions used below:
 - **duration**: a number of seconds, or text such as `90s`, `15m`, `2h`, `1h30m`, `250ms`.
 - **clock**: a time of day on the simulated clock, quoted: `"07:30"` or `"07:30:15"`.
+- **name**: what a part of the world (or the playbook) is called: letters, digits, `-` and `_`, starting with a
+  letter or digit, at most {NAME_CHARS} characters (names become metric columns `NAME.metric` and folder names).
 - **names**: a list of the names of parts of the world (`[bridge, edge]`).
+- **text**: at most {TEXT_CHARS:,} characters, no control characters but newlines and tabs; every number at most
+  {LARGEST_NUMBER:g} in size (see Budgets at the end).
 - YAML 1.1 reads an unquoted `yes`, `no`, `on`, `off` as booleans and `1e5` as text: quote words,
   write numbers as `100000` or `1.0e+5`; quote a text that holds `: ` or starts with `{`, `[` or `*`.
   A key given twice in one mapping is an error (YAML itself would keep the last one silently).
@@ -87,7 +95,7 @@ def _shown(f: Field, value) -> str:
 
 
 def field_type(f: Field) -> str:
-    t = {"str": "text", "int": "integer", "number": "number", "bool": "true or false", "duration": "duration",
+    t = {"str": "text", "name": "name", "int": "integer", "number": "number", "bool": "true or false", "duration": "duration",
          "clock": "clock", "list": "list", "map": "mapping", "dict": "mapping", "any": "any"}[f.type]
     if f.type == "list" and f.item is not None and f.item.type == "str":
         t = "names"
@@ -99,9 +107,9 @@ def field_type(f: Field) -> str:
     if f.type == "list" and f.min is not None:
         rng.append(f"of at least {f.min:g}")
     elif f.min is not None:
-        rng.append(f"{'>' if f.exclusive_min else '>='} {f.min:g}")
+        rng.append(f"{'>' if f.exclusive_min else '>='} {bound_text(f.min)}")
     if f.max is not None:
-        rng.append(f"<= {f.max:g}")
+        rng.append(f"<= {bound_text(f.max)}")
     if f.min == 0 and f.max == 1 and not f.exclusive_min:
         rng = ["0 to 1"]
     return t + (" " + " and ".join(rng) if rng else "") + (f", {f.unit}" if f.unit else "")
@@ -268,9 +276,44 @@ def _metrics_section() -> list[str]:
     return out
 
 
+def _budget_value(name: str, value) -> str:
+    if isinstance(value, str):
+        return f"`{value}`"
+    if name.endswith(("BYTES", "MEMORY")):
+        return budgets.size_text(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def budgets_documented() -> list[tuple[str, str, str]]:
+    """(name, value, meaning) of every bound in ``orchestrator/budgets.py``, the meaning
+    read from the comment lines above it (the module is the one place they are written)."""
+    out, comment = [], []
+    for line in inspect.getsource(budgets).splitlines():
+        if line.startswith("#") and not line.startswith("# --"):
+            comment.append(line.lstrip("#:").strip())
+        elif (m := re.match(r"([A-Z][A-Z0-9_]*)\s*=", line)) and not line.startswith(" "):
+            name = m.group(1)
+            out.append((name, _budget_value(name, getattr(budgets, name)), " ".join(comment)))
+            comment = []
+        elif not line.strip() or line.startswith("# --"):
+            comment = []
+    return out
+
+
+def _budgets_section() -> list[str]:
+    out = ["## Budgets", "",
+           "What gameday takes from any input at most (a file someone else wrote, a flag, a request to a live "
+           "session); beyond it the input is refused with the budget named, never run out of memory or time.", "",
+           "| budget | value | what it bounds |", "|---|---|---|"]
+    out += [f"| `{name}` | {value} | {meaning} |" for name, value, meaning in budgets_documented()]
+    return out + [""]
+
+
 def reference_markdown() -> str:
-    parts = [INTRO, *_fields_section("Playbook fields", PLAYBOOK), *_fields_section("Runbook fields", RUNBOOK),
-             *_conditions_section(), *_operations_section(), *_metrics_section()]
+    intro = (INTRO.replace("{NAME_CHARS}", str(budgets.NAME_CHARS)).replace("{TEXT_CHARS:,}", f"{budgets.TEXT_CHARS:,}")
+             .replace("{LARGEST_NUMBER:g}", f"{budgets.LARGEST_NUMBER:g}"))
+    parts = [intro, *_fields_section("Playbook fields", PLAYBOOK), *_fields_section("Runbook fields", RUNBOOK),
+             *_conditions_section(), *_operations_section(), *_metrics_section(), *_budgets_section()]
     return "\n".join(parts).rstrip() + "\n"
 
 

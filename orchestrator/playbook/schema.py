@@ -8,9 +8,11 @@ durations and clock times converted to seconds.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from orchestrator import budgets
 from orchestrator.errors import Issue, closest_first, nearest
 from reports.timefmt import parse_clock, parse_duration
 
@@ -19,7 +21,7 @@ _MISSING = object()
 
 @dataclass
 class Field:
-    type: str  # str, int, number, bool, duration, clock, list, map, dict, any
+    type: str  # str, name, int, number, bool, duration, clock, list, map, dict, any
     required: bool = False
     default: Any = _MISSING
     min: float | None = None  # of a list: its fewest items
@@ -35,12 +37,17 @@ class Field:
     check: Callable[[Any], str | None] | None = None  # extra rule: returns what was expected, or None
 
 
+def bound_text(x: float) -> str:
+    """A bound as a message says it: 0.5, 100, 1e+12; a large whole number exactly (500,000,000)."""
+    return f"{int(x):,}" if float(x).is_integer() and 1e6 <= abs(x) < 1e12 else f"{x:g}"
+
+
 def _expected_range(f: Field) -> str:
     parts = []
     if f.min is not None:
-        parts.append(f"{'>' if f.exclusive_min else '>='} {f.min:g}")
+        parts.append(f"{'>' if f.exclusive_min else '>='} {bound_text(f.min)}")
     if f.max is not None:
-        parts.append(f"<= {f.max:g}")
+        parts.append(f"<= {bound_text(f.max)}")
     return " and ".join(parts)
 
 
@@ -80,6 +87,9 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         if not math.isfinite(num):  # YAML's .nan and .inf pass every range check below, then break the model
             issues.append(Issue(loc, value, "a finite " + {"int": "integer", "number": "number", "duration": "duration"}[t]))
             return None
+        if abs(num) > budgets.LARGEST_NUMBER:  # (the model counts in 64-bit integers and floats)
+            issues.append(Issue(loc, value, LARGEST_WANTED))
+            return None
         too_low = spec.min is not None and (num <= spec.min if spec.exclusive_min else num < spec.min)
         too_high = spec.max is not None and num > spec.max
         if too_low or too_high:
@@ -101,6 +111,14 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         if not isinstance(value, str) or not value.strip():
             wanted = "one of " + ", ".join(map(str, spec.choices)) if spec.choices else "a non-empty string"
             issues.append(Issue(loc, value, wanted + yaml_hint(value)))
+            return None
+        wanted = text_wanted(value)
+        if wanted:
+            issues.append(Issue(loc, value, wanted))
+            return None
+    elif t == "name":
+        if not is_name(value):
+            issues.append(Issue(loc, value, NAME_WANTED + yaml_hint(value)))
             return None
     elif t == "list":
         if not isinstance(value, list):
@@ -146,6 +164,29 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         if wanted:
             issues.append(Issue(loc, value, wanted))
     return value
+
+
+#: what a number beyond the budget should have been
+LARGEST_WANTED = f"a number of at most {budgets.LARGEST_NUMBER:g} in size (gameday's budget for any number)"
+_NAME = re.compile(budgets.NAME_PATTERN)
+#: what a name must be, as errors say it
+NAME_WANTED = (f"a name of letters, digits, '-' and '_', starting with a letter or digit, at most {budgets.NAME_CHARS} "
+               "characters (names become metric columns NAME.metric and file names: no dots, slashes or spaces)")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def is_name(value) -> bool:
+    return isinstance(value, str) and len(value) <= budgets.NAME_CHARS and _NAME.fullmatch(value) is not None
+
+
+def text_wanted(value: str) -> str | None:
+    """What a text should have been, if it is too long or holds control characters (an
+    escape sequence in a title would reach the terminals it is printed on); else None."""
+    if len(value) > budgets.TEXT_CHARS:
+        return f"a text of at most {budgets.TEXT_CHARS:,} characters (gameday's budget for a text)"
+    if _CONTROL.search(value):
+        return "a text without control characters (newlines and tabs are fine)"
+    return None
 
 
 def yaml_hint(value) -> str:

@@ -3,11 +3,14 @@
 A playbook file is Jinja2-templated YAML. It may start with a plain YAML header
 document declaring its variables (``variables: {name: {default, description}}``),
 followed by a line ``---`` and the templated body. Rendering runs in Jinja's sandbox
-with ``StrictUndefined``, so an undefined variable is an error, never an empty string.
+with ``StrictUndefined``, so an undefined variable is an error, never an empty string, and
+in a child process (``sandbox_process``) within gameday's budget for a template, since the
+sandbox bounds neither memory nor time (``{{ 'a' * 4000000000 }}``, ``{{ 9**(9**9) }}``).
 """
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +20,12 @@ import jinja2.meta
 import jinja2.sandbox
 import yaml
 
+from orchestrator import budgets
 from orchestrator.errors import InvalidPlaybook, Issue, closest_first, nearest, setting
 from orchestrator.playbook.schema import is_duration
 from reports.timefmt import format_clock, parse_clock
 from orchestrator.playbook.files import find_playbook, read_text
+from orchestrator.playbook import sandbox_process
 from orchestrator.playbook.yaml_text import load_yaml, parse_yaml, yaml_issue
 
 
@@ -68,7 +73,7 @@ def coerce_value(text: str):
     """A value typed as text (``--set NAME=VALUE``) as YAML reads it: numbers, booleans and
     lists come out typed."""
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
 
@@ -245,17 +250,108 @@ def same_type(default, value) -> bool:
 
 
 def render(tpl: Template, values: dict) -> str:
+    """The text ``tpl`` renders to with ``values``, rendered within gameday's budget for a
+    template (``budgets``: TEMPLATE_SECONDS, TEMPLATE_MEMORY, RENDERED_BYTES) in a child
+    process (``sandbox_process``); a mistake in the template, or a template over its budget,
+    raises InvalidPlaybook naming the line."""
+    if not hasattr(os, "fork"):  # (no fork, as on Windows: rendered here, bounded only in the text it makes)
+        kind, result = _rendering(tpl, values)
+    else:
+        try:
+            kind, result = sandbox_process.run_in_child(lambda: _rendering(tpl, values), budgets.TEMPLATE_SECONDS,
+                                                        budgets.TEMPLATE_MEMORY)
+        except sandbox_process.NoAnswer as e:  # (killed at the deadline, or stopped outside the template)
+            kind, result = "error", [_plain(_budget_issue(e.reason, "template", e.how))]
+    if kind == "error":
+        raise InvalidPlaybook(tpl.source, "render", [Issue(*issue) for issue in result])
+    return result
+
+
+class _TooMuchText(Exception):
+    """The rendered text passed ``budgets.RENDERED_BYTES``."""
+
+
+def _rendering(tpl: Template, values: dict) -> tuple[str, object]:
+    """("ok", the rendered text) or ("error", [its issue as a tuple]): plain data, which the
+    child process sends back."""
     try:
-        return _environment().from_string(tpl.body).render(**values)
-    except jinja2.exceptions.SecurityError as e:
-        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "no access to unsafe attributes")])
-    except jinja2.exceptions.UndefinedError as e:
+        return "ok", _rendered(tpl, values)
+    except Exception as e:
+        return "error", [_plain(_render_issue(e, tpl, values))]
+
+
+def _rendered(tpl: Template, values: dict) -> str:
+    """The template's text. A budget passed between two of its pieces (the text's, or the
+    alarm's ringing here) is thrown in where the template is, so that the error names its line."""
+    pieces = _environment().from_string(tpl.body).generate(**values)
+    try:
+        return _joined(pieces, budgets.RENDERED_BYTES)
+    except (sandbox_process.OutOfTime, _TooMuchText) as e:
+        if pieces.gi_frame is None:  # (raised in the template, or after it: its traceback says which)
+            raise
+        pieces.throw(type(e)(*e.args))
+        raise
+
+
+def _joined(pieces, limit: int) -> str:
+    """The pieces of text, counted as they are made, so that an output of gigabytes is refused
+    before it is built."""
+    size, parts = 0, []
+    for piece in pieces:
+        size += len(piece) if piece.isascii() else len(piece.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise _TooMuchText()
+        parts.append(piece)
+    return "".join(parts)
+
+
+def _render_issue(e: Exception, tpl: Template, values: dict) -> Issue:
+    """The issue a rendering error is: the template over its budget, or its own mistake."""
+    if over := _budget_passed(e):
+        return _budget_issue(over, _template_line(e, tpl))
+    if isinstance(e, jinja2.exceptions.SecurityError):
+        return Issue(_template_line(e, tpl), str(e), "no access to unsafe attributes")
+    if isinstance(e, jinja2.exceptions.UndefinedError):
         name = re.match(r"'(\w+)' is undefined", str(e))  # (an attribute missing reads otherwise)
         known = closest_first(name.group(1), values) if name else ", ".join(sorted(values)) or "none"
-        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), f"only defined variables ({known})")])
-    except jinja2.exceptions.TemplateSyntaxError as e:
-        raise InvalidPlaybook(tpl.source, "render", [Issue(f"line {e.lineno + tpl.body_line - 1}", e.message, "valid Jinja2 syntax")])
-    except jinja2.exceptions.TemplateError as e:
-        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), str(e), "a template that renders")])
-    except Exception as e:  # the template's own arithmetic and calls ({{ n // 0 }}) are the user's mistake too
-        raise InvalidPlaybook(tpl.source, "render", [Issue(_template_line(e, tpl), f"{type(e).__name__}: {e}", "a template that renders")])
+        return Issue(_template_line(e, tpl), str(e), f"only defined variables ({known})")
+    if isinstance(e, jinja2.exceptions.TemplateSyntaxError):
+        return Issue(f"line {e.lineno + tpl.body_line - 1}", e.message, "valid Jinja2 syntax")
+    if isinstance(e, jinja2.exceptions.TemplateError):
+        return Issue(_template_line(e, tpl), str(e), "a template that renders")
+    # the template's own arithmetic and calls ({{ n // 0 }}) are the user's mistake too
+    return Issue(_template_line(e, tpl), f"{type(e).__name__}: {e}", "a template that renders")
+
+
+def _budget_passed(e: BaseException | None) -> str | None:
+    """Which budget ``e`` says the template passed ("time", "memory", "text"), looking through
+    what Jinja raised in its place (its lexer turns any error into a syntax error)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        for kind, budget in (("time", sandbox_process.OutOfTime), ("memory", MemoryError), ("text", _TooMuchText)):
+            if isinstance(e, budget):
+                return kind
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _budget_issue(kind: str, where: str, how: str = "") -> Issue:
+    """A template over its budget: which budget, its value, and what usually causes it."""
+    seconds = budgets.TEMPLATE_SECONDS
+    memory, text = budgets.size_text(budgets.TEMPLATE_MEMORY), budgets.size_text(budgets.RENDERED_BYTES)
+    if kind == "text":
+        return Issue(where, f"the template rendered more than {text} of text",
+                     f"a template that renders at most {text} (gameday's budget for a rendered playbook: loops "
+                     "over range(...) and large repetitions are the usual cause)")
+    got = {"time": f"the template took more than {seconds:g} s to render",
+           "memory": f"the template needed more than {memory} of memory to render"}.get(
+        kind, f"the rendering stopped without an answer ({how})")
+    return Issue(where, got, f"a template that renders within {seconds:g} s and {memory} (gameday's budget for a "
+                             "template: loops over range(...) and large powers or repetitions are the usual cause)")
+
+
+def _plain(issue: Issue) -> tuple:
+    """An issue as plain data that pickles (its value as text unless it is a plain scalar)."""
+    value = issue.value if isinstance(issue.value, (str, int, float, bool, type(None))) else str(issue.value)
+    return issue.location, value, issue.expected

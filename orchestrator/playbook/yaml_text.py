@@ -1,13 +1,25 @@
-"""YAML as playbooks and runbooks are read: every key of a mapping once, errors located in the file."""
+"""YAML as playbooks and runbooks are read: every key of a mapping once, within the budgets
+of orchestrator.budgets (nesting, nodes with aliases expanded, integer digits), errors
+located in the file."""
 from __future__ import annotations
 
+import sys
 
 import yaml
 
+from orchestrator import budgets
 from orchestrator.errors import InvalidPlaybook, Issue
 
 
 DUPLICATE_KEY = "found duplicate key"
+
+
+class OverBudget(yaml.MarkedYAMLError):
+    """A document beyond one of the YAML budgets, located where it goes beyond it."""
+
+    def __init__(self, problem: str, expected: str, mark):
+        super().__init__(problem=problem, problem_mark=mark)
+        self.expected = expected
 
 
 class _OneKeyOnce(yaml.SafeLoader):
@@ -32,9 +44,86 @@ class _OneKeyOnce(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class _Budgeted(_OneKeyOnce):
+    """The loader with budgets, counted while the document is composed, before anything is
+    built from it: nesting (PyYAML composes recursively: 3,000 levels are a RecursionError),
+    nodes with every alias counted as often as it is used (aliases cost nothing to parse, but
+    whatever walks the document walks them all), no alias inside the node it names (a
+    structure that contains itself never ends), and integers short enough to convert."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = self._nodes = 0
+        self._expanded: dict[int, int] = {}  # id(node) of an anchored node -> its nodes, aliases expanded
+        self._open: set[str] = set()  # anchors whose node is still being composed
+
+    def compose_document(self):
+        try:
+            return super().compose_document()
+        finally:
+            self._expanded.clear()
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open:
+                raise OverBudget(f"the alias *{event.anchor} inside the node &{event.anchor} it names",
+                                 "no alias inside its own anchor's node (a structure that contains itself)",
+                                 event.start_mark)
+            node = super().compose_node(parent, index)
+            self._count(self._size(node), event.start_mark)
+            return node
+        self._depth += 1
+        if self._depth > budgets.YAML_DEPTH:
+            raise OverBudget(f"mappings and lists nested over {budgets.YAML_DEPTH} deep",
+                             f"at most {budgets.YAML_DEPTH} levels of nesting (gameday's budget for a YAML document)",
+                             event.start_mark)
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._open.add(anchor)
+        self._count(1, event.start_mark)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open.discard(anchor)
+
+    def _count(self, nodes: int, mark) -> None:
+        self._nodes += nodes
+        if self._nodes > budgets.YAML_NODES:
+            raise OverBudget(f"over {budgets.YAML_NODES:,} nodes with its aliases expanded",
+                             f"a document of at most {budgets.YAML_NODES:,} nodes, every alias counted as often as it "
+                             "is used (gameday's budget for a YAML document)", mark)
+
+    def _size(self, node) -> int:
+        """The nodes of ``node`` with the aliases inside it expanded (each anchored node
+        counted once: the sizes of nodes used many times are kept)."""
+        if id(node) in self._expanded:
+            return self._expanded[id(node)]
+        if isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._size(n) for n in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size = 1 + sum(self._size(k) + self._size(v) for k, v in node.value)
+        else:
+            size = 1
+        if size > 1:
+            self._expanded[id(node)] = size
+        return size
+
+    def construct_yaml_int(self, node):
+        digits = sum(c.isdigit() for c in str(node.value))
+        if digits > sys.get_int_max_str_digits() > 0:
+            raise OverBudget(f"an integer of {digits:,} digits", f"an integer of at most "
+                             f"{sys.get_int_max_str_digits():,} digits", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_Budgeted.add_constructor("tag:yaml.org,2002:int", _Budgeted.construct_yaml_int)
+
+
 def load_yaml(text: str):
-    """``text`` as YAML, every key of a mapping given once."""
-    return yaml.load(text, Loader=_OneKeyOnce)
+    """``text`` as YAML, every key of a mapping given once, within the YAML budgets."""
+    return yaml.load(text, Loader=_Budgeted)
 
 
 def _yaml_loc(e: yaml.YAMLError, first_line: int = 1) -> str:
@@ -46,7 +135,9 @@ def yaml_issue(e: yaml.YAMLError, first_line: int = 1) -> Issue:
     # PyYAML notices a problem where it stops; its context (an unclosed "[" ...) is often the real mistake
     expected = "valid YAML"
     ctx, mark = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if str(getattr(e, "problem", "")).startswith(DUPLICATE_KEY) and mark:
+    if isinstance(e, OverBudget):
+        expected = e.expected
+    elif str(getattr(e, "problem", "")).startswith(DUPLICATE_KEY) and mark:
         expected = f"each key once in a mapping (it is first at line {mark.line + first_line}, column {mark.column + 1})"
     elif ctx and mark:
         expected += f" ({ctx} at line {mark.line + first_line}, column {mark.column + 1})"

@@ -1,0 +1,139 @@
+"""Hostile input is bounded (issue 44): each case an outside tester found unbounded or ending
+in a traceback, written again from its description. ``gameday run`` and ``gameday
+playbooks validate`` refuse it at once with exit 2, one message naming where, what and the
+budget, no traceback, no run directory. (Templates' budgets: tests/test_template_budget.py;
+generated inputs: tests/test_fuzz_input.py.)"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator import budgets
+from orchestrator.cli import main
+from orchestrator.errors import Issue, shown
+
+CORPUS = Path(__file__).parent / "corpus"
+VALID = CORPUS / "valid_minimal.yaml.j2"
+HEAD, BODY = VALID.read_text(encoding="utf-8").split("\n---\n", 1)
+
+BILLION_LAUGHS = "\n".join(
+    [f'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)])
+
+
+def refused(tmp_path: Path, *args: str) -> str:
+    """``gameday run ARGS`` and ``gameday playbooks validate ARGS`` both refuse: their message."""
+    runner = CliRunner()
+    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
+        run = runner.invoke(main, ["run", *args, "--runbook", "none", "--out", "run", "--no-progress"])
+        assert run.exit_code == 2 and isinstance(run.exception, SystemExit), (run.exit_code, run.output, run.exc_info)
+        assert "Traceback" not in run.output and run.stderr.startswith("error: "), run.output
+        assert list(Path(cwd).iterdir()) == []  # no run directory
+    check = runner.invoke(main, ["playbooks", "validate", *args])
+    assert check.exit_code == 2 and "Traceback" not in check.output, (check.output, check.exc_info)
+    assert "\x1b" not in run.stderr + check.stderr
+    return run.stderr
+
+
+def playbook(tmp_path: Path, body: str, head: str = HEAD) -> str:
+    path = tmp_path / "hostile.yaml.j2"
+    path.write_text(f"{head}\n---\n{body}", encoding="utf-8")
+    return str(path)
+
+
+def test_a_billion_laughs_is_refused_by_its_node_budget_at_its_line(tmp_path):
+    err = refused(tmp_path, playbook(tmp_path, BODY + "extras:\n" + "\n".join("  " + x for x in BILLION_LAUGHS.splitlines())))
+    assert f"over {budgets.YAML_NODES:,} nodes with its aliases expanded" in err
+    body_line = len(HEAD.splitlines()) + 2
+    assert f"line {body_line + len(BODY.splitlines()) + 6}," in err  # l5, the first alias whose nodes pass the budget
+
+
+def test_a_billion_laughs_in_a_variables_default_is_refused(tmp_path):
+    head = HEAD + "\n  bomb:\n    description: laughs\n    default:\n" + "\n".join(
+        "      " + x for x in BILLION_LAUGHS.splitlines())
+    assert "nodes with its aliases expanded" in refused(tmp_path, playbook(tmp_path, BODY, head))
+
+
+def test_a_structure_that_contains_itself_is_refused(tmp_path):
+    err = refused(tmp_path, playbook(tmp_path, BODY + "extras: &loop [1, *loop]\n"))
+    assert "the alias *loop inside the node &loop it names" in err
+
+
+def test_yaml_nested_thousands_deep_is_refused_by_its_depth_budget(tmp_path):
+    err = refused(tmp_path, playbook(tmp_path, BODY + "extras: " + "[" * 3000 + "]" * 3000 + "\n"))
+    assert f"nested over {budgets.YAML_DEPTH} deep" in err
+
+
+@pytest.mark.parametrize("name", ["a,b.c", "../x", "a b", "x" * 65, "\x1b[2Jclients", "-leading"])
+def test_a_name_outside_the_name_charset_is_refused(tmp_path, name):
+    quoted = '"' + name.replace("\x1b", "\\e") + '"'
+    err = refused(tmp_path, playbook(tmp_path, BODY.replace("- name: clients", f"- name: {quoted}")))
+    assert "populations[0].name" in err and "a name of letters, digits, '-' and '_'" in err
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("clients: 1000", "clients: 100000000000000000000000000000", "populations[0].clients"),
+    ("rate: 0.05", "rate: 1.0e+300", "a number of at most 1e+15 in size"),
+    ("rate: 0.05", "rate: 10000000000000", "clients x rate at most 1e+15 requests/s"),
+    ("retry: {max_attempts: 3}", "retry: {max_attempts: 1000000000000}", "populations[0].retry.max_attempts"),
+    ("retry: {max_attempts: 3}", "retry: {max_attempts: 3, cap: 1000000000000}", "populations[0].retry.cap"),
+    ("capacity_per_device: 250000", "capacity_per_device: " + "9" * 5000, "an integer of 5,000 digits"),
+])
+def test_a_number_beyond_what_the_model_holds_is_refused_by_validation(tmp_path, field, value, expected):
+    assert field in BODY
+    assert expected in refused(tmp_path, playbook(tmp_path, BODY.replace(field, value, 1)))
+
+
+def test_a_set_integer_of_thousands_of_digits_is_refused(tmp_path):
+    err = refused(tmp_path, str(VALID), "--set", "device_cpu=" + "7" * 5000)
+    assert "device_cpu" in err and "<an integer of" not in err or "digits" in err
+
+
+@pytest.mark.parametrize("title", ["x" * (budgets.TEXT_CHARS + 1), "a title \x1b]0;pwned\x07 that retitles"])
+def test_a_title_too_long_or_with_control_characters_is_refused(tmp_path, title):
+    body = BODY.replace("title: A minimal valid playbook for the bad-input corpus",
+                        'title: "' + title.replace("\x1b", "\\e").replace("\x07", "\\a") + '"')
+    assert "title: got" in refused(tmp_path, playbook(tmp_path, body))
+
+
+def test_a_file_beyond_its_budget_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "huge.yaml.j2"
+    with path.open("w", encoding="utf-8") as f:
+        f.write(f"{HEAD}\n---\n{BODY}\ndescription: '")
+        f.write("x" * (budgets.FILE_BYTES + 10))
+        f.write("'\n")
+    assert f"over {budgets.FILE_BYTES:,} bytes" in refused(tmp_path, str(path))
+
+
+@pytest.mark.parametrize("source, kind", [("/dev/zero", "a character device"), ("/dev/urandom", "a character device"),
+                                          ("fifo", "a FIFO")])
+def test_vars_from_anything_but_a_regular_file_are_refused_without_reading(tmp_path, source, kind):
+    if source == "fifo":
+        source = str(tmp_path / "fifo")
+        os.mkfifo(source)
+    done = threading.Event()
+    result = {}
+
+    def go():  # a FIFO without a writer would block an open that waits: the test must not hang with it
+        result["err"] = refused(tmp_path / "work", str(VALID), "--vars", source)
+        done.set()
+
+    (tmp_path / "work").mkdir()
+    threading.Thread(target=go, daemon=True).start()
+    assert done.wait(60), "reading --vars blocked"
+    assert kind in result["err"] and "expected a regular file" in result["err"]
+
+
+def test_an_error_shows_a_bounded_prefix_of_any_value():
+    nested: list = ["lol"]
+    for _ in range(40):
+        nested = [nested] * 9  # 9^40 leaves, shared: only what is shown is read
+    assert len(str(Issue("x", nested, "y"))) < 200
+    assert shown(10 ** 5000) == "<an integer of about 5001 digits>"
+    assert shown("a\x1b[2Jb") == "'a\\x1b[2Jb'"
+    assert shown({"b": 1, "a": 2}) == "{'b': 1, 'a': 2}"  # in the order written
+    assert shown(None) == "nothing"
