@@ -19,7 +19,7 @@ from agents.operator import by_the_team, rule_label
 from agents.population import AMPLIFICATION_BASE, work_switch
 
 from .impact import TurnedAway, failed_and_finished
-from .rundir import COMPLETE, MEASURES, RESIDUE, RUNBOOK, STARTS_INCIDENT, RunData
+from .rundir import COMPLETE, MEASURES, META, METRICS, RESIDUE, RUNBOOK, STARTS_INCIDENT, RunData, run_file
 from .timefmt import (format_clock, format_delta as _delta, format_minutes, format_wait, format_wait_exact,
                       parse_clock, parse_duration)
 from .summary import not_reached, posts_updates
@@ -223,10 +223,13 @@ class _Reading:
         dt = float(meta["tick_s"])  # (every run directory records it, with start_clock)
         playbook = run.playbook  # (as validated: every default filled in)
         events = _records(run.events)
+        score = run.score or {}
+        if lost_rows(run):  # (metrics.csv lost its end: what is read must not reach past it; check_run warns)
+            events, score = [e for e in events if e["tick"] < len(m)], {}
         scoring, works = playbook["scoring"], {p["name"]: p["work"] for p in playbook.get("populations") or []}
         loop = scoring["loop"]
-        return cls(run, dt, parse_clock(meta["start_clock"]), playbook, _read_yaml(run.dir / RUNBOOK),
-                   events, run.score or {}, meta.get("status") != COMPLETE, len(m),
+        return cls(run, dt, parse_clock(meta["start_clock"]), playbook, _read_yaml(run_file(run.dir, RUNBOOK)),
+                   events, score, meta.get("status") != COMPLETE or lost_rows(run) or m.empty, len(m),
                    dict(playbook.get("par") or {}),
                    {x.get("name") for x in playbook.get("mitigations") or []}, *milestone_history(events),
                    next((e for e in events if e["event"] in STARTS_INCIDENT), None),
@@ -303,14 +306,29 @@ class _Reading:
         return int(out[0]) if len(out) else None
 
 
+def lost_rows(run: RunData) -> bool:
+    """metrics.csv holds fewer rows than meta.json says ticks were done: the file lost its end."""
+    done = run.meta.get("ticks_done")
+    return isinstance(done, int) and len(run.metrics) < done
+
+
 def analyse(run: RunData) -> Analysis:
     r = _Reading.of(run)
-    impact, weighted, backlog = _impact(r)
     meta = run.meta
     appendix = {"playbook": meta.get("playbook"), "runbook": meta.get("runbook"), "seed": meta.get("seed"),
                 "hosting": meta.get("hosting"), "status": meta.get("status"), "variables": meta.get("variables") or {},
                 "versions": meta.get("versions") or {}, "started_at": meta.get("started_at"),
                 "ticks": f"{r.ticks_done} of {meta.get('ticks_planned', '?')} ({r.dt:g} s each)"}
+    title = f"{meta.get('playbook')} - runbook {meta.get('runbook')} - seed {meta.get('seed')}"
+    if not r.ticks_done:  # (no row: nothing to figure from, and nothing said as if there were)
+        return Analysis(title=title, partial=True, status=str(meta.get("status")), simulated_until=r.until,
+                        summary=[f"{METRICS} holds no tick (its header alone): " + (
+                            f"{META} says {meta['ticks_done']} ticks were done, but the file lost them"
+                            if lost_rows(run) else "the run stopped before its first tick was written")
+                            + ", so there are no figures to report."],
+                        verdict="No verdict: no tick was recorded.", measures=[], impact=[], weighted_impact=None,
+                        backlog=[], timeline=[], findings=[], appendix=appendix, scoring=r.scoring)
+    impact, weighted, backlog = _impact(r)
     summary = _summary(r.trigger, r.trigger_tick, r.bad_tick, r.signal, r.events,
                        r.milestones_reached, r.relapses, r.score, weighted, backlog, r.at, r.dt, r.partial, r.until)
     if r.trigger is None and r.ticks_done:
@@ -328,6 +346,9 @@ def analyse(run: RunData) -> Analysis:
                           f"({sig.said(value)} over the minute before it, against {sig.said(sig.bound)}): this world "
                           f"was failing before its incident began, so what follows is not the trigger's doing alone "
                           f"(check the playbook's capacities against its demand).")
+    if lost_rows(run):
+        summary.insert(0, f"{METRICS} holds {r.ticks_done} of the {meta['ticks_done']} ticks {META} says were done (the "
+                          f"file lost its end): this report covers those {r.ticks_done} ticks, without the run's score.")
     handovers = meta.get("takeovers") or []
     if handovers:  # a fork: say whose runbook played when, first
         summary.insert(0, f"This run is a fork of {meta.get('forked_from')}: runbook {meta.get('runbook_before_fork')} "

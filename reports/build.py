@@ -8,7 +8,8 @@ from pathlib import Path
 import jinja2
 
 from .analysis import Analysis, analyse
-from .rundir import RunData, load_run
+from .files import inside, write_atomic
+from .rundir import REPORT, RunData, check_run, load_run
 
 FORMATS = ("md", "html", "both")
 
@@ -27,29 +28,37 @@ def data_uri(png: bytes) -> str:
 
 def write_report(run_dir: "Path | str | RunData", fmt: str = "both", out: Path | None = None) -> list[Path]:
     """Write the report of ``run_dir`` (or of a run already loaded) into ``out`` (default:
-    ``run_dir/report``); returns the files written."""
+    ``run_dir/report``, which must not lead out of the run directory: ``files.inside``);
+    returns the files written, each whole or not at all. What cannot be reported raises
+    ``rundir.BadRunDirectory`` (``check_run``, whose warnings the caller says)."""
     from .charts import run_charts  # matplotlib is imported only when a report is drawn
 
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {', '.join(FORMATS)}")
     run = run_dir if isinstance(run_dir, RunData) else load_run(run_dir)
+    check_run(run)
     a: Analysis = analyse(run)
-    out = Path(out) if out is not None else run.dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+
+    def place(name: str) -> Path:
+        """Where the report's file ``name`` goes: in its own folder of the run directory, or in ``out``."""
+        return Path(out) / name if out is not None else inside(run.dir, f"{REPORT}/{name}")
+
+    folder = place(".")
+    folder.mkdir(parents=True, exist_ok=True)
     charts = run_charts(run, a)
     env = environment()
     written = []
     if fmt in ("md", "both"):
-        (out / "charts").mkdir(exist_ok=True)
+        place("charts").mkdir(exist_ok=True)
         paths = {}
         for name, png in charts.items():
-            (out / "charts" / f"{name}.png").write_bytes(png)
-            written.append(out / "charts" / f"{name}.png")
+            write_atomic(place(f"charts/{name}.png"), png)
+            written.append(folder / "charts" / f"{name}.png")
             paths[name] = f"charts/{name}.png"
-        (out / "report.md").write_text(env.get_template("run.md.j2").render(a=a, charts=paths), encoding="utf-8")
-        written.append(out / "report.md")
+        write_atomic(place("report.md"), env.get_template("run.md.j2").render(a=a, charts=paths))
+        written.append(folder / "report.md")
     if fmt in ("html", "both"):
         uris = {name: data_uri(png) for name, png in charts.items()}
-        (out / "report.html").write_text(env.get_template("run.html.j2").render(a=a, charts=uris), encoding="utf-8")
-        written.append(out / "report.html")
+        write_atomic(place("report.html"), env.get_template("run.html.j2").render(a=a, charts=uris))
+        written.append(folder / "report.html")
     return written

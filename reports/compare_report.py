@@ -16,6 +16,7 @@ import pandas as pd
 from . import compare_stats as cs
 from . import decide
 from .build import data_uri, environment
+from .files import write_atomic
 from .rundir import PHASES, STUCK
 from .timefmt import format_duration, format_minutes, format_minutes_difference
 
@@ -328,15 +329,15 @@ def write_comparison(df: pd.DataFrame, out: Path, sweep_vars: list[str], info: d
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "results.csv", index=False)
+    write_atomic(out / "results.csv", df.to_csv(index=False))
     summ, tests = cs.summary(df, sweep_vars), cs.pairs(df, sweep_vars)
     race = df.attrs.get("race")
     paired = _paired(df, sweep_vars)
-    summ.to_csv(out / "summary.csv", index=False)
-    tests.to_csv(out / "pairs.csv", index=False)
-    paired_table(paired).to_csv(out / "paired.csv", index=False)
+    write_atomic(out / "summary.csv", summ.to_csv(index=False))
+    write_atomic(out / "pairs.csv", tests.to_csv(index=False))
+    write_atomic(out / "paired.csv", paired_table(paired).to_csv(index=False))
     if race:
-        (out / "race.json").write_text(json.dumps(race, indent=1, default=str) + "\n", encoding="utf-8")
+        write_atomic(out / "race.json", json.dumps(race, indent=1, default=str) + "\n")
     written = None
     if report:
         info = {**info, "horizon": format_duration(df["horizon_s"].max()), "paired": paired_lines(paired, sweep_vars)}
@@ -378,7 +379,7 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     verdicts = [{**t, **pair_cells(t), "point": point_label(t, sweep_vars)} for t in tests.to_dict("records")]
     pngs = charts(df, sweep_vars)
     for name, png in pngs.items():
-        (out / "charts" / f"{name}.png").write_bytes(png)
+        write_atomic(out / "charts" / f"{name}.png", png)
     outcomes = df.groupby([*sweep_vars, "runbook"], sort=False)["outcome"].value_counts().unstack(fill_value=0)
     records = outcomes.reset_index().to_dict("records")
     keys = [*sweep_vars, "runbook"]
@@ -389,11 +390,10 @@ def write_comparison_report(df: pd.DataFrame, out: Path, sweep_vars: list[str] |
     ctx = {"info": info or {}, "intro": _intro(len(df), info or {}), "rows": rows, "verdicts": verdicts, "test": cs.TEST,
            "outcomes": records, "outcome_names": list(outcomes.columns), "keys": keys, "outcome_lines": outcome_lines,
            "power_notes": power_notes(tests, sweep_vars), "backlog": any(r["drained"] for r in rows)}
-    (out / "compare.md").write_text(env.get_template("compare.md.j2").render(
-        **ctx, charts={k: f"charts/{k}.png" for k in pngs}), encoding="utf-8")
-    (out / "compare.html").write_text(env.get_template("compare.html.j2").render(
-        **ctx, charts={k: data_uri(v) for k, v in pngs.items()}),
-        encoding="utf-8")
+    write_atomic(out / "compare.md", env.get_template("compare.md.j2").render(
+        **ctx, charts={k: f"charts/{k}.png" for k in pngs}))
+    write_atomic(out / "compare.html", env.get_template("compare.html.j2").render(
+        **ctx, charts={k: data_uri(v) for k, v in pngs.items()}))
     return [out / "compare.md", out / "compare.html"]
 
 
@@ -431,12 +431,12 @@ def write_phase_map(cells: pd.DataFrame, runs: pd.DataFrame, out: Path, x: str, 
     and phasemap.md (``title``, the grid, the chart). Returns the grid's Markdown lines."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cells.to_csv(out / "phasemap.csv", index=False)
-    runs.to_csv(out / "runs.csv", index=False)
-    (out / "phasemap.png").write_bytes(phase_chart(cells, x, y))
+    write_atomic(out / "phasemap.csv", cells.to_csv(index=False))
+    write_atomic(out / "runs.csv", runs.to_csv(index=False))
+    write_atomic(out / "phasemap.png", phase_chart(cells, x, y))
     grid = cells.pivot(index=y, columns=x, values="phase")
     table = [f"| {y} \\ {x} | " + " | ".join(map(str, grid.columns)) + " |", "|---|" + "---|" * len(grid.columns)]
     table += [f"| {idx} | " + " | ".join(grid.loc[idx]) + " |" for idx in grid.index]
     lines = [f"# Phase map: {title}", "", *table, "", "![phase map](phasemap.png)", ""]
-    (out / "phasemap.md").write_text("\n".join(lines), encoding="utf-8")
+    write_atomic(out / "phasemap.md", "\n".join(lines))
     return table

@@ -1,11 +1,13 @@
 """The run directory's and the session directory's format (their file names, first
 columns and statuses), written once here for the writers in orchestrator (engine/journal.py,
 runs/, live/) and the readers in reports; and reading a run directory with pandas,
-tolerant of a run killed mid-write."""
+tolerant of a run killed mid-write, and never through a symbolic link out of it
+(``files.inside``); ``check_run`` says what is missing or cut short."""
 from __future__ import annotations
 
 import io
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import TypedDict
 import pandas as pd
 import yaml
 
+from .files import OutsideDirectory, inside
 from .timefmt import parse_clock
 
 # -- a run directory ------------------------------------------------------------------------------
@@ -29,13 +32,22 @@ ATTRIBUTION = "attribution.json"  # which action broke the loop, by counterfactu
 FORK = "fork.json"  # a fork's decision point and what changed
 RUNBOOK_BEFORE_FORK = "runbook-before-fork.yaml"
 REPORT = "report"  # the after-action report's folder
-RUN_FILES = (META, PLAYBOOK, VALIDATED, RUNBOOK, COLUMNS, METRICS, EVENTS, SCORE, ATTRIBUTION, FORK, RUNBOOK_BEFORE_FORK, REPORT)
+ERROR = "error.txt"  # why the run failed, if it did: a bug's traceback, or the write that failed and the system's error
+#: held (fcntl.flock) by the process writing a run's or a comparison's directory, its pid inside;
+#: removed when it is done (one a killed process left is free, and taken over)
+LOCK = ".lock"
+RUN_FILES = (META, PLAYBOOK, VALIDATED, RUNBOOK, COLUMNS, METRICS, EVENTS, SCORE, ATTRIBUTION, FORK, RUNBOOK_BEFORE_FORK,
+             REPORT, ERROR, LOCK)
 
 METRIC_INDEX = ("tick", "time_s", "clock")
 EVENT_KEYS = ("tick", "clock", "agent", "event")
 #: the events that start an incident: the score counts from the first (a trigger firing, or a fault a
 #: facilitator injected: a live game day's world may have no scheduled trigger at all)
 STARTS_INCIDENT = ("trigger", "fault_injected")
+#: the events that describe the hosting (where the world ran), not the world (event -> what one is
+#: called): an actor lost and replaced from its snapshot, whose results are identical. A replay
+#: compares the rest, and tells these apart as information.
+HOSTING_EVENTS = {"host_restarted": "host restart"}
 #: meta.json's status: running, then complete, interrupted (Ctrl-C), failed, or ended (a live
 #: session that ended before its scenario did)
 RUNNING, COMPLETE, INTERRUPTED, FAILED, ENDED = "running", "complete", "interrupted", "failed", "ended"
@@ -144,6 +156,11 @@ class NotARunDirectory(Exception):
     pass
 
 
+class BadRunDirectory(NotARunDirectory):
+    """A run directory that cannot be read as one: a file it always has missing or not what
+    it should be, or a path of it leading out of it; the message names the file and what is wrong."""
+
+
 @dataclass
 class RunData:
     """A run directory as read; ``metrics`` and ``events`` are read on first use (a
@@ -164,8 +181,7 @@ class RunData:
     @cached_property
     def columns(self) -> dict:
         """columns.json: every metrics column's agent, metric, unit and meaning ({} if missing)."""
-        path = self._tables() / COLUMNS
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        return read_json(self._tables(), COLUMNS, "every metrics column's meaning") or {}
 
     @cached_property
     def playbook(self) -> dict:
@@ -173,11 +189,11 @@ class RunData:
         that they restate no default. A run directory written before it was kept has its
         rendered playbook read as written, with the defaults of then for what it left out
         (``_DEFAULTS_BEFORE_VALIDATED``) and its par times in seconds, as validated."""
-        path = self._tables() / VALIDATED
-        if path.exists():
-            return json.loads(path.read_text(encoding="utf-8"))
+        validated = read_json(self._tables(), VALIDATED, "the playbook as validated")
+        if validated is not None:
+            return validated
         try:
-            doc = yaml.safe_load((self._tables() / PLAYBOOK).read_text(encoding="utf-8")) or {}
+            doc = yaml.safe_load(run_file(self._tables(), PLAYBOOK).read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             doc = {}
         before = _DEFAULTS_BEFORE_VALIDATED
@@ -199,23 +215,66 @@ class RunData:
         return self.dir
 
 
+def run_file(run_dir: Path, name: str) -> Path:
+    """The path of a run directory's file ``name``, if it does not lead out of the directory
+    (``files.inside``); else ``BadRunDirectory`` naming the link."""
+    try:
+        return inside(run_dir, name)
+    except OutsideDirectory as e:
+        raise BadRunDirectory(str(e)) from None
+
+
+def read_json(run_dir: Path, name: str, expected: str):
+    """A JSON file of a run directory, or None if there is none; ``BadRunDirectory`` (naming
+    the file and ``expected``, what it holds) if it cannot be read or is not JSON."""
+    path = run_file(Path(run_dir), name)
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BadRunDirectory(f"{path}: cannot be read ({e.strerror or e}); expected {expected}") from None
+    except ValueError as e:  # (a JSON file is written whole or not at all: this one was damaged since)
+        raise BadRunDirectory(f"{path}: not valid JSON ({e}); expected {expected}, as gameday writes it") from None
+
+
 def _complete_lines(path: Path) -> str:
     """The file's text up to its last newline: a line being written when the run was
     killed is left out."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, ValueError) as e:
+        raise BadRunDirectory(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
     cut = text.rfind("\n")
     return text[: cut + 1] if cut >= 0 else ""
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
-    text = _complete_lines(Path(run_dir) / METRICS)
+    path = run_file(Path(run_dir), METRICS)
+    text = _complete_lines(path)
     if not text:
         return pd.DataFrame()
-    return pd.read_csv(io.StringIO(text))
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except ValueError as e:  # (pandas' ParserError: a row with more fields than the header)
+        raise BadRunDirectory(f"{path}: cannot be read as CSV ({str(e).strip()}); expected a header line and a row per "
+                              "tick, as gameday writes it") from None
 
 
 def read_events(run_dir: Path) -> pd.DataFrame:
-    rows = [json.loads(line) for line in _complete_lines(Path(run_dir) / EVENTS).splitlines() if line.strip()]
+    path = run_file(Path(run_dir), EVENTS)
+    rows = []
+    for n, line in enumerate(_complete_lines(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise BadRunDirectory(f"{path}: line {n} is not JSON ({e}); expected an event per line, as gameday "
+                                  "writes it") from None
+        if not isinstance(row, dict) or "tick" not in row or "event" not in row:
+            raise BadRunDirectory(f"{path}: line {n} is not an event; expected an object with {', '.join(EVENT_KEYS)}")
+        rows.append(row)
     if not rows:
         return pd.DataFrame(columns=list(EVENT_KEYS))
     return pd.DataFrame(rows)
@@ -223,15 +282,100 @@ def read_events(run_dir: Path) -> pd.DataFrame:
 
 def load_run(run_dir) -> RunData:
     d = Path(run_dir)
-    meta_path = d / META
+    meta_path = run_file(d, META)
     if not meta_path.exists():
         raise NotARunDirectory(f"{d} is not a run directory (no {META})")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    score_path = d / SCORE
-    score = json.loads(score_path.read_text(encoding="utf-8")) if score_path.exists() else None
-    attribution_path = d / ATTRIBUTION
-    attribution = json.loads(attribution_path.read_text(encoding="utf-8")) if attribution_path.exists() else None
+    meta = read_json(d, META, "the run's meta (seed, tick, status ...)")
+    if not isinstance(meta, dict):
+        raise BadRunDirectory(f"{meta_path}: got {type(meta).__name__}; expected an object (the run's seed, tick, status ...)")
+    score = read_json(d, SCORE, "the run's score")
+    attribution = read_json(d, ATTRIBUTION, "the counterfactuals of the run's actions")
     return RunData(dir=d, meta=meta, score=score, attribution=attribution)
+
+
+def check_run(run: RunData) -> list[str]:
+    """What a report of ``run`` must warn it lacks, each a sentence naming the file (a run
+    killed, or stopped by a write that failed, leaves a last line cut short and no score);
+    ``BadRunDirectory`` where there is nothing to report from: a meta.json without the tick
+    and start clock every run records, no metrics.csv (or not even its header), no
+    events.jsonl, no playbook."""
+    d, meta = run._tables(), run.meta
+    meta_path = run_file(d, META)
+    tick_s, start = meta.get("tick_s"), meta.get("start_clock")
+    if isinstance(tick_s, bool) or not isinstance(tick_s, (int, float)) or not tick_s > 0:
+        raise BadRunDirectory(f"{meta_path}: tick_s is {tick_s!r}; expected the tick in seconds (> 0), which every run records")
+    try:
+        parse_clock(start)
+    except (TypeError, ValueError):
+        raise BadRunDirectory(f"{meta_path}: start_clock is {start!r}; expected the clock time the run starts at "
+                              "(HH:MM[:SS]), which every run records") from None
+    for name, what in ((METRICS, "a header line and a row per tick"), (EVENTS, "the run's events, one per line")):
+        if not run_file(d, name).is_file():
+            raise BadRunDirectory(f"{d / name}: missing; expected {what} (every run directory has it from its start)")
+    if not run_file(d, VALIDATED).is_file() and not run_file(d, PLAYBOOK).is_file():
+        raise BadRunDirectory(f"{d}: neither {VALIDATED} nor {PLAYBOOK}; expected the playbook the run played")
+    warnings = []
+    metrics, rows = d / METRICS, len(run.metrics)
+    if run.metrics.columns.empty:
+        raise BadRunDirectory(f"{metrics}: empty, not even its header; expected a header line and a row per tick")
+    if _cut_short(metrics):
+        warnings.append(f"{metrics}: its last row is cut short (the run stopped while writing it); the report reads "
+                        f"the {rows} whole row{'s' * (rows != 1)}")
+    done = meta.get("ticks_done")
+    if rows == 0:
+        warnings.append(f"{metrics}: its header and no tick" + (
+            f", though {META} says {done} ticks were done (the file lost them)" if isinstance(done, int) and done else
+            " (the run stopped before its first tick was written)") + ": the report has no figures")
+    elif isinstance(done, int) and rows < done:
+        warnings.append(f"{metrics}: {rows} rows, where {META} says {done} ticks were done (the file lost its end): "
+                        f"the report covers those {rows} ticks, and leaves out the score of the whole run")
+    events = len(run.events)
+    if _cut_short(d / EVENTS):
+        warnings.append(f"{d / EVENTS}: its last line is cut short (the run stopped while writing it); the report reads "
+                        f"the {events} whole line{'s' * (events != 1)}")
+    if run.score is None:
+        warnings.append(f"{d / SCORE}: missing, though {META} says the run is complete: the report has no score"
+                        if run.complete else f"{d / SCORE}: none ({META} says status {meta.get('status')}: the run did "
+                                             "not finish, and was not scored): the report has no verdict")
+    pid = lock_holder(d)
+    if pid is not None:
+        warnings.append(f"{d}: process {pid} is still writing it; the report covers what was written so far")
+    return warnings
+
+
+def lock_holder(directory: Path) -> int | None:
+    """The pid of the live process holding ``directory``'s LOCK (0 if it has not written
+    its pid yet), or None if none does: no lock file, or one a process that ended left."""
+    import fcntl
+
+    try:  # (O_NOFOLLOW, O_NONBLOCK: a link or a FIFO planted there is not followed nor waited on)
+        fd = os.open(Path(directory) / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return pid_in(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def pid_in(fd: int) -> int:
+    """The pid a lock file holds (its first line), or 0 if it holds none yet."""
+    first = os.pread(fd, 32, 0).split(b"\n", 1)[0]
+    return int(first) if first.isdigit() else 0
+
+
+def _cut_short(path: Path) -> bool:
+    """The file ends in a line without its newline: written when the run stopped."""
+    with open(path, "rb") as f:
+        if f.seek(0, io.SEEK_END) == 0:
+            return False
+        f.seek(-1, io.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 def complete_ticks(run_dir: Path) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .analysis import analyse
 from .build import data_uri, environment
+from .files import write_atomic
 from .rundir import RANKING, SESSION_INFO, SESSION_JOURNAL, TEAMS, load_run
 
 CHARTS_PER_TEAM = ("loop", "backlog")  # the two that tell the story; each team's own report has them all
@@ -49,6 +50,6 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
     md = env.get_template("session.md.j2").render(info=info, ranking=ranking.get("teams", []), controls=controls, teams=teams)
     html = env.get_template("session.html.j2").render(info=info, ranking=ranking.get("teams", []), controls=controls,
                                                       teams=teams)
-    (out / "session.md").write_text(md, encoding="utf-8")
-    (out / "session.html").write_text(html, encoding="utf-8")
+    write_atomic(out / "session.md", md)
+    write_atomic(out / "session.html", html)
     return [out / "session.md", out / "session.html"]

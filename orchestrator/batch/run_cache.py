@@ -14,13 +14,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import platform
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from reports.files import write_atomic
 
 #: the packages whose files decide a run's result (the built-in playbooks are among them)
 CODE_PACKAGES = ("agents", "orchestrator", "reports", "playbooks")
@@ -75,11 +75,4 @@ class RunCache:
     def put(self, key: str, row: dict) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(row, f)  # (NaN as Python's json writes and reads it: a time never reached)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, json.dumps(row))  # (NaN as Python's json writes and reads it: a time never reached)

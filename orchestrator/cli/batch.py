@@ -1,12 +1,16 @@
 """The commands over many runs: compare, phasemap."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 import click
 
-from orchestrator.engine.journal import check_out_dir
+from reports import rundir
+from reports.files import write_atomic
+from orchestrator.errors import WriteError, os_error_text
+from orchestrator.runs.directory import claim_new, release_claim
 
 from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DEFAULT_PRIMARY, PRIMARY
 
@@ -85,15 +89,22 @@ def compare_command(playbook, runbooks, seeds, fixed, primary, delta, alpha, fir
     runbook), pairs.csv (rank tests) and the report, and prints the decision. Ctrl-C
     keeps the rounds played whole and exits 130; --time-limit does the same and exits 0
     (with --fixed: seeds 1 to k, up to the first seed not every run of which was done).
+    Another comparison (or run) writing into OUT at the same time is refused.
     """
+    sweeps = parse_sweeps(list(sweep))
+    values = variables(sets, vars_file)
+    out = out_dir(out, f"runs/compare-{stem(playbook)}")
+    with claimed(out, "comparison"):
+        _compare(out, playbook, runbooks, seeds, fixed, primary, delta, alpha, first_seeds, sweeps, vary, values, duration,
+                 tick, address, workers, serial, keep_runs, cache, time_limit, report, progress)
+
+
+def _compare(out, playbook, runbooks, seeds, fixed, primary, delta, alpha, first_seeds, sweeps, vary, values, duration,
+             tick, address, workers, serial, keep_runs, cache, time_limit, report, progress):
     from reports.compare_report import (disagreement_lines, paired_lines, race_lines, robustness_lines, shared_line,
                                         summary_lines, write_comparison)
     from orchestrator.batch.comparison import ComparisonInterrupted, Decision, compare
 
-    sweeps = parse_sweeps(list(sweep))
-    values = variables(sets, vars_file)
-    out = out_dir(out, f"runs/compare-{stem(playbook)}")
-    check_out_dir(out)
     say_if_not_compiled()
     interrupted = None
     try:
@@ -159,13 +170,19 @@ def phasemap_command(playbook, x, y, seeds, full, runbook, sets, vars_file, dura
     how many runs that saved against the full grid (--full plays it). Ctrl-C writes the
     map of the rounds played whole and exits 130; --time-limit does the same and exits 0
     (with --full: of seeds 1 to k, those played in every cell)."""
+    xa, ya = axis(x, "--x"), axis(y, "--y")
+    out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
+    with claimed(out, "phase map"):
+        _phase_map(out, playbook, xa, ya, seeds, full, runbook, sets, vars_file, duration, tick, address, serial, cache,
+                   time_limit, progress)
+
+
+def _phase_map(out, playbook, xa, ya, seeds, full, runbook, sets, vars_file, duration, tick, address, serial, cache,
+               time_limit, progress):
     from reports.compare_report import write_phase_map
     from orchestrator.batch.comparison import ComparisonInterrupted
     from orchestrator.batch.phasemap import classify, phase_map
 
-    xa, ya = axis(x, "--x"), axis(y, "--y")
-    out = out_dir(out, f"runs/phasemap-{stem(playbook)}")
-    check_out_dir(out)
     say_if_not_compiled()
     interrupted = None
     try:
@@ -195,3 +212,42 @@ def phasemap_command(playbook, x, y, seeds, full, runbook, sets, vars_file, dura
         click.echo(f"{partial}: the map covers those", err=interrupted is not None)
     if interrupted is not None:
         sys.exit(130)
+
+
+@contextlib.contextmanager
+def claimed(out: Path, what: str):
+    """``out`` claimed for this comparison or phase map while the block runs
+    (``directory.claim_new``: refused if another process writes it), and let go after (removed
+    if nothing was written into it). A write that fails inside (a full disk, an I/O error, a
+    kept run's directory) stops it with a ``WriteError`` that says what failed, error.txt in ``out``."""
+    try:
+        claim = claim_new(out)
+    except OSError as e:
+        raise WriteError(f"cannot claim the directory {out} for the {what}: {os_error_text(e)}; nothing was played "
+                         "nor written") from None
+    try:
+        yield
+    except WriteError as e:  # (a kept run's directory, marked failed already)
+        raise _stopped(out, claim, what, f"a run of it could not write its directory: {e}") from None
+    except OSError as e:
+        raise _stopped(out, claim, what, f"{os_error_text(e)}. This is neither a bug in gameday nor a mistake in your "
+                                         "input: the system refused a write (a full disk, a lost mount, a permission "
+                                         "changed, an I/O error)") from None
+    finally:
+        release_claim(claim)
+
+
+def _stopped(out: Path, claim, what: str, why: str) -> WriteError:
+    """The error that says a comparison stopped (``why``) and what it left, error.txt in ``out``."""
+    claim.give_back_reserve()  # (room for error.txt on a disk that filled up)
+    why = why.rstrip(".")
+    error = out / rundir.ERROR
+    try:
+        write_atomic(error, f"The {what} stopped: {why}.\n")
+        said = f"; {error} says what failed"
+    except OSError as e:
+        said = f"; {rundir.ERROR} could not be written either ({e.strerror or e})"
+    release_claim(claim)  # (the directory goes if nothing at all was written into it)
+    kept = out.is_dir() and any(p.name != rundir.ERROR for p in out.iterdir())
+    left = f"{out} holds what was written before (each file whole)" if kept else "nothing else was written"
+    return WriteError(f"the {what} stopped: {why}. {left}{said}.")

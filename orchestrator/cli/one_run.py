@@ -7,10 +7,12 @@ from pathlib import Path
 
 import click
 
+from reports import rundir
 from reports.build import FORMATS, write_report
-from reports.rundir import NotARunDirectory, load_run
+from reports.files import OutsideDirectory
+from reports.rundir import BadRunDirectory, NotARunDirectory, RunData, check_run, load_run
 from reports.summary import summary_table
-from orchestrator.errors import NotFound
+from orchestrator.errors import NotFound, RunDirectoryError, WriteError, os_error_text
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs import attribution as counterfactual
 from orchestrator.runs.runner import RunSpec, execute
@@ -81,9 +83,34 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
             click.echo(f"\nattribution: {data.attribution['text']}")
         click.echo(f"\nrun directory: {data.dir}")
     if report:
-        written = write_report(data)
+        written = _report_of_a_run(data)
         if not as_json:
             click.echo(f"report: {next(p for p in written if p.suffix == '.html')}")
+
+
+def _report_of_a_run(data: "RunData | Path") -> list[Path]:
+    """The report of a run just played (or forked): a write that fails says the run is whole."""
+    try:
+        return _write_report(data)
+    except WriteError as e:
+        where = data.dir if isinstance(data, RunData) else data
+        raise WriteError(f"the run is complete (its directory {where} holds every tick and the score), but {e}; "
+                         f"`gameday report {where}` writes the report again") from None
+
+
+def _write_report(run: "RunData | Path | str", fmt: str = "both", out: Path | None = None) -> list[Path]:
+    """``write_report``, its refusals and failed writes said as the CLI says errors."""
+    try:
+        return write_report(run, fmt, out)
+    except BadRunDirectory as e:
+        raise RunDirectoryError(str(e)) from None
+    except NotARunDirectory as e:
+        raise NotFound(str(e)) from None
+    except OutsideDirectory as e:
+        raise RunDirectoryError(f"the report is not written: {e}") from None
+    except OSError as e:
+        raise WriteError(f"writing the report failed: {os_error_text(e)} (every report file written is whole: "
+                         "each is replaced whole or not at all)") from None
 
 
 def _say_where_it_stopped(out: Path) -> None:
@@ -109,9 +136,15 @@ def report_command(run_dir, fmt, out):
     action items for the team to fill in, and an appendix (variables, seed, versions).
     """
     try:
-        written = write_report(run_dir, fmt, Path(out) if out else None)
+        run = load_run(run_dir)
+        warnings = check_run(run)
+    except BadRunDirectory as e:
+        raise RunDirectoryError(str(e)) from None
     except NotARunDirectory as e:
         raise NotFound(str(e)) from None
+    for text in warnings:
+        click.echo(f"warning: {text}", err=True)
+    written = _write_report(run, fmt, Path(out) if out else None)
     for path in written:
         if path.suffix in (".md", ".html"):
             click.echo(str(path))
@@ -123,15 +156,17 @@ def report_command(run_dir, fmt, out):
 def replay(run_dir, out):
     """Play RUN_DIR again (a live team's or a scripted run) and check that the replay
     is identical: the same metrics and events, tick by tick."""
-    from orchestrator.runs.runner import replay as replay_run, same_as_recording
+    from orchestrator.runs.runner import hosting_note, replay as replay_run, same_as_recording
 
     data = replay_run(Path(run_dir), out_dir(out, beside(run_dir, "replay")))
     different = same_as_recording(Path(run_dir), data.dir)
     click.echo(f"replayed {data.meta['ticks_done']} ticks into {data.dir}")
+    hosting = hosting_note(rundir.run_file(Path(run_dir), rundir.EVENTS))
+    also = f"; the original run also recorded {hosting} (hosting, not results)" if hosting else ""
     if not different:
-        click.echo("identical to the recording: metrics.csv and events.jsonl")
+        click.echo(f"identical to the recording: metrics.csv and events.jsonl{also}")
         return
-    click.echo("DIFFERENT from the recording: " + "; ".join(different), err=True)
+    click.echo("DIFFERENT from the recording: " + "; ".join(different) + also, err=True)
     sys.exit(1)
 
 
@@ -156,5 +191,5 @@ def fork_command(run_dir, at, runbook, out, report):
         click.echo(f"  {d['text']}")
     click.echo(f"fork: {out}")
     if report:
-        written = write_report(out)
+        written = _report_of_a_run(Path(out))
         click.echo(f"report: {next(p for p in written if p.suffix == '.html')}")

@@ -8,7 +8,7 @@ import threading
 
 import click
 
-from orchestrator.errors import GamedayError, speaking
+from orchestrator.errors import GamedayError, os_error_text, speaking
 
 from .options import vocabulary
 
@@ -64,6 +64,9 @@ class GamedayGroup(NamesTheEnvironment, click.Group):
         except GamedayError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except OSError as e:  # (an I/O error no command said in its own words: still a message, not a traceback)
+            click.echo(f"error: an I/O error stopped gameday: {os_error_text(e)}", err=True)
+            sys.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)

@@ -19,15 +19,10 @@ from operator import itemgetter
 from pathlib import Path
 
 from reports import rundir
+from reports.files import write_json_atomic
 from orchestrator.errors import RunDirectoryError, setting
 from reports.timefmt import format_clock
 from orchestrator.engine.world import WorldPlan
-
-
-def write_json_atomic(path: Path, obj, sort_keys: bool = True) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def versions() -> dict:

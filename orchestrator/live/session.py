@@ -21,7 +21,7 @@ from pathlib import Path
 from agents.base import per_second
 from reports import rundir
 from orchestrator.errors import GamedayError, InvalidInput, Issue, setting
-from orchestrator.engine.journal import write_json_atomic
+from reports.files import write_json_atomic
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.playbook.names import agent_names
 from orchestrator.playbook.effects import normalised_params, param_problems

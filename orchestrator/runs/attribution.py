@@ -34,7 +34,7 @@ from agents.operator import by_the_team
 from reports import rundir
 from reports.rundir import read_events
 
-from orchestrator.engine.journal import write_json_atomic
+from reports.files import write_json_atomic
 from orchestrator.errors import RunDirectoryError
 from orchestrator.runs.runner import WorldRun, recording
 from reports.timefmt import format_clock, parse_clock

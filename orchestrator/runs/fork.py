@@ -11,16 +11,15 @@ very same rules, the whole rule state carries over.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from reports import rundir
-from orchestrator.engine.journal import write_json_atomic
+from reports.files import write_json_atomic
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.playbook.runbooks import load_runbook
 from orchestrator.runs.runner import TAKEOVERS, execute, recording
 from reports.timefmt import format_clock, parse_clock
-from orchestrator.errors import InvalidInput, Issue, setting
+from orchestrator.errors import InvalidInput, Issue, RunDirectoryError, setting
 
 MEASURES = (("loop_broken", "loop broken"), ("backlog_drained", "backlog drained"),
             ("devices_healthy", "devices healthy"), ("first_customer_update", "first customer update"))
@@ -45,6 +44,12 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
     """Write the fork into ``out``; returns the comparison with the original."""
     run_dir = Path(run_dir)
     meta, injections, takeovers, spec = recording(run_dir)
+    try:
+        original = rundir.read_json(run_dir, rundir.SCORE, "the run's score")
+    except rundir.NotARunDirectory as e:
+        raise RunDirectoryError(str(e)) from None
+    if original is None:
+        raise RunDirectoryError(f"{run_dir / rundir.SCORE}: missing; a fork compares its score with the original's")
     spec.duration = float(meta["duration_s"])  # play on to the scenario's end
     t_fork = at_tick(meta, at)
     pb = load_playbook(str(run_dir / rundir.PLAYBOOK))
@@ -68,7 +73,6 @@ def fork(run_dir: Path, at: str, runbook: str, out: Path) -> dict:
                            "variables": meta.get("variables", {}), TAKEOVERS: [plays[t] for t in sorted(plays)]},
                      files={rundir.RUNBOOK_BEFORE_FORK: Path(spec.runbook).read_text(encoding="utf-8"),
                             rundir.RUNBOOK: rb_text}).score
-    original = json.loads((run_dir / rundir.SCORE).read_text(encoding="utf-8"))
     stopped = stopped_early(meta)
     result = {"original": str(run_dir.resolve()), "fork": str(Path(out).resolve()), "at": at, "runbook": rb["name"],
               "runbook_before": meta.get("runbook"), "differences": differences(original, forked, stopped)}

@@ -1,6 +1,7 @@
 """Running a world: load -> build -> host -> step, journalling every tick."""
 from __future__ import annotations
 
+import collections
 import copy
 import filecmp
 import itertools
@@ -14,12 +15,14 @@ from agents import OUTSIDE, Message
 from agents.operator import Operator
 
 from reports import rundir
-from reports.rundir import RunData, load_run
+from reports.rundir import NotARunDirectory, RunData, load_run
 from orchestrator.engine.clock import PacedClock, SimulatedClock
-from orchestrator.errors import HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError, setting
+from orchestrator.errors import (HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError, WriteError,
+                                 os_error_text, setting)
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
-from orchestrator.engine.journal import RunWriter, ScoreOnly, check_out_dir
+from orchestrator.engine.journal import ScoreOnly, check_out_dir
+from orchestrator.runs.directory import RunDirectory, refuse_if_held
 from orchestrator.playbook.checks import timing_issues
 from orchestrator.playbook.loader import Playbook, load_playbook
 from orchestrator.playbook.template import Given
@@ -91,8 +94,9 @@ class WorldRun:
                 "never_reached": never_reached(pb.data, None if spec.console else rb,
                                                self.plan.info.start_s + self.plan.ticks * self.plan.info.dt)} \
             | (meta or {})
-        if out is not None:
-            check_out_dir(out)  # before starting any actor
+        if out is not None:  # (before starting any actor)
+            refuse_if_held(out)
+            check_out_dir(out)
         self.dir = None if out is None else Path(out)
         self.scorer = Scorer(pb.data, self.plan.info.dt, self.plan.info.start_s)
         self.injections = 0
@@ -104,7 +108,7 @@ class WorldRun:
         self.wall0 = time.perf_counter()
         # (the writer last: from the moment there is a run directory, the caller closes it)
         try:
-            self.writer = RunWriter(out, self.plan, info, {
+            self.writer = RunDirectory(out, self.plan, info, {
                 rundir.PLAYBOOK: pb.text, rundir.VALIDATED: json.dumps(pb.data, indent=1) + "\n", rundir.RUNBOOK: rb_text,
                 **(files or {})}) if out is not None else ScoreOnly(self.plan, info)
         except BaseException:
@@ -145,7 +149,10 @@ class WorldRun:
         events = res.events + self.journal
         self.journal = []
         milestones = self.scorer.update(res.tick, world, events)
-        self.writer.write_tick(res.tick, full, events + milestones)
+        try:
+            self.writer.write_tick(res.tick, full, events + milestones)
+        except OSError as e:  # (a full disk, an I/O error: RunDirectory's files name themselves)
+            raise self.fail(f"writing tick {res.tick}", e) from None
         res.events = events + milestones
         if self.keep_action_states and any(e["event"] == "action_effective" for e in res.events):
             self.action_states[res.tick] = self.state()  # (where the counterfactuals start from)
@@ -216,12 +223,54 @@ class WorldRun:
             for e in self.journal:  # session notes after the last tick still belong in the journal
                 self.writer.event(e.pop("tick"), e)
             self.journal = []
-            self.writer.meta["wall_seconds"] = round(time.perf_counter() - self.wall0, 3)
-            self.writer.meta["rejected_frames"] = self.host.rejected_frames
-            self.writer.meta.update(self.host.facts())
+            self._final_meta()
             self.writer.close(status, self.scorer.score())
+        except OSError as e:
+            raise self.fail(f"ending the run ({rundir.SCORE}, {rundir.META})", e) from None
         finally:
             self.host.close()
+
+    def _final_meta(self) -> None:
+        self.writer.meta["wall_seconds"] = round(time.perf_counter() - self.wall0, 3)
+        self.writer.meta["rejected_frames"] = self.host.rejected_frames
+        self.writer.meta.update(self.host.facts())
+
+    def end_failed(self, error_text: str) -> dict[str, str]:
+        """End a run that cannot go on (a bug, a write that failed): its directory marked
+        failed, with ``error_text`` in error.txt (``RunDirectory.fail``). Returns what could
+        not be written (file name -> the system's error)."""
+        self.closed = True
+        try:
+            self._final_meta()
+            try:
+                score = self.scorer.score()
+            except Exception:  # noqa: BLE001 - (the run failed already: what failed is said, not this)
+                score = None
+            return self.writer.fail(error_text, score)
+        finally:
+            self.host.close()
+
+    def fail(self, doing: str, e: OSError) -> WriteError:
+        """The run directory could not be written (``doing``; the system's error ``e``): end
+        the run there (``end_failed``) and return the error that says what failed and what
+        was left readable."""
+        what = f"{doing}: {os_error_text(e)}"
+        not_ours = ("This is neither a bug in gameday nor a mistake in your input: the system refused a write "
+                    "(a full disk, a lost mount, a permission changed, an I/O error).")
+        unwritten = self.end_failed(f"The run failed {what}.\n\n{not_ours} The files written before are whole: "
+                                    f"{rundir.METRICS} and {rundir.EVENTS} hold the ticks done before, which `gameday "
+                                    f"report` reads.\n\nWhere it failed:\n" + "".join(traceback.format_exception(e)))
+        return WriteError(f"the run stopped {what}. {not_ours} {failed_directory(self.dir, self.writer.meta, unwritten)}")
+
+
+def failed_directory(out: Path, meta: dict, unwritten: dict[str, str]) -> str:
+    """What a failed run left, for its message: where, how much, and what could not be written."""
+    marked = (f"; its {rundir.META} could not be marked failed ({unwritten[rundir.META]})" if rundir.META in unwritten
+              else ", marked failed")
+    said = (f"; {rundir.ERROR} could not be written either ({unwritten[rundir.ERROR]})." if rundir.ERROR in unwritten
+            else f"; {out / rundir.ERROR} says what failed.")
+    return (f"The run directory {out} holds the {meta.get('ticks_done', 0)} ticks written before (`gameday report {out}` "
+            f"reports them){marked}{said}")
 
 
 def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None, hosting: HostingOptions = HostingOptions(),
@@ -264,23 +313,34 @@ def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None,
         if out is None:
             raise
         raise HostingError(f"{e}; the run directory {out} holds the ticks done before") from None
+    except WriteError:  # (its directory is marked failed already: WorldRun.fail)
+        status = rundir.FAILED
+        raise
     except Exception as e:  # a bug: validation has checked everything a playbook can say
         status = rundir.FAILED
         failed = f"the simulation failed at tick {run.tick} ({type(e).__name__}: {e}). This is a bug in gameday, not in your input"
         if out is None:
             raise InternalError(f"{failed}; play this run with `gameday run` (same playbook, runbook and seed) for a run "
                                 f"directory with the details to report") from None
-        (Path(out) / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        raise InternalError(f"{failed}; the run directory {out} holds the ticks done before, and "
-                            f"{Path(out) / 'error.txt'} the details to report") from None
+        unwritten = run.end_failed(traceback.format_exc())
+        error = Path(out) / rundir.ERROR
+        details = f"{error} the details to report" if rundir.ERROR not in unwritten else \
+            f"the details to report, which could not be written to {error} ({unwritten[rundir.ERROR]}), follow:\n" + \
+            traceback.format_exc()
+        raise InternalError(f"{failed}; the run directory {out} holds the ticks done before, and {details}") from None
     finally:
-        run.close(status)
+        run.close(status)  # (nothing more once it failed: closed then)
         if bar is not None:
             bar.close()
     if attribution and status == rundir.COMPLETE:
         from orchestrator.runs import attribution as counterfactual  # it plays worlds itself: imported when used
 
-        counterfactual.write(out, run.action_states)
+        try:
+            counterfactual.write(out, run.action_states)
+        except OSError as e:
+            raise WriteError(f"the run is complete (its directory {out} holds every tick and the score), but writing "
+                             f"{rundir.ATTRIBUTION} failed: {os_error_text(e)}. Without it, the report's finding on which "
+                             "action broke the loop is a heuristic, labelled as one") from None
     return run.data() if out is None else load_run(out)
 
 
@@ -297,22 +357,33 @@ def recording(run_dir: Path, duration_s: float | None = None) \
     ``runbook-before-fork.yaml``. ``duration_s``: play this long instead of the ticks the
     run did."""
     run_dir = Path(run_dir)
-    if not (run_dir / rundir.META).is_file():
+    if not run_dir.is_dir() or not (run_dir / rundir.META).exists():
         raise RunDirectoryError(f"{run_dir} is not a run directory: " + (
             f"it has no {rundir.META}" if run_dir.is_dir() else "no such directory"))
     try:
-        meta = json.loads((run_dir / rundir.META).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise RunDirectoryError(f"{run_dir} is not a readable run directory: {e}") from None
+        meta = load_run(run_dir).meta
+        events = rundir.run_file(run_dir, rundir.EVENTS)
+        first = rundir.run_file(run_dir, rundir.RUNBOOK_BEFORE_FORK if meta.get(TAKEOVERS) else rundir.RUNBOOK)
+        playbook = rundir.run_file(run_dir, rundir.PLAYBOOK)
+    except NotARunDirectory as e:  # (a meta.json that is not JSON, a link out of the directory)
+        raise RunDirectoryError(str(e)) from None
+    missing = [k for k in ("seed", "tick_s") if not isinstance(meta.get(k), (int, float))]
+    if missing:
+        raise RunDirectoryError(f"{run_dir / rundir.META}: no {' nor '.join(missing)}; expected the seed and tick every "
+                                "run records")
     injections: dict[int, list[dict]] = {}
-    with open(run_dir / rundir.EVENTS, encoding="utf-8") as f:
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                break  # a killed run's last line may be cut short
-            if e.get("event") == "injected" or e.get("agent") == "session":
-                injections.setdefault(int(e["tick"]), []).append(e)
+    try:
+        with open(events, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    break  # a killed run's last line may be cut short
+                if e.get("event") == "injected" or e.get("agent") == "session":
+                    injections.setdefault(int(e["tick"]), []).append(e)
+    except OSError as e:
+        raise RunDirectoryError(f"{events}: cannot be read ({e.strerror or e}); a replay plays what entered the world "
+                                "from it") from None
     ticks = int(meta.get("ticks_done", 0))
     if ticks == 0:
         raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to play again")
@@ -320,8 +391,7 @@ def recording(run_dir: Path, duration_s: float | None = None) \
     for rule in (r for a in takeovers.values() for r in a.get("rules") or []):
         if isinstance(rule.get("do"), dict):  # (a fork recorded before a rule's actions were a list)
             rule["do"] = [rule["do"]]
-    first = rundir.RUNBOOK_BEFORE_FORK if takeovers else rundir.RUNBOOK
-    spec = RunSpec(playbook=str(run_dir / rundir.PLAYBOOK), runbook=str(run_dir / first), seed=int(meta["seed"]),
+    spec = RunSpec(playbook=str(playbook), runbook=str(first), seed=int(meta["seed"]),
                    duration=duration_s or ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]),
                    shards=meta.get("shards_option"), console=meta.get("operator") == "console")
     return meta, injections, takeovers, spec
@@ -339,35 +409,84 @@ def replay(run_dir: Path, out: Path) -> RunData:
     return execute(spec, out, injections=injections, takeovers=takeovers, meta=keep)
 
 
-#: what a replay must reproduce byte for byte
+#: what a replay must reproduce byte for byte (events.jsonl but for its hosting events)
 REPLAYED_FILES = (rundir.METRICS, rundir.EVENTS)
 
 
 def same_as_recording(recorded: Path, replayed: Path) -> list[str]:
     """The files of ``REPLAYED_FILES`` that differ between a recording and its replay, each
-    with where it first differs (``first_difference``); none if the replay is identical."""
-    return [f"{f} ({first_difference(Path(recorded) / f, Path(replayed) / f)})" for f in REPLAYED_FILES
-            if not filecmp.cmp(Path(recorded) / f, Path(replayed) / f, shallow=False)]
+    with where it first differs (``first_difference``); none if the replay is identical.
+    The events that describe the hosting (``rundir.HOSTING_EVENTS``: an actor replaced
+    mid-run) are not results: they are left out of the comparison (``hosting_events``)."""
+    out = []
+    for f in REPLAYED_FILES:
+        a, b = Path(recorded) / f, Path(replayed) / f
+        if filecmp.cmp(a, b, shallow=False):
+            continue
+        if f == rundir.EVENTS and [x for _, x in _world_lines(a)] == [y for _, y in _world_lines(b)]:
+            continue  # (they differ in their hosting events alone)
+        out.append(f"{f} ({first_difference(a, b)})")
+    return out
+
+
+def hosting_events(events: Path) -> list[dict]:
+    """The events of a journal that describe the hosting, not the world (``rundir.HOSTING_EVENTS``)."""
+    return [json.loads(line) for _, line in _lines(events) if _is_hosting(line)]
+
+
+def hosting_note(events: Path) -> str:
+    """What the hosting events of a journal were, as information ("1 host restart"), or ""."""
+    counts = collections.Counter(e["event"] for e in hosting_events(events))
+    return ", ".join(f"{n} {rundir.HOSTING_EVENTS[kind]}{'s' * (n != 1)}" for kind, n in counts.items())
+
+
+def _is_hosting(line: str) -> bool:
+    if not any(kind in line for kind in rundir.HOSTING_EVENTS):  # (most lines: no JSON to read)
+        return False
+    try:
+        return json.loads(line).get("event") in rundir.HOSTING_EVENTS
+    except (ValueError, AttributeError):
+        return False
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """A journal's lines with their numbers, from 1."""
+    with open(path, encoding="utf-8") as f:
+        return list(enumerate(f, 1))
+
+
+def _world_lines(events: Path) -> list[tuple[int, str]]:
+    """A journal's lines but for its hosting events, with their numbers in the file."""
+    return [(n, line) for n, line in _lines(events) if not _is_hosting(line)]
 
 
 def first_difference(recorded: Path, replayed: Path) -> str:
     """Where two journal files first differ, as a person looks for it: the line, its tick,
-    and for metrics.csv the columns that differ there."""
+    and for metrics.csv the columns that differ there (an events.jsonl's hosting events
+    are skipped, its lines numbered as in the recording)."""
+    if recorded.name == rundir.EVENTS:
+        ours = _world_lines(recorded)
+        for (n, x), (_, y) in itertools.zip_longest(ours, _world_lines(replayed), fillvalue=(None, None)):
+            if x == y:
+                continue
+            if x is None or y is None:
+                at = n if n is not None else (ours[-1][0] if ours else 0) + 1
+                return f"line {at}: the {'recording' if x is None else 'replay'} ends before the other"
+            try:  # (a recording edited by hand may not be JSON there)
+                tick = json.loads(x).get("tick", "?")
+            except (ValueError, AttributeError):
+                tick = "?"
+            return f"first at line {n}, tick {tick}"
+        return "identical lines, different bytes"
     with open(recorded, encoding="utf-8") as a, open(replayed, encoding="utf-8") as b:
-        header = a.readline().rstrip("\n").split(",") if recorded.name == rundir.METRICS else None
-        if header is not None and b.readline().rstrip("\n").split(",") != header:
+        header = a.readline().rstrip("\n").split(",")
+        if b.readline().rstrip("\n").split(",") != header:
             return "its columns differ"
-        for n, (x, y) in enumerate(itertools.zip_longest(a, b), 2 if header else 1):
+        for n, (x, y) in enumerate(itertools.zip_longest(a, b), 2):
             if x == y:
                 continue
             if x is None or y is None:
                 return f"line {n}: the {'recording' if x is None else 'replay'} ends before the other"
-            if header is None:
-                try:  # (a recording edited by hand may not be JSON there)
-                    tick = json.loads(x).get("tick", "?")
-                except (ValueError, AttributeError):
-                    tick = "?"
-                return f"first at line {n}, tick {tick}"
             xs, ys = x.rstrip("\n").split(","), y.rstrip("\n").split(",")
             cols = [c for c, u, v in itertools.zip_longest(header, xs, ys) if u != v]
             more = f" and {len(cols) - 5} more" if len(cols) > 5 else ""
