@@ -43,11 +43,13 @@ def runs_without_a_directory_named_go_under_pytests_temporary_directory(tmp_path
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for the whole session."""
+    """One local Ray for the whole session, started as gameday starts one (on loopback)."""
     import ray
 
+    from orchestrator.hosting.ray_hosting import start_local_ray
+
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        start_local_ray(num_cpus=2, logging_level="WARNING")
     yield ray
     ray.shutdown()
 

@@ -12,6 +12,7 @@ What travels on the control sockets is named in ``control.py``.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -23,6 +24,23 @@ class FabricError(RuntimeError):
 
 
 LOOPBACK = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host``, as written, names loopback: an address of the loopback network
+    (127.0.0.0/8, ::1, in brackets or not), or the name localhost exactly. Nothing is
+    resolved, and a name that merely starts like an address (127.0.0.1.evil.example) is
+    a name."""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def node_address() -> str:

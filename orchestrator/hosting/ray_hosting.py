@@ -17,6 +17,7 @@ lockstep). See ``group_host`` for the host's side.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hmac
 import logging
@@ -30,7 +31,7 @@ from agents import PROTOCOL_VERSION
 from agents.shards import shard_name, source_of
 from orchestrator.errors import HostingError, InvalidInput, Issue, setting
 from orchestrator.hosting.control import Ahead, Beat, Done, Hello, Replayed, Rewire, Snapshot, Stop, Tick, pack, unpack
-from orchestrator.hosting.fabric import FabricError, Sockets, node_address, recv, send
+from orchestrator.hosting.fabric import LOOPBACK, FabricError, Sockets, is_loopback, node_address, recv, send
 from orchestrator.hosting.group_host import HEARTBEAT_S, sign
 from orchestrator.hosting.inprocess import TickResult, leaving
 from orchestrator.hosting.wire import WireError, decode
@@ -71,6 +72,8 @@ WORKER_LOGS_ENV = "GAMEDAY_RAY_WORKER_LOGS"
 
 
 def ensure_ray(address: str | None = None):
+    """Ray, started or joined: the cluster at ``address`` (else RAY_ADDRESS) if one is
+    named, else a Ray of this process's own on loopback (``start_local_ray``)."""
     import ray
 
     if not ray.is_initialized():
@@ -79,21 +82,64 @@ def ensure_ray(address: str | None = None):
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         # Worker output (Ray's notes on starting workers) is not the user's either: it stays in
         # Ray's log files. A host that fails raises its own error, traceback included, here.
-        if address is None and not os.environ.get("RAY_ADDRESS"):
-            # A Ray of its own, as the README says: left to itself, ray.init joins any Ray
-            # another process started on this machine (and fails when that one goes).
-            address = "local"
-        given = address or os.environ["RAY_ADDRESS"]
-        unreachable = _unreachable(given)
-        if unreachable:
-            raise InvalidInput("gameday", "options", [Issue(_address_field(), given, unreachable)])
-        try:
-            ray.init(address=address, include_dashboard=False, logging_level="WARNING",
-                     log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"), configure_logging=True)
-        except ConnectionError as e:  # (no cluster to join, or one that refused this driver)
-            raise InvalidInput("gameday", "options", [Issue(
-                _address_field(), given, f"a Ray cluster this machine can join ({str(e).splitlines()[0]})")]) from None
+        options = dict(logging_level="WARNING", configure_logging=True,
+                       log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"))
+        # A Ray of its own unless told otherwise, as the README says: left to itself, ray.init
+        # joins any Ray another process started on this machine (and fails when that one goes).
+        given = address or os.environ.get("RAY_ADDRESS") or "local"
+        if given == "local":
+            start_local_ray(**options)
+        else:
+            _join_ray(ray, given, options)
     return ray
+
+
+def start_local_ray(**options) -> None:
+    """Start a Ray for this process alone, every server of it (GCS, raylet, object manager,
+    the workers' and agents' servers) listening on 127.0.0.1 only, without the dashboard.
+    ``options``: further ray.init arguments (logging, the tests' CPU count). The one way
+    gameday, and the tests' shared Ray, start a local Ray."""
+    import ray
+
+    with _loopback_kept():  # (Ray's servers listen on loopback only when the node's address is loopback)
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False, **options)
+
+
+def _join_ray(ray, address: str, options: dict) -> None:
+    """Connect to the running cluster at ``address``, as it is configured."""
+    unreachable = _unreachable(address)
+    if unreachable:
+        raise InvalidInput("gameday", "options", [Issue(_address_field(), address, unreachable)])
+    # A Ray on loopback (one started as above: the tests' shared Ray) answers only there, so
+    # 127.0.0.1 is joined as given, not as the machine's routable address.
+    kept = _loopback_kept() if _on_loopback(address) else contextlib.nullcontext()
+    try:
+        with kept:
+            ray.init(address=address, include_dashboard=False, **options)
+    except ConnectionError as e:  # (no cluster to join, or one that refused this driver)
+        raise InvalidInput("gameday", "options", [Issue(
+            _address_field(), address, f"a Ray cluster this machine can join ({str(e).splitlines()[0]})")]) from None
+
+
+@contextlib.contextmanager
+def _loopback_kept():
+    """While Ray starts or is joined in here, an address of 127.0.0.1 stays 127.0.0.1: ray.init
+    swaps it for the machine's routable address (for other nodes to reach) unless multi-node
+    clusters are off, as Ray has them on macOS and Windows. RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    says so, but Ray reads it once, at import: the flag it sets is switched here instead."""
+    from ray._private import ray_constants  # (no public API keeps a node on loopback)
+
+    clusters = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = clusters
+
+
+def _on_loopback(address: str) -> bool:
+    """Whether a cluster address (HOST:PORT) names this machine's loopback."""
+    return is_loopback(address.removeprefix("ray://").rpartition(":")[0])  # (a name, or no host as "auto": False)
 
 
 def _address_field() -> str:
@@ -105,7 +151,7 @@ ADDRESS_WAIT_S = 5.0
 def _unreachable(address: str) -> str | None:
     """What is wrong with ``address`` if nothing answers there, else None. Checked before
     ray.init, which retries an address that does not answer for minutes."""
-    if address in ("auto", "local"):
+    if address == "auto":  # (Ray's own search of this machine; "local" never gets here)
         return None
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
