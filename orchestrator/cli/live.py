@@ -11,6 +11,7 @@ from click.core import ParameterSource
 
 from reports import rundir
 from orchestrator.errors import NotFound
+from orchestrator.live.protocol import for_terminal
 
 from .options import (duration_option, hosting_options, out_dir, out_option, playbook_argument, seed_option,
                       speed_value, stacked, stem, tick_option, variable_options, variables, parse_pairs, vocabulary)
@@ -155,8 +156,8 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
         f"the server failed; go on with `gameday serve --resume {s.dir}`", err=True))
     if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
         for path in game.write_reports():
-            click.echo(f"session report: {path}")
-    click.echo(f"session directory: {session.dir}")
+            click.echo(for_terminal(f"session report: {path}"))
+    click.echo(for_terminal(f"session directory: {session.dir}"))
 
 
 #: what `serve --resume` takes from the session, not from the command line
@@ -179,8 +180,8 @@ def _web_place(session_dir: str, host: str, port: int) -> tuple[str | None, str,
 def _announce(session, server, seed, speed, web, with_key: bool) -> None:
     """The session's line, then the command each role joins with."""
     key_opt = " --server-key server.key" if with_key else ""
-    click.echo(f"session {session.dir}: {session.pb.name}, seed {seed}, {len(session.teams)} teams, "
-               f"{session.info['start_clock']}-{session.info['end_clock']}, speed {speed or 'max'}")
+    click.echo(for_terminal(f"session {session.dir}: {session.pb.name}, seed {seed}, {len(session.teams)} teams, "
+                            f"{session.info['start_clock']}-{session.info['end_clock']}, speed {speed or 'max'}"))
     for team in session.teams:
         click.echo(f"  team {team}: gameday console --server {server.address} --team {team} "
                    f"--token {server.token_of('team', team)}{key_opt}")
@@ -244,7 +245,7 @@ class _Lazy:
 def _print_result(result) -> None:
     session = result.get("session", result) if isinstance(result, dict) else {}
     if "state" in session:
-        click.echo(f"session {session['state']} at {session['clock']} (speed {session['speed']})")
+        click.echo(for_terminal(f"session {session['state']} at {session['clock']} (speed {session['speed']})"))
     extra = {k: v for k, v in result.items() if k != "session"} if isinstance(result, dict) else {}
     if extra and "state" not in result:
         click.echo(json.dumps(extra, indent=2, sort_keys=True))

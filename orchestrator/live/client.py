@@ -19,6 +19,7 @@ class RequestFailed(GamedayError):
     """The server answered with an error (a wrong token, a bad command)."""
 
     def __init__(self, code: str, message: str):
+        code, message = lp.for_terminal(code), lp.for_terminal(message)  # (the server's words, printed as they are)
         super().__init__(f"{message} ({code})")
         self.code = code
 
@@ -51,7 +52,10 @@ class LiveClient:
                 continue
             for reply in self.sock.replies():  # none in time: the socket is reopened, and the request sent again
                 rep = lp.parse_reply(reply)
-                if rep["id"] != rid:  # a late answer to an earlier try of another request
+                # a late answer to an earlier try of another request is not this one's; a
+                # refusal without an id is (the server refused it unread: malformed, or
+                # too many requests without a valid token)
+                if rep["id"] != rid and not (rep["id"] == "" and not rep["ok"]):
                     continue
                 if not rep["ok"]:
                     raise RequestFailed(rep["error"]["code"], rep["error"]["message"])

@@ -15,6 +15,7 @@ import threading
 from orchestrator.live.console_view import (HELP, completion_words, parse_command, render_act_result, render_catalogue,
                            render_feed_entry, render_status)
 from orchestrator.live.client import RequestFailed, ServerUnreachable
+from orchestrator.live.protocol import for_terminal
 
 POLL_S = 0.5  # the server's rate limit allows a console far more than this
 
@@ -94,8 +95,8 @@ def run_lines(console: Console, inp, out) -> None:
     except ServerUnreachable:
         pass  # the header says so
     except RequestFailed as e:
-        print(f"refused: {e}", file=sys.stderr)
-    print(render_status(console.state, console.disconnected), file=out, flush=True)
+        print(for_terminal(f"refused: {e}", lines=True), file=sys.stderr)
+    print(for_terminal(render_status(console.state, console.disconnected), lines=True), file=out, flush=True)
     try:
         for raw in inp:
             line = raw.strip()
@@ -103,7 +104,7 @@ def run_lines(console: Console, inp, out) -> None:
                 continue
             lines, leave = console.execute(line)
             for text in lines:
-                print(text, file=out, flush=True)
+                print(for_terminal(text, lines=True), file=out, flush=True)
             if leave:
                 break
     except KeyboardInterrupt:
@@ -166,7 +167,7 @@ class ConsoleApp:
 
     # -- the status pane ------------------------------------------------------------------------------
     def _status_text(self) -> str:
-        return render_status(self.c.state, self.c.disconnected, self.app.output.get_size().columns)
+        return for_terminal(render_status(self.c.state, self.c.disconnected, self.app.output.get_size().columns), lines=True)
 
     def _status_height(self):
         from prompt_toolkit.layout import Dimension
@@ -199,7 +200,7 @@ class ConsoleApp:
             return
         buf = self.feed.buffer
         follow = buf.cursor_position >= len(buf.text)
-        added = "\n".join(texts)
+        added = "\n".join(for_terminal(t, lines=True) for t in texts)
         text = f"{buf.text}\n{added}" if buf.text else added
         buf.set_document(Document(text, len(text) if follow else buf.cursor_position), bypass_readonly=True)
 

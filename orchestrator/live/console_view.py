@@ -1,6 +1,9 @@
 """What the team console shows and what it understands: plain functions from the
 server's ``state`` result (see ``Session.team_state``) to text, and from a typed line
 to a request. No I/O here, so that ``console_app`` stays thin and this is easy to test.
+What people and the playbook wrote (names, messages, parameters, descriptions) is shown
+through ``protocol.for_terminal``: no control character reaches the terminal, and no
+text can pass for a line of its own.
 """
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import shlex
 
 from agents.base import RATIO
 from orchestrator.errors import nearest
-from orchestrator.live.protocol import kept_pace
+from orchestrator.live.protocol import for_terminal, kept_pace
 from reports.timefmt import format_clock, format_duration, parse_clock
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -38,7 +41,7 @@ def full_clock(clock: str | None) -> str:
     try:
         return format_clock(parse_clock(clock), with_seconds=True)
     except ValueError:
-        return clock
+        return for_terminal(clock)
 
 
 def format_age(seconds: float | None) -> str:
@@ -57,7 +60,7 @@ def format_value(metric: str, value) -> str:
     if value is None:
         return "NO DATA"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
+        return for_terminal(value)
     name = metric.rsplit(".", 1)[-1]
     if name.endswith(("ratio", "utilisation", "utilization")):
         return f"{value * 100:.1f}%"
@@ -97,7 +100,7 @@ def _params_text(params: dict | None, limit: int = 40) -> str:
         text = str(v).lower() if isinstance(v, bool) else str(v)
         if len(text) > limit:
             text = text[: limit - 1] + "…"
-        parts.append(f"{k}={shlex.quote(text) if ' ' in text else text}")
+        parts.append(f"{for_terminal(k)}={shlex.quote(for_terminal(text)) if ' ' in text else for_terminal(text)}")
     return " ".join(parts)
 
 
@@ -105,15 +108,15 @@ def _params_text(params: dict | None, limit: int = 40) -> str:
 
 def render_header(state: dict | None, disconnected: bool = False) -> str:
     s = (state or {}).get("session") or {}
-    team = (state or {}).get("team", "?")
+    team = for_terminal((state or {}).get("team", "?"))
     parts = [f"gameday console · team {team}"]
     if s:
         parts.append(f"simulated {full_clock(s.get('clock'))} (ends {full_clock(s.get('end_clock'))})")
         speed = s.get("speed")
-        parts.append(f"speed {speed:g}x" if isinstance(speed, (int, float)) else f"speed {speed}")
+        parts.append(f"speed {speed:g}x" if isinstance(speed, (int, float)) else f"speed {for_terminal(speed)}")
         st = s.get("state", "?")
         parts.append({"waiting": "WAITING for the facilitator to start", "running": "running",
-                      "paused": "PAUSED by the facilitator", "ended": "ENDED (type quit to leave)"}.get(st, st.upper()))
+                      "paused": "PAUSED by the facilitator", "ended": "ENDED (type quit to leave)"}.get(st, for_terminal(st).upper()))
         pace = kept_pace(s)
         if pace is not None:
             parts.append(f"really {pace:.0f}x")
@@ -137,7 +140,7 @@ def _metric_lines(metrics: list[dict]) -> list[str]:
             age = f"stale {format_age(m.get('age_s'))}"
         else:
             age = format_age(m.get("age_s"))
-        lines.append(f"  {m['metric']:<32}{value:>12}  {age:<10}{sparkline(m.get('history') or [], unit=m.get('unit'))}")
+        lines.append(f"  {for_terminal(m['metric']):<32}{value:>12}  {age:<10}{sparkline(m.get('history') or [], unit=m.get('unit'))}")
     return lines
 
 
@@ -155,7 +158,7 @@ def action_progress(a: dict, now: str | None) -> str:
         else:
             text = f"deploying, step {a.get('steps_done', 0)}/{a['steps']} done"
     else:
-        text = st or "?"
+        text = for_terminal(st or "?")
     failed = a.get("failed_steps") or 0
     if failed:
         text += f", {failed} failed step{'s' if failed != 1 else ''} retried"
@@ -177,7 +180,8 @@ def _action_lines(actions: list[dict], now: str | None) -> list[str]:
     lines = [f"ACTIONS  {len(flying)} in flight, {len(done)} done"]
     for mark, a in [("▶", a) for a in flying] + [("✓", a) for a in done[-DONE_SHOWN:]]:
         params = _params_text(a.get("params"))
-        lines.append(f"  {mark} {a['action']}{' ' + params if params else ''} ({a.get('by') or 'team'}) "
+        lines.append(f"  {mark} {for_terminal(a['action'])}{' ' + params if params else ''} "
+                     f"({for_terminal(a.get('by') or 'team')}) "
                      f"asked {full_clock(a.get('asked'))}: {action_progress(a, now)}")
     if len(done) > DONE_SHOWN:
         lines.append(f"    ({len(done) - DONE_SHOWN} earlier done)")
@@ -206,21 +210,22 @@ def render_status(state: dict | None, disconnected: bool = False, width: int = 1
     now = (state.get("session") or {}).get("clock")
     lines += [""] + _metric_lines(state.get("metrics") or [])
     alarms = state.get("alarms") or []
-    lines.append("ALERTS   " + ("  ".join(f"[{a}]" for a in alarms) if alarms else "none"))
+    lines.append("ALERTS   " + ("  ".join(f"[{for_terminal(a)}]" for a in alarms) if alarms else "none"))
     lines += _action_lines(state.get("actions") or [], now)
     for m in state.get("messages") or []:
-        lines.append(f"FACILITATOR {full_clock(m.get('clock'))}: {m.get('text', '')}")
+        lines.append(f"FACILITATOR {full_clock(m.get('clock'))}: {for_terminal(m.get('text', ''))}")
     logs = state.get("logs") or []
     if logs:
         last = logs[-1]
         lines.append(f"LOG QUERY asked {full_clock(last.get('asked'))}, answered {full_clock(last.get('arrived'))} "
                      "(ground truth)")
-        lines += _pack([f"{k} {format_value(k, v.get('value'))}" for k, v in (last.get("values") or {}).items()], width)
+        lines += _pack([f"{for_terminal(k)} {format_value(k, v.get('value'))}" for k, v in (last.get("values") or {}).items()],
+                       width)
     return "\n".join(lines)
 
 
 def render_feed_entry(e: dict) -> str:
-    return f"{full_clock(e.get('clock'))} {e.get('kind', ''):<8}{e.get('text', '')}"
+    return f"{full_clock(e.get('clock'))} {for_terminal(e.get('kind', '')):<8}{for_terminal(e.get('text', ''))}"
 
 
 def render_catalogue(catalogue: list[dict]) -> str:
@@ -228,14 +233,15 @@ def render_catalogue(catalogue: list[dict]) -> str:
     for m in catalogue:
         params = _params_text(m.get("params"))
         steps = f"{m['steps']} deployment step{'s' if m['steps'] != 1 else ''}" if m.get("deploy") else "no deployment"
-        lines.append(f"  {m['name']}{' ' + params if params else ''}: lead time {format_duration(m.get('lead_time_s', 0))}, "
-                     f"{steps}, risk {m.get('risk', '?')}. {m.get('description', '')}")
+        lines.append(f"  {for_terminal(m['name'])}{' ' + params if params else ''}: lead time "
+                     f"{format_duration(m.get('lead_time_s', 0))}, {steps}, risk {for_terminal(m.get('risk', '?'))}. "
+                     f"{for_terminal(m.get('description', ''))}")
     return "\n".join(lines)
 
 
 def render_act_result(result: dict) -> str:
     params = _params_text(result.get("params"))
-    return (f"requested {result.get('action')}{' ' + params if params else ''} "
+    return (f"requested {for_terminal(result.get('action'))}{' ' + params if params else ''} "
             f"(takes effect at tick {result.get('tick')}, {full_clock(result.get('clock'))})")
 
 

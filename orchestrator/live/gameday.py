@@ -74,13 +74,7 @@ class GameDay:
             server.write_tokens()
             self.session.write_info(self.session.state, server=server.address)
             if self.serving.web:
-                from orchestrator.live.web import WebServer
-
-                self.web = WebServer(connectable(server.address), lambda: server.board_json, self.serving.web_host,
-                                     self.serving.web_port, self.tls, server.public_key,
-                                     board_access=lambda token: (server.holder(token) or ("",))[0]
-                                     in ("viewer", "facilitator"))
-                server.on_change = self.web.changed
+                self.web = serve_pages(server, self.serving.web_host, self.serving.web_port, self.tls)
                 self.session.write_info(self.session.state, web=self.web.url)
             announce(self)
             if start:
@@ -112,6 +106,21 @@ class GameDay:
         for t in self.session.teams:
             write_report(self.session.dir / rundir.TEAMS / t)
         return write_session_report(self.session.dir)
+
+
+def serve_pages(server: LiveServer, host: str = "127.0.0.1", port: int = 7701, tls=None):
+    """The pages of ``server``'s session (``web.WebServer``), told of its every change: a
+    wrong token is refused before its page gets a ZeroMQ socket, the scoreboard is read with
+    the viewer's or the facilitator's token, and what the pages refuse is counted with what
+    the session refuses."""
+    from orchestrator.live.web import WebServer
+
+    web = WebServer(connectable(server.address), lambda: server.board_json, host, port, tls, server.public_key,
+                    board_access=lambda token: (server.holder(token) or ("",))[0] in ("viewer", "facilitator"),
+                    holder=server.holder)
+    server.on_change = web.changed
+    server.also_counted.append(web.counters)
+    return web
 
 
 def connectable(address: str) -> str:

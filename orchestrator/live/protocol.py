@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import msgpack
 
+from orchestrator.errors import printable
+
 VERSION = 1
 MAX_FRAME = 64 * 1024  # a request bigger than this is refused unread
 MAX_ID = 64
@@ -139,3 +141,9 @@ def kept_pace(session: dict) -> float | None:
             and isinstance(speed, (int, float)) and pace < 0.95 * speed):
         return pace
     return None
+
+
+def for_terminal(text, lines: bool = False) -> str:
+    """Text a client, the server or a playbook gave, as a terminal may show it
+    (``errors.printable``): newlines and tabs escaped too unless ``lines``."""
+    return printable(text, lines=lines)

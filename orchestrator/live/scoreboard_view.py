@@ -1,9 +1,10 @@
 """The scoreboard as a plain-text table: ``gameday scoreboard`` and the final ranking
 printed by ``gameday serve``. Takes the board of ``Session.scoreboard()`` (plus the
-server's "consoles", absent from the board written at the end)."""
+server's "consoles", absent from the board written at the end); every cell is text a
+terminal may show (``protocol.for_terminal``)."""
 from __future__ import annotations
 
-from orchestrator.live.protocol import kept_pace
+from orchestrator.live.protocol import for_terminal, kept_pace
 
 HEADINGS = ("rank", "team", "loop broken", "backlog drained", "impact so far", "first update", "actions", "consoles")
 RIGHT = {0, 4, 6, 7}  # numeric columns, right-aligned
@@ -13,7 +14,8 @@ LAG_SHOWN_S = 1.0  # a lag below this is normal jitter, not worth the facilitato
 def render_board(board: dict) -> str:
     s = board.get("session") or {}
     consoles = board.get("consoles")
-    rows = [HEADINGS] + [_row(t, consoles) for t in sorted(board.get("teams") or [], key=lambda t: t.get("rank", 0))]
+    rows = [HEADINGS] + [tuple(map(for_terminal, _row(t, consoles)))
+                         for t in sorted(board.get("teams") or [], key=lambda t: t.get("rank", 0))]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADINGS))]
     lines = [_header(s)]
     for r in rows:
@@ -37,7 +39,7 @@ def _header(s: dict) -> str:
     elif lag > LAG_SHOWN_S:
         parts.append(f"lag {lag:.1f} s")
     title = "final ranking" if state == "ended" else "scoreboard"
-    return f"{title}: " + ", ".join(parts)
+    return for_terminal(f"{title}: " + ", ".join(parts))
 
 
 def _row(t: dict, consoles: dict | None) -> tuple[str, ...]:

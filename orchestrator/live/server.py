@@ -6,34 +6,42 @@ server is one loop: it answers requests until the next tick is due, then steps e
 team's world. A token grants one team's world, or the facilitator's controls, or the
 scoreboard alone. A request id answered before gets the same reply again without being
 executed twice (clients resend after a timeout). Malformed requests get an error reply
-and are counted; each token has a rate limit. The server binds loopback unless ZeroMQ
-CURVE keys are given (``gameday keys``).
+and are counted; each token has a rate limit. A connection that has not shown a valid
+token is read only while the failure gate (``limits.FailureGate``) is open to it, so that
+a flood of wrong tokens is refused before any work and cannot slow the teams down. What
+is kept per connection is forgotten once the connection falls silent (ZeroMQ does not
+say when a peer leaves). The server binds loopback unless ZeroMQ CURVE keys are given
+(``gameday keys``); a name is loopback only if every address it resolves to is.
 """
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import os
 import re
 import secrets
+import socket
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from reports import rundir
-from orchestrator.hosting.fabric import FabricError, RequestServer, generate_curve_keys, load_curve_key
+from orchestrator import budgets
+from orchestrator.hosting.fabric import FabricError, RequestServer, generate_curve_keys, is_loopback, load_curve_key
 from orchestrator.live import protocol as lp
 from orchestrator.errors import GamedayError, setting
+from orchestrator.live.limits import FailureGate, TokenBucket
 from orchestrator.live.session import ENDED, Session
 
 log = logging.getLogger("gameday.serve")  # a bug in a request: said on stderr, the game day goes on
 
-RATE_PER_S = 20.0  # requests per second per token, sustained (a console polls twice a second)
-BURST = 60
-REPLIES_KEPT = 2000  # per token: how many answered request ids are remembered
+RATE_PER_S = budgets.LIVE_RATE_PER_TOKEN
+BURST = budgets.LIVE_BURST_PER_TOKEN
+REPLIES_KEPT = budgets.LIVE_REPLIES_KEPT
 CONSOLE_GONE_S = 5.0  # a console not heard from for this long is shown as disconnected
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 READS = ("state", "scoreboard", "ping", "status", "hello", "overview")  # requests that change nothing
 FACILITATOR_REQUESTS = "_facilitator"  # journalled as _facilitator:<request id>; no team name starts with "_"
 
@@ -49,13 +57,45 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+_AUTHORITY = re.compile(r"\[(?P<v6>[^\[\]]*)\](?::\d{1,5})?|(?P<host>[^:\[\]]*)(?::\d{1,5})?")
+
+
+def host_of(authority: str) -> str:
+    """The host of ``HOST[:PORT]`` as a Host header names it: an IPv6 address in brackets,
+    with or without a port, or a name or IPv4 address with or without one; anything else
+    as it is (a bare IPv6 address, or something that names no loopback host)."""
+    m = _AUTHORITY.fullmatch(authority)
+    if m is None:
+        return authority
+    return m.group("v6") if m.group("v6") is not None else m.group("host")
+
+
+def binds_loopback(host: str, what: str) -> bool:
+    """Whether binding ``host`` listens on loopback only: a loopback address, or a name every
+    address of which, resolved as the bind will resolve it, is one. ``what``: the setting and
+    its value, named when the name does not resolve (``InsecureBind``)."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+        return is_loopback(bare)
+    except ValueError:
+        pass
+    if bare == "*":  # (ZeroMQ's every interface)
+        return False
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(bare, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError) as e:
+        raise InsecureBind(f"{what}: cannot resolve {bare} ({getattr(e, 'strerror', None) or e}); expected a "
+                           "loopback address such as 127.0.0.1, or a name of this machine's loopback") from None
+    return bool(found) and all(is_loopback(a) for a in found)
 
 
 def check_bind(bind: str, curve_secret: str | None) -> None:
+    """Refuses, before anything is built, a bind beyond loopback without encryption."""
     host, _ = parse_bind(bind)
-    if not is_loopback(host) and not curve_secret:
+    if curve_secret:  # encrypted: any interface will do (ZeroMQ also binds interface names)
+        return
+    if not binds_loopback(host, f"{setting('bind')} {bind}"):
         raise InsecureBind(f"{setting('bind')} {bind}: {host} is not a loopback address, and without encryption anyone on the "
                            "network could read the session and its tokens. Generate keys with `gameday keys DIR` and "
                            f"pass {setting('curve_secret')} DIR/server.key_secret (consoles then need "
@@ -78,26 +118,25 @@ def load_key(path: str, secret: bool) -> tuple[bytes, bytes | None]:
     return public, sec
 
 
-class TokenBucket:
-    def __init__(self, rate: float, burst: int):
-        self.rate, self.burst = rate, burst
-        self.level = float(burst)
-        self.at = time.monotonic()
+@dataclass
+class Connection:
+    """What the server knows of a connection (a ROUTER identity) that has shown a valid
+    token: when it was last heard, the token, its reads' rate bucket, and for a team's
+    console its team and the name its people go by."""
 
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.level = min(self.burst, self.level + (now - self.at) * self.rate)
-        self.at = now
-        if self.level >= 1:
-            self.level -= 1
-            return True
-        return False
+    heard: float
+    token: str
+    reads: TokenBucket
+    team: str | None = None
+    by: str = ""
 
 
 class LiveServer:
     def __init__(self, session: Session, bind: str = "tcp://127.0.0.1:7700", curve_secret: str | None = None,
-                 rate: float = RATE_PER_S, burst: int = BURST, tokens: dict | None = None):
-        """``tokens``: a tokens.json's, for a session resumed with the tokens its people hold."""
+                 rate: float = RATE_PER_S, burst: int = BURST, tokens: dict | None = None,
+                 forget_s: float = budgets.LIVE_FORGET_S):
+        """``tokens``: a tokens.json's, for a session resumed with the tokens its people hold;
+        ``forget_s``: how long a silent connection's state is kept."""
         check_bind(bind, curve_secret)
         self.session = session
         if tokens is None:
@@ -108,16 +147,25 @@ class LiveServer:
         else:
             self.tokens = {tokens["facilitator"]: ("facilitator", None), tokens["viewer"]: ("viewer", None)}
             self.tokens |= {tokens["teams"][team]: ("team", team) for team in session.teams}
-        self.rate, self.burst = rate, burst
-        self.buckets: dict[str, TokenBucket] = {}
+        self.rate, self.burst, self.forget_s = rate, burst, forget_s
+        self.buckets: dict[str, TokenBucket] = {}  # token -> its commands' bucket
         self.answered: dict[str, OrderedDict] = {}
         for request, result in session.answers.items():  # a resumed session: a request resent is not run twice
             who, rid = request.split(":", 1)
             token = self.token_of("facilitator") if who == FACILITATOR_REQUESTS else self.token_of("team", who)
             self.answered.setdefault(token, OrderedDict())[rid] = lp.reply(rid, result)
-        self.consoles: dict[bytes, dict] = {}  # connection identity -> team, who, last heard
+        #: the connections that have shown a valid token, the longest silent first
+        self.connections: OrderedDict[bytes, Connection] = OrderedDict()
+        self.failures = FailureGate(budgets.LIVE_FAILURES_PER_S, budgets.LIVE_FAILURE_BURST,
+                                    budgets.LIVE_ALL_FAILURES_PER_S, budgets.LIVE_ALL_FAILURE_BURST,
+                                    budgets.LIVE_CONNECTIONS_KEPT)
+        self.gated = lp.reply("", error=lp.ProtocolError(
+            "rate_limited", f"too many requests without a valid token: at most {self.failures.limits()}; "
+                            "wait a few seconds, and check the token"))  # (the same bytes every time: no work)
+        self.forgot_at = 0.0
         self.counters = {"requests": 0, "malformed": 0, "unauthorized": 0, "forbidden": 0, "rate_limited": 0,
                          "repeats": 0, "internal_errors": 0}
+        self.also_counted: list[dict] = []  # others' counters shown with these (the pages' server's)
         curve = load_key(curve_secret, secret=True) if curve_secret else None
         self.server_key: str | None = curve[0].decode() if curve else None
         self.public_key: bytes | None = curve[0] if curve else None
@@ -190,6 +238,7 @@ class LiveServer:
 
     def serve_requests(self, wait_s: float) -> None:
         """Answer what arrives within ``wait_s``; at most a batch, so ticks are not starved."""
+        self.forget_silent()
         if not self.sock.wait(wait_s):
             return
         for _ in range(200):
@@ -198,25 +247,41 @@ class LiveServer:
                 return
             self.handle(frames)
 
+    def forget_silent(self) -> None:
+        """Forget, about once a second, the connections silent for ``forget_s`` and the
+        failures that no longer count: nothing stays behind a connection that left."""
+        now = time.monotonic()
+        if now - self.forgot_at < 1.0:
+            return
+        self.forgot_at = now
+        while self.connections and now - next(iter(self.connections.values())).heard > self.forget_s:
+            self.connections.popitem(last=False)
+        self.failures.forget_quiet()
+
     def handle(self, frames: list[bytes]) -> None:
         self.counters["requests"] += 1
         ident = frames[0]
+        if ident not in self.connections and not self.failures.open_to(ident):  # before reading it
+            self.counters["rate_limited"] += 1
+            self._send(ident, self.gated)
+            return
         if len(frames) != 2:
-            self.counters["malformed"] += 1
+            self._failed(ident, "malformed")
             self._send(ident, lp.reply("", error=lp.ProtocolError("malformed", f"{len(frames) - 1} frames; expected 1")))
             return
         try:
             req = lp.parse_request(frames[1])
         except lp.ProtocolError as e:
-            self.counters["malformed"] += 1
+            self._failed(ident, "malformed")
             self._send(ident, lp.reply("", error=e))
             return
         who = self.holder(req["token"])
         if who is None:
-            self.counters["unauthorized"] += 1
+            self._failed(ident, "unauthorized")
             self._send(ident, lp.reply(req["id"], error=lp.ProtocolError("unauthorized", "this token grants nothing here")))
             return
         token = req["token"]
+        conn = self._heard(ident, token)
         kept = self.answered.setdefault(token, OrderedDict())
         if req["id"] in kept:  # resent after a timeout: same answer, not done twice
             self.counters["repeats"] += 1
@@ -224,15 +289,14 @@ class LiveServer:
             return
         # Commands are limited per token, however many consoles and pages a team has open;
         # reads per connection, so that every page of a team gets its pushes.
-        bucket = self.buckets.setdefault(token if req["op"] not in READS else f"{token}:{ident.hex()}",
-                                         TokenBucket(self.rate, self.burst))
+        bucket = conn.reads if req["op"] in READS else self.buckets.setdefault(token, TokenBucket(self.rate, self.burst))
         if not bucket.take():
             self.counters["rate_limited"] += 1
             self._send(ident, lp.reply(req["id"], error=lp.ProtocolError(
                 "rate_limited", f"more than {self.rate:g} requests per second with this token; slow down")))
             return
         try:
-            result = self.execute(ident, who, req)
+            result = self.execute(conn, who, req)
             out = lp.reply(req["id"], result)
         except lp.ProtocolError as e:
             if e.code == "forbidden":
@@ -240,7 +304,7 @@ class LiveServer:
             out = lp.reply(req["id"], error=e)
         except Exception as e:  # noqa: BLE001 - a bug must not take the game day down with it
             self.counters["internal_errors"] += 1
-            log.error("gameday serve: internal error on %s: %s: %s", req["op"], type(e).__name__, e)
+            log.error("gameday serve: internal error on %s: %s: %s", req["op"], type(e).__name__, lp.for_terminal(str(e)))
             out = lp.reply(req["id"], error=lp.ProtocolError("internal", f"the server failed on {req['op']}: {e}"))
         if req["op"] not in READS:  # reads are cheap to redo; keep the cache small
             kept[req["id"]] = out
@@ -252,7 +316,27 @@ class LiveServer:
     def _send(self, ident: bytes, payload: bytes) -> None:
         self.sock.answer(ident, payload)
 
-    def execute(self, ident: bytes, who: tuple[str, str | None], req: dict):
+    def _failed(self, ident: bytes, counter: str) -> None:
+        """A request without a valid token: counted, against its connection, which is no
+        longer trusted (its requests are read while the failure gate is open to it)."""
+        self.counters[counter] += 1
+        self.failures.failed(ident)
+        self.connections.pop(ident, None)
+
+    def _heard(self, ident: bytes, token: str) -> Connection:
+        """The connection, heard now with a valid token (the longest silent forgotten past
+        LIVE_CONNECTIONS_KEPT)."""
+        now = time.monotonic()
+        conn = self.connections.pop(ident, None)
+        if conn is None or conn.token != token:
+            conn = Connection(now, token, TokenBucket(self.rate, self.burst))
+        conn.heard = now
+        self.connections[ident] = conn
+        while len(self.connections) > budgets.LIVE_CONNECTIONS_KEPT:
+            self.connections.popitem(last=False)
+        return conn
+
+    def execute(self, conn: Connection, who: tuple[str, str | None], req: dict):
         role, team = who
         op, args, s = req["op"], req["args"], self.session
         if role not in lp.ROLES[op]:
@@ -260,10 +344,8 @@ class LiveServer:
         if role == "team" and args.get("team") not in (None, team):
             raise lp.ProtocolError("forbidden", f"this token grants team {team}'s world, not {args['team']}'s")
         if role == "team":
-            self.consoles[ident] = {"team": team, "by": args.get("by") or self.consoles.get(ident, {}).get("by", ""),
-                                    "seen": time.monotonic()}
-            if op == "hello" and args.get("role"):
-                self.consoles[ident]["by"] = args["role"]
+            conn.team = team
+            conn.by = args.get("role") if op == "hello" and args.get("role") else args.get("by") or conn.by
         if op == "ping":
             return {"pong": True, "session": s.summary()}
         if op == "hello":
@@ -281,16 +363,16 @@ class LiveServer:
             series = args.get("series_since")
             return s.team_state(target, int(args.get("since", 0)), None if series is None else int(series))
         if op == "act":
-            return s.act(team, args["action"], args.get("params"), args.get("by") or self.consoles[ident]["by"] or "console",
+            return s.act(team, args["action"], args.get("params"), args.get("by") or conn.by or "console",
                          f"{team}:{req['id']}")
         if op == "scoreboard":
             board = s.scoreboard()
             board["consoles"] = self.connected()
             return board
         if op == "status":
-            return {"session": s.summary(), "consoles": self.connected(), "counters": dict(self.counters)}
+            return {"session": s.summary(), "consoles": self.connected(), "counters": self.counts()}
         if op == "overview":
-            return s.overview() | {"consoles": self.connected(), "counters": dict(self.counters)}
+            return s.overview() | {"consoles": self.connected(), "counters": self.counts()}
         if role == "facilitator" and op not in READS:
             with s.answering(f"{FACILITATOR_REQUESTS}:{req['id']}"):
                 return self._control(op, args)
@@ -318,9 +400,19 @@ class LiveServer:
         """Team -> consoles heard from in the last few seconds."""
         now = time.monotonic()
         out = {team: 0 for team in self.session.teams}
-        for c in self.consoles.values():
-            if now - c["seen"] <= CONSOLE_GONE_S:
-                out[c["team"]] += 1
+        for c in reversed(self.connections.values()):  # the most recently heard first
+            if now - c.heard > CONSOLE_GONE_S:
+                break
+            if c.team is not None:
+                out[c.team] += 1
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """The counters, with those of the pages' server (what it refused before the session saw it)."""
+        out = dict(self.counters)
+        for other in self.also_counted:
+            for name, n in dict(other).items():
+                out[name] = out.get(name, 0) + n
         return out
 
     def close(self) -> None:

@@ -12,7 +12,16 @@ stepped (``changed``), asking only for the feed entries and chart points the pag
 not had, so a page that reconnects says where it was and loses nothing.
 
 The token travels in the URL's fragment, which browsers never send to a server nor put
-in a referrer, and then inside the WebSocket. Pages are static files of this package,
+in a referrer, and then inside the WebSocket.
+
+Who a client is: on loopback every page comes from 127.0.0.1, so an address names no one
+and a cap per address would lock teams out. A page that has shown a valid token is
+counted against its token (``LIVE_PAGES_PER_TOKEN``); one that has not is among the
+waiting, all clients together, where the one waiting longest is closed to make room and
+a new one is never refused (``LIVE_PAGES_WAITING``, ``LIVE_HELLO_WITHIN_S``). So is an
+idle HTTP connection (``LIVE_HTTP_CONNECTIONS``). A wrong token is checked here, before
+the page gets a ZeroMQ socket, and a source that keeps showing wrong ones is refused
+before any work (``limits.FailureGate``). Pages are static files of this package,
 with a strict Content-Security-Policy (nothing inline, nothing from elsewhere: game
 days run on closed networks, so the charting library, uPlot, is served from here too).
 A bind that is not loopback needs TLS.
@@ -22,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import errno
+import functools
 import itertools
 import json
 import logging
@@ -29,14 +39,17 @@ import secrets
 import socket
 import ssl
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
+from orchestrator import budgets
 from orchestrator.errors import GamedayError, setting
-from orchestrator.hosting.fabric import AsyncRequestClient
+from orchestrator.hosting.fabric import AsyncRequestClient, is_loopback
 from orchestrator.live import protocol as lp
-from orchestrator.live.server import is_loopback
+from orchestrator.live.limits import FailureGate, TokenBucket
+from orchestrator.live.server import binds_loopback, host_of
 
 log = logging.getLogger("gameday.serve")
 
@@ -64,8 +77,6 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", 
 REPLY_TIMEOUT_S = 10.0  # a session stepping many worlds can be slow to answer; the page says so meanwhile
 MIN_PUSH_INTERVAL_S = 0.25  # at most four state pushes a second per page, whatever the speed
 CALL_TRIES = 6  # a request unanswered for a minute is reported as such (the page may send it again)
-HELLO_WITHIN_S = 10.0  # a connection that does not say who it is by then is closed
-MAX_PAGES = 500  # open at once; past that a page is refused (each holds a ZeroMQ socket)
 IDLE_PUSH_S = 1.0  # pushed at least this often: ages grow and the session's state changes without a tick
 MAX_MESSAGE = 64 * 1024  # from a page; as the live protocol's frames
 #: role -> (the request whose answer is pushed to its pages, the pushed message's type)
@@ -77,7 +88,8 @@ class InsecureWebBind(GamedayError):
 
 
 def check_web_bind(host: str, tls: bool) -> None:
-    if not is_loopback(host) and not tls:
+    """Refuses, before anything is built, pages served beyond loopback without TLS."""
+    if not tls and not binds_loopback(host, f"{setting('web_host')} {host}"):
         raise InsecureWebBind(
             f"{setting('web_host')} {host}: not a loopback address, and without TLS anyone on the network could read "
             f"the pages and their tokens. Pass {setting('tls_cert')} and {setting('tls_key')} (`gameday keys DIR --tls` "
@@ -101,12 +113,25 @@ class WebServer:
     ``endpoint``: the session's ZeroMQ address; ``board``: the latest scoreboard as JSON."""
 
     def __init__(self, endpoint: str, board, host: str = "127.0.0.1", port: int = 7701,
-                 tls: ssl.SSLContext | None = None, server_public: bytes | None = None, board_access=None):
-        """``board_access(token)``: whether a token may read the board (None: anyone may)."""
+                 tls: ssl.SSLContext | None = None, server_public: bytes | None = None, board_access=None,
+                 holder=None):
+        """``board_access(token)``: whether a token may read the board (None: anyone may);
+        ``holder(token)``: who a token is, (role, team) or None, so that a wrong token is
+        refused before its page gets a ZeroMQ socket (None: the session says so)."""
         check_web_bind(host, tls is not None)
         self.endpoint, self.board, self.host, self.tls, self.server_public = endpoint, board, host, tls, server_public
-        self.board_access = board_access
-        self.pages: set[_Page] = set()
+        self.board_access, self.holder = board_access, holder
+        self.pages: set[_Page] = set()  # every open page
+        self.waiting: OrderedDict[_Page, None] = OrderedDict()  # pages yet to say hello, the oldest first
+        self.by_token: dict[str, set[_Page]] = {}  # the pages that said hello, by their token
+        self.busy: set = set()  # the HTTP connections a request is being handled on
+        self.closing: set[asyncio.Task] = set()  # pages being closed to make room
+        self.failures = FailureGate(budgets.LIVE_FAILURES_PER_S, budgets.LIVE_FAILURE_BURST,
+                                    budgets.LIVE_ALL_FAILURES_PER_S, budgets.LIVE_ALL_FAILURE_BURST,
+                                    budgets.LIVE_CONNECTIONS_KEPT)
+        self.board_buckets: dict[str, TokenBucket] = {}  # a valid token -> its reads of the board
+        #: what the pages' server refused before the session saw it (shown with the session's: LiveServer.counts)
+        self.counters = {"unauthorized": 0, "malformed": 0, "rate_limited": 0, "over_cap": 0}
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -137,16 +162,19 @@ class WebServer:
     # -- the loop's thread ------------------------------------------------------------------------
     def _serve(self, port: int) -> None:
         asyncio.set_event_loop(self.loop)
-        app = web.Application(client_max_size=MAX_MESSAGE, middlewares=[_add_headers, self._check_host])
+        app = web.Application(client_max_size=MAX_MESSAGE, middlewares=[self._track, _add_headers, self._check_host])
         app.router.add_get("/", self._scoreboard_page)
         app.router.add_get("/scoreboard.json", self._board)
         app.router.add_get("/team/{team}", self._team_page)
         app.router.add_get("/facilitator", self._facilitator_page)
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/ws", self._socket)
-        self.runner = web.AppRunner(app, access_log=None)  # URLs hold no tokens, but nobody needs a line per poll
+        # (URLs hold no tokens, but nobody needs a line per poll; an idle connection, or one
+        # that has not sent its whole request, is closed after LIVE_HTTP_IDLE_S)
+        self.runner = web.AppRunner(app, access_log=None, keepalive_timeout=budgets.LIVE_HTTP_IDLE_S)
         try:
             self.loop.run_until_complete(self.runner.setup())
+            self._make_room_for_connections(self.runner.server)
             site = web.TCPSite(self.runner, self.host, port, ssl_context=self.tls)
             self.loop.run_until_complete(site.start())
             self.port = site._server.sockets[0].getsockname()[1]
@@ -181,16 +209,73 @@ class WebServer:
     @web.middleware
     async def _check_host(self, request, handler):
         """Over plain HTTP (loopback only) a request must name a loopback host: a page of
-        another site whose name was made to resolve to 127.0.0.1 (DNS rebinding) names its own."""
-        if self.tls is None and not is_loopback((request.url.host or "").strip("[]")):
-            return web.Response(status=421, text="this server answers only to a loopback name\n")
+        another site whose name was made to resolve to 127.0.0.1 (DNS rebinding) names its own.
+        The Host header is read as an address (127.0.0.1.evil.example is a name), never resolved."""
+        if self.tls is None and not is_loopback(host_of(request.headers.get("Host", ""))):
+            return web.Response(status=421, text="this server answers only to a loopback name or address "
+                                                 "(127.0.0.1, [::1] or localhost)\n")
         return await handler(request)
+
+    @web.middleware
+    async def _track(self, request, handler):
+        """While a request is handled (a page's WebSocket: while it is open), its connection
+        is busy and never closed to make room for another."""
+        connection = request.protocol
+        self.busy.add(connection)
+        try:
+            return await handler(request)
+        finally:
+            self.busy.discard(connection)
+
+    def _make_room_for_connections(self, http: web.Server) -> None:
+        """Past LIVE_HTTP_CONNECTIONS open, each new connection closes the oldest idle one:
+        a client holding connections open cannot keep others from connecting, and a browser
+        opens an idle connection again when it needs one. (aiohttp's server is told of every
+        new connection through its connection_made.)"""
+        made = http.connection_made
+
+        def connection_made(handler, transport) -> None:
+            made(handler, transport)
+            connections = http.connections  # the oldest first
+            if len(connections) > budgets.LIVE_HTTP_CONNECTIONS:
+                idle = next((c for c in connections  # (one closed already is listed until its close is done)
+                             if c is not handler and c not in self.busy and c.transport is not None), None)
+                if idle is not None:
+                    self.counters["over_cap"] += 1
+                    idle.force_close()
+
+        http.connection_made = connection_made
+
+    def gate_open(self, source: str) -> bool:
+        """Whether a request without a valid token yet, from ``source``, may be read; counted if not."""
+        self.failures.forget_quiet()
+        if self.failures.open_to(source):
+            return True
+        self.counters["rate_limited"] += 1
+        return False
+
+    def failed(self, source: str, counter: str) -> None:
+        """``source`` showed a wrong token, or something malformed."""
+        self.counters[counter] += 1
+        self.failures.failed(source)
+
+    def gated(self) -> str:
+        return (f"too many requests without a valid token: at most {self.failures.limits()}; wait a few seconds, "
+                "and check the token")
 
     async def _board(self, request):
         if self.board_access is not None:
+            if not self.gate_open(request.remote or ""):
+                return web.Response(status=429, text=self.gated() + "\n", headers={"Retry-After": "5"})
             given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
             if not given or not self.board_access(given):
+                self.failed(request.remote or "", "unauthorized")
                 return web.Response(status=401, text="the scoreboard needs the viewer's token\n")
+            if not self.board_buckets.setdefault(given, TokenBucket(budgets.LIVE_RATE_PER_TOKEN,
+                                                                    budgets.LIVE_BURST_PER_TOKEN)).take():
+                self.counters["rate_limited"] += 1
+                return web.Response(status=429, text=f"more than {budgets.LIVE_RATE_PER_TOKEN:g} requests a second "
+                                                     "with this token; slow down\n", headers={"Retry-After": "1"})
         try:
             return web.Response(body=self.board().encode(), content_type="application/json")
         except Exception:  # noqa: BLE001 - the page shows "connection lost" and retries
@@ -200,22 +285,63 @@ class WebServer:
         origin = request.headers.get("Origin")
         if origin is not None and origin != f"{request.scheme}://{request.host}":  # a page of another site
             return web.Response(status=403, text="a page of another site cannot talk to this server\n")
-        if len(self.pages) >= MAX_PAGES:
-            return web.Response(status=503, text="too many pages are open on this session\n")
-        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, heartbeat=10.0)
+        source = request.remote or ""
+        if not self.gate_open(source):  # before the WebSocket costs anything
+            return web.Response(status=429, text=self.gated() + "\n", headers={"Retry-After": "5"})
+        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE, heartbeat=10.0, timeout=budgets.LIVE_CLOSE_WITHIN_S)
         await ws.prepare(request)
-        page = _Page(self, ws)
+        page = _Page(self, ws, source)
         self.pages.add(page)
+        self._wait_for_hello(page)
         try:
             await page.serve()
         except (ConnectionError, asyncio.CancelledError):
             pass  # the tab went away, or the server is shutting down
         except Exception as e:  # noqa: BLE001 - a bug in one page's gateway must not take the others down
-            log.error("gameday serve: a page's connection failed: %s: %s", type(e).__name__, e)
+            log.error("gameday serve: a page's connection failed: %s: %s", type(e).__name__, lp.for_terminal(str(e)))
         finally:
-            self.pages.discard(page)
+            self._forget(page)
             await page.close()
         return ws
+
+    def _wait_for_hello(self, page: _Page) -> None:
+        """Among the pages yet to say hello; past LIVE_PAGES_WAITING the one waiting longest
+        is closed (a page says hello at once: only a silent one waits long)."""
+        self.waiting[page] = None
+        while len(self.waiting) > budgets.LIVE_PAGES_WAITING:
+            oldest, _ = self.waiting.popitem(last=False)
+            self.counters["over_cap"] += 1
+            reason = f"more than {budgets.LIVE_PAGES_WAITING} pages waiting to say hello; the longest waiting is closed"
+            task = asyncio.ensure_future(oldest.ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=reason.encode()))
+            self.closing.add(task)
+            task.add_done_callback(self.closing.discard)
+
+    def admit(self, page: _Page, token: str) -> dict | None:
+        """``page`` said hello with ``token``: counted against the token, or the error it is
+        refused with (a wrong token, or the token's pages at their cap)."""
+        self.waiting.pop(page, None)
+        if self.holder is not None and self.holder(token) is None:
+            self.failed(page.source, "unauthorized")
+            return {"code": "unauthorized", "message": "this token grants nothing here"}
+        pages = self.by_token.setdefault(token, set())
+        if len(pages) >= budgets.LIVE_PAGES_PER_TOKEN:
+            self.counters["over_cap"] += 1
+            return {"code": "too_many_pages",
+                    "message": f"{len(pages)} pages are open with this token, the most one token may have "
+                               f"({budgets.LIVE_PAGES_PER_TOKEN}); close one, and this page tries again by itself"}
+        pages.add(page)
+        page.token = token
+        return None
+
+    def _forget(self, page: _Page) -> None:
+        """Nothing of a closed page stays behind."""
+        self.pages.discard(page)
+        self.waiting.pop(page, None)
+        pages = self.by_token.get(page.token)
+        if pages is not None:
+            pages.discard(page)
+            if not pages:
+                del self.by_token[page.token]
 
     # -- from the session's thread ----------------------------------------------------------------
     def changed(self) -> None:
@@ -232,6 +358,8 @@ class WebServer:
     def shutdown(self) -> None:
         """Close every page and stop serving; frees the port."""
         async def stop():
+            for task in list(self.closing):
+                task.cancel()
             pages = list(self.pages)
             await asyncio.wait_for(asyncio.gather(*(p.ws.close() for p in pages), return_exceptions=True), 5)
             await asyncio.wait_for(self.runner.cleanup(), 5)
@@ -254,8 +382,8 @@ class _Page:
 
     _ids = itertools.count()
 
-    def __init__(self, web_server: WebServer, ws):
-        self.web, self.ws = web_server, ws
+    def __init__(self, web_server: WebServer, ws, source: str):
+        self.web, self.ws, self.source = web_server, ws, source
         self.client: AsyncRequestClient | None = None
         self.lock = asyncio.Lock()
         self.wake = asyncio.Event()
@@ -279,17 +407,26 @@ class _Page:
                     break
         if raw is None:
             return {"id": rid, "ok": False, "error": {"code": "unreachable", "message": "the session does not answer"}}
-        return lp.parse_reply(raw)
+        reply = lp.parse_reply(raw)
+        if reply["id"] == "":  # refused unread (the session's failure gate): the answer to this request
+            reply["id"] = rid
+        return reply
 
     async def send(self, obj: dict) -> None:
         if not self.ws.closed:
             await self.ws.send_str(json.dumps(obj))
 
-    async def next_request(self, timeout: float | None) -> tuple | None:
-        """(id, op, args, the message) of the page's next request; None when it is gone."""
+    async def next_request(self, before_hello: bool = False) -> tuple | None:
+        """(id, op, args, the message) of the page's next request; None when it is gone.
+        ``before_hello``: the page has shown no valid token yet, so a message is read only
+        while the failure gate is open to its source, and a malformed one counts against it."""
         while True:
-            msg = await (self.ws.receive(timeout=timeout) if timeout else self.ws.receive())
+            msg = await self.ws.receive()
             if msg.type != WSMsgType.TEXT:
+                return None
+            if before_hello and not self.web.gate_open(self.source):
+                await self.send({"type": "reply", "id": None, "ok": False,
+                                 "error": {"code": "rate_limited", "message": self.web.gated()}})
                 return None
             try:
                 req = json.loads(msg.data)
@@ -298,23 +435,31 @@ class _Page:
                     raise TypeError("args")
                 return rid, op, args, req
             except (ValueError, KeyError, TypeError, RecursionError):
+                if before_hello:
+                    self.web.failed(self.source, "malformed")
                 await self.send({"type": "reply", "id": None, "ok": False,
                                  "error": {"code": "malformed", "message": "expected {id, op, args}"}})
 
     async def serve(self) -> None:
-        try:
-            first = await self.next_request(HELLO_WITHIN_S)
-        except asyncio.TimeoutError:
-            return  # said nothing: a page says hello at once
-        if first is None:
+        try:  # (the whole hello within the time, however many malformed messages come first)
+            first = await asyncio.wait_for(self.next_request(before_hello=True), budgets.LIVE_HELLO_WITHIN_S)
+        except asyncio.TimeoutError:  # said nothing: a page says hello at once
+            await self.ws.close(code=WSCloseCode.POLICY_VIOLATION,
+                                message=f"no hello within {budgets.LIVE_HELLO_WITHIN_S:g} s".encode())
+            return
+        if first is None or self.ws.closed:  # (closed to make room, its hello read already: it goes)
             return
         rid, op, args, req = first
         if op != "hello" or not isinstance(req.get("token"), str):
+            self.web.failed(self.source, "unauthorized")
             await self.send({"type": "reply", "id": rid, "ok": False,
                              "error": {"code": "unauthorized", "message": "say hello with a token first"}})
             return
         # the first message says who the page is, and where its feed was
-        self.token = req["token"][:lp.MAX_TEXT]
+        refused = self.web.admit(self, req["token"][:lp.MAX_TEXT])
+        if refused is not None:
+            await self.send({"type": "reply", "id": rid, "ok": False, "error": refused})
+            return
         self.since, self.series_since = _count(req.get("since")), _count(req.get("series_since"))
         self.client = AsyncRequestClient(self.web.zmq, self.web.endpoint, REPLY_TIMEOUT_S, self.web.server_public)
         hello = {"role": str(args.get("by") or "")[:lp.MAX_TEXT] or "page"}
@@ -323,11 +468,13 @@ class _Page:
         reply = await self.call(rid, "hello", hello)
         await self.send({"type": "reply", **reply})
         if not reply["ok"]:
+            if reply["error"]["code"] == "unauthorized":  # (the session counted it)
+                self.web.failures.failed(self.source)
             return  # a wrong token sees nothing, and gets nothing more
         watched = WATCHED.get(reply["result"]["role"])
         if watched is not None:
             self.watcher = asyncio.ensure_future(self.watch(*watched))
-        while (request := await self.next_request(None)) is not None:
+        while (request := await self.next_request()) is not None:
             rid, op, args, _ = request
             await self.send({"type": "reply", **await self.call(rid, op, args)})
             self.wake.set()  # an action shows at once as requested
@@ -366,8 +513,14 @@ def _count(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+@functools.lru_cache(maxsize=None)
+def _contents(name: str) -> bytes:
+    """A page's file, read once: a flood of page loads costs no disk reads."""
+    return (STATIC / name).read_bytes()
+
+
 def _file(name: str, ctype: str):
-    return web.Response(body=(STATIC / name).read_bytes(), headers={"Content-Type": ctype})
+    return web.Response(body=_contents(name), headers={"Content-Type": ctype})
 
 
 @web.middleware
