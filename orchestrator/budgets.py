@@ -88,6 +88,9 @@ LIVE_PAGES_PER_TOKEN = 16
 #: waiting longest is closed, never a new one refused (a page says hello as soon as it is
 #: open, so only a silent one is ever the oldest; a few KB each)
 LIVE_PAGES_WAITING = 256
+#: seconds a console's connection has to complete ZeroMQ's handshake before it is dropped
+#: (libzmq's default is 30: a client that connects and says nothing holds its place that long)
+LIVE_HANDSHAKE_S = 5.0
 #: seconds a page has to say hello with its token (a browser says it at once; a slow tunnel
 #: takes well under a second)
 LIVE_HELLO_WITHIN_S = 5.0

@@ -282,6 +282,25 @@ def test_a_client_that_sends_nothing_or_only_part_of_a_request_is_cut_off(tmp_pa
 
 # -- requests without a valid token: refused before any work ---------------------------------------
 
+def test_a_console_connection_that_never_completes_the_handshake_is_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(budgets, "LIVE_HANDSHAKE_S", 0.5)
+    with live(tmp_path) as (_, server):
+        host, port = server.sock.address.removeprefix("tcp://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as raw:  # connects, and says nothing
+            raw.settimeout(10)
+            t0 = time.monotonic()
+            received = b""
+            while chunk := raw.recv(4096):  # the server's greeting, then its close
+                received += chunk
+            assert time.monotonic() - t0 < 9  # closed by the server, not by our own timeout
+        assert received.startswith(b"\xff")  # (ZeroMQ's greeting: it was the session's socket)
+        blue = client(server, "team", "blue")  # and the session still answers
+        try:
+            assert blue.call("state", {})["session"]
+        finally:
+            blue.close()
+
+
 def test_a_connection_that_keeps_showing_wrong_tokens_is_refused_unread_and_valid_tokens_never_are(tmp_path):
     with live(tmp_path) as (_, server):
         wrong = LiveClient(server.address, "not-a-token")

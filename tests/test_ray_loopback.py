@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = pytest.mark.slow  # (the tests that use the shared Ray are marked ray by conftest; the others start their own)
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOK = str(ROOT / "tests" / "playbooks" / "mini_loop.yaml.j2")
@@ -137,7 +137,7 @@ def check_all_on_loopback(seen: dict) -> None:
 def test_a_run_on_ray_listens_on_loopback_only(tmp_path):
     """`gameday run --hosting ray`, an actor per kind of agent, paced so that it plays for
     some seconds after its actors are up."""
-    seen, commands, done = watch(["run", PLAYBOOK, "--runbook", "none", "--duration", "5m", "--speed", "20",
+    seen, commands, done = watch(["run", PLAYBOOK, "--runbook", "none", "--duration", "2m", "--speed", "20",
                                   "--hosting", "ray", "--placement", "kind", "--no-progress", "--no-report",
                                   "--out", str(tmp_path / "run")])
     assert done.returncode == 0, done.stderr[-3000:]
@@ -150,7 +150,7 @@ def test_a_served_game_day_on_ray_listens_on_loopback_only(tmp_path):
     """`gameday serve --hosting ray`, two teams and the pages, started at once and left to end."""
     seen, commands, done = watch(["serve", PLAYBOOK, "--team", "red", "--team", "blue", "--hosting", "ray",
                                   "--bind", "tcp://127.0.0.1:0", "--web-port", "0", "--start", "--speed", "20",
-                                  "--duration", "5m", "--linger", "1", "--no-report", "--out", str(tmp_path / "s")])
+                                  "--duration", "2m", "--linger", "1", "--no-report", "--out", str(tmp_path / "s")])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "gcs_server" in commands
     check_all_on_loopback(seen)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import zmq
 
+from orchestrator import budgets
+
 
 class FabricError(RuntimeError):
     """A socket could not send or receive."""
@@ -184,6 +186,11 @@ class RequestServer:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self.sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+        # a connection that never completes the handshake is dropped, and one whose peer
+        # vanished without closing is found by TCP keepalives (ZeroMQ never says who left)
+        self.sock.setsockopt(zmq.HANDSHAKE_IVL, int(budgets.LIVE_HANDSHAKE_S * 1000))
+        self.sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        self.sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 60)
         if curve is not None:
             self.sock.curve_publickey, self.sock.curve_secretkey = curve
             self.sock.curve_server = True
