@@ -12,7 +12,20 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is if it is not a regular file ("a FIFO", "a character
+    device" ...), else None: reading one could wait for ever (a FIFO) or never end (/dev/zero)."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for is_kind, what in _KINDS if is_kind(mode)), "not a regular file")
 
 
 class OutsideDirectory(Exception):

@@ -16,7 +16,7 @@ from typing import TypedDict
 import pandas as pd
 import yaml
 
-from .files import OutsideDirectory, inside
+from .files import OutsideDirectory, inside, not_regular
 from .timefmt import parse_clock
 
 # -- a run directory ------------------------------------------------------------------------------
@@ -215,13 +215,26 @@ class RunData:
         return self.dir
 
 
+#: the most a run directory's JSON file may hold, in bytes (a run writes a few KB; a directory
+#: someone else made could hold anything)
+JSON_BYTES = 64 * 2**20
+
+
 def run_file(run_dir: Path, name: str) -> Path:
     """The path of a run directory's file ``name``, if it does not lead out of the directory
-    (``files.inside``); else ``BadRunDirectory`` naming the link."""
+    (``files.inside``) and is a regular file, or none; else ``BadRunDirectory`` naming it
+    (a FIFO would be waited on for ever, a device read without end)."""
     try:
-        return inside(run_dir, name)
+        path = inside(run_dir, name)
     except OutsideDirectory as e:
         raise BadRunDirectory(str(e)) from None
+    try:
+        kind = not_regular(path.stat().st_mode) if name not in ("", ".") else None
+    except OSError:  # (none there: the reader says what that means)
+        return path
+    if kind:
+        raise BadRunDirectory(f"{path}: {kind}; expected a regular file, as gameday writes it")
+    return path
 
 
 def read_json(run_dir: Path, name: str, expected: str):
@@ -231,11 +244,15 @@ def read_json(run_dir: Path, name: str, expected: str):
     if not path.exists():
         return None
     try:
+        if path.stat().st_size > JSON_BYTES:
+            raise BadRunDirectory(f"{path}: over {JSON_BYTES // 2**20} MiB; expected {expected}, as gameday writes it "
+                                  "(a few KB)")
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise BadRunDirectory(f"{path}: cannot be read ({e.strerror or e}); expected {expected}") from None
-    except ValueError as e:  # (a JSON file is written whole or not at all: this one was damaged since)
-        raise BadRunDirectory(f"{path}: not valid JSON ({e}); expected {expected}, as gameday writes it") from None
+    except (ValueError, RecursionError) as e:  # (written whole or not at all: this one was damaged, or made, since)
+        raise BadRunDirectory(f"{path}: not valid JSON ({type(e).__name__}: {str(e)[:200]}); expected {expected}, as "
+                              "gameday writes it") from None
 
 
 def _complete_lines(path: Path) -> str:

@@ -115,6 +115,7 @@ def _lookups_within(x: np.ndarray, lat: float) -> np.ndarray:
     return (first * x[:, None] * np.minimum(lat, 1 - tau)).mean(axis=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("latency", [0.0, 0.5])
 def test_after_a_flush_the_store_is_asked_for_each_key_until_it_answers(tmp_path, latency):
     """The tick after a flush: every key looked up is asked of the store once, and again

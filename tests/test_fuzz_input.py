@@ -42,6 +42,8 @@ DOCUMENTS = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_si
                                                           st.dictionaries(st.text(max_size=12), inner, max_size=4)),
                          max_leaves=20)
 
+pytestmark = pytest.mark.slow  # (a few seconds each: tests/test_input_budgets.py keeps the cases in the fast subset)
+
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 

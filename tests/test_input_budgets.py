@@ -5,6 +5,7 @@ budget, no traceback, no run directory. (Templates' budgets: tests/test_template
 generated inputs: tests/test_fuzz_input.py.)"""
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -98,6 +99,23 @@ def test_a_title_too_long_or_with_control_characters_is_refused(tmp_path, title)
     body = BODY.replace("title: A minimal valid playbook for the bad-input corpus",
                         'title: "' + title.replace("\x1b", "\\e").replace("\x07", "\\a") + '"')
     assert "title: got" in refused(tmp_path, playbook(tmp_path, body))
+
+
+@pytest.mark.parametrize("value, shown", [("!!set {a, b}", "!!set (a set)"), ("!!binary aGk=", "!!binary (bytes)"),
+                                          ("!!timestamp 2021-12-07", "!!timestamp (a date or time)")])
+def test_yaml_types_json_cannot_hold_are_refused_at_their_line(tmp_path, value, shown):
+    body = BODY.replace("title: A minimal valid playbook for the bad-input corpus", f"title: {value}")
+    assert shown in refused(tmp_path, playbook(tmp_path, body))
+
+
+def test_an_unquoted_date_stays_the_text_it_is_written_as(tmp_path):
+    body = BODY + "incident: {date: 2021-12-07, began: 2021-12-07 07:30:00}\n"
+    runner = CliRunner()
+    with runner.isolated_filesystem(temp_dir=tmp_path):
+        run = runner.invoke(main, ["run", playbook(tmp_path, body), "--runbook", "none", "--out", "run", "--no-progress",
+                                   "--duration", "2m", "--hosting", "inprocess", "--no-report"])
+        assert run.exit_code == 0, (run.output, run.exc_info)
+        assert json.loads(Path("run/meta.json").read_text())["status"] == "complete"
 
 
 def test_a_file_beyond_its_budget_is_refused_before_it_is_read(tmp_path):

@@ -244,6 +244,7 @@ def test_idle_http_connections_past_the_cap_make_room_and_a_page_still_loads(tmp
         assert closed >= 100 - 40 and web.counters["over_cap"] >= 100 - 40
 
 
+@pytest.mark.slow
 def test_a_client_that_sends_nothing_or_only_part_of_a_request_is_cut_off(tmp_path, monkeypatch):
     monkeypatch.setattr(budgets, "LIVE_HTTP_IDLE_S", 1.0)
     monkeypatch.setattr(budgets, "LIVE_HELLO_WITHIN_S", 1.0)
@@ -282,6 +283,7 @@ def test_a_client_that_sends_nothing_or_only_part_of_a_request_is_cut_off(tmp_pa
 
 # -- requests without a valid token: refused before any work ---------------------------------------
 
+@pytest.mark.slow
 def test_a_console_connection_that_never_completes_the_handshake_is_dropped(tmp_path, monkeypatch):
     monkeypatch.setattr(budgets, "LIVE_HANDSHAKE_S", 0.5)
     with live(tmp_path) as (_, server):
@@ -301,6 +303,7 @@ def test_a_console_connection_that_never_completes_the_handshake_is_dropped(tmp_
             blue.close()
 
 
+@pytest.mark.slow
 def test_a_connection_that_keeps_showing_wrong_tokens_is_refused_unread_and_valid_tokens_never_are(tmp_path):
     with live(tmp_path) as (_, server):
         wrong = LiveClient(server.address, "not-a-token")

@@ -199,6 +199,7 @@ def test_through_the_python_api_a_full_disk_is_a_write_error_and_nothing_else(tm
         assert NO_SPACE in str(raised.value) and raised.value.exit_code == 1
 
 
+@pytest.mark.slow
 def test_a_disk_that_stays_full_still_gets_a_message_saying_what_could_not_be_written(tmp_path):
     """From the N-th write on, every write fails: meta.json cannot be marked failed nor
     error.txt written, and the message says so; what is left reads (a run still "running")."""
@@ -281,6 +282,7 @@ def _wait_for_holder(out: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_second_comparison_into_a_directory_being_written_is_refused_and_a_killed_ones_is_taken_over(tmp_path):
     out = tmp_path / "cmp"
     first = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "compare", MINI, "-r", "none", "-r", FIX,
@@ -305,6 +307,7 @@ def test_a_second_comparison_into_a_directory_being_written_is_refused_and_a_kil
     assert bad.exit_code == 2 and not (tmp_path / "bad").exists()  # (bad input: no directory made)
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_directory_being_written_is_refused_naming_the_process(tmp_path):
     out = tmp_path / "run"
     first = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", MINI, "-r", "none", "--duration", "6h",
@@ -484,3 +487,23 @@ def test_a_bad_run_directory_reads_as_a_named_refusal_not_an_exception_of_pandas
         f.write("1,2,3," + ",".join(["4"] * 400) + "\n")  # a row longer than the header
     with pytest.raises(BadRunDirectory, match="metrics.csv: cannot be read as CSV"):
         reads_as_a_report_does(run)
+
+
+@pytest.mark.parametrize("name", [rundir.SCORE, rundir.META, rundir.COLUMNS, rundir.EVENTS])
+def test_a_fifo_in_place_of_a_run_file_is_refused_not_waited_on(recorded, tmp_path, name):
+    run = _copy(recorded, tmp_path / "run")
+    (run / name).unlink()
+    os.mkfifo(run / name)
+    result = gameday("report", run, "--format", "md")  # (a FIFO without a writer: reading it would wait for ever)
+    assert result.exit_code == 2 and f"{run / name}: a FIFO; expected a regular file" in result.stderr, result.output
+
+
+@pytest.mark.parametrize("name, content", [(rundir.ATTRIBUTION, "[1, 2, 3]"), (rundir.COLUMNS, '"text"'),
+                                           (rundir.SCORE, "[" * 100_000 + "]" * 100_000)])
+def test_a_run_file_holding_what_gameday_never_writes_there_is_refused_with_a_message(recorded, tmp_path, name,
+                                                                                      content):
+    run = _copy(recorded, tmp_path / "run")
+    (run / name).write_text(content)
+    result = gameday("report", run, "--format", "md")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert str(run) in result.stderr and result.stderr.startswith("error: "), result.stderr

@@ -90,11 +90,13 @@ def test_a_string_doubled_in_a_loop_is_refused_as_over_the_memory_budget_with_it
 
 # -- time ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_nested_range_loops_are_refused_as_over_the_time_budget_with_their_line():
     body = "a: 1\n{% for i in range(100000) %}\n{% for j in range(100000) %}{{ '' }}{% endfor %}\n{% endfor %}\n"
     assert refusal(body).startswith(line(3) + TOOK)  # (the alarm's: the kill's names no line)
 
 
+@pytest.mark.slow
 def test_a_huge_power_is_refused():
     assert TOOK in refusal("a: 1\nb: {{ 9**(9**9) }}\n")
 
@@ -109,6 +111,7 @@ def test_a_child_that_does_not_answer_by_the_deadline_is_killed_and_the_budget_n
     assert time.monotonic() - started < 0.5
 
 
+@pytest.mark.slow
 def test_a_child_deaf_to_its_alarm_is_killed_at_the_deadline():
     def deaf():
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
@@ -142,6 +145,7 @@ def test_an_interrupted_parent_kills_and_reaps_its_child():
     # (no_child_left_behind checks the child is gone)
 
 
+@pytest.mark.slow
 def test_a_template_rendered_from_a_thread_is_bounded_too():
     """The live server and comparisons may render off the main thread: the forked child is a
     process of its own, whose alarm still names the line."""

@@ -144,7 +144,16 @@ def report_command(run_dir, fmt, out):
         raise NotFound(str(e)) from None
     for text in warnings:
         click.echo(f"warning: {text}", err=True)
-    written = _write_report(run, fmt, Path(out) if out else None)
+    try:
+        written = _write_report(run, fmt, Path(out) if out else None)
+    except BadRunDirectory as e:
+        raise RunDirectoryError(str(e)) from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
+        # (a file of the right name holding what gameday never writes there: a directory someone made or edited)
+        raise RunDirectoryError(f"cannot report {run_dir}: {type(e).__name__}: {str(e)[:300]}. Its files are not as "
+                                "this version of gameday writes them (edited since, or made elsewhere); a run directory "
+                                "gameday wrote and nobody changed always reports, so if this one is such, it is a bug "
+                                "in gameday: please report it with the directory") from None
     for path in written:
         if path.suffix in (".md", ".html"):
             click.echo(str(path))

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import importlib.resources
 import os
-import stat
 from pathlib import Path
 
 
 from orchestrator import budgets
 from orchestrator.errors import Issue, NotFound, closest_first
+from reports.files import not_regular
 
 
 def builtin_dir() -> Path:
@@ -59,10 +59,6 @@ def find_runbook(ref: str, playbook: str, source: str | Path | None = None) -> P
                    f"(a playbook's own runbooks go in {where}/)")
 
 
-_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def read_text(path: Path, error_cls) -> str:
     """A playbook, runbook or vars file's text: a regular file of at most budgets.FILE_BYTES
     of UTF-8 (opened without blocking and checked before it is read: a FIFO would wait for
@@ -75,10 +71,9 @@ def read_text(path: Path, error_cls) -> str:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise refuse(str(path), f"a readable file ({e.strerror})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    kind = not_regular(os.fstat(fd).st_mode)
+    if kind:
         os.close(fd)
-        kind = next((what for is_kind, what in _NOT_REGULAR if is_kind(mode)), "not a regular file")
         raise refuse(f"{path} ({kind})", "a regular file")
     with os.fdopen(fd, "rb") as f:
         try:

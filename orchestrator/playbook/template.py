@@ -9,9 +9,12 @@ sandbox bounds neither memory nor time (``{{ 'a' * 4000000000 }}``, ``{{ 9**(9**
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -249,11 +252,35 @@ def same_type(default, value) -> bool:
     return isinstance(value, type(default))
 
 
+#: the texts rendered last, by template, values and budget: a comparison or a test suite loads
+#: one playbook with the same values many times, and a fork is the dearest part of a load
+_RENDERED: OrderedDict[tuple, str] = OrderedDict()
+_RENDERED_KEPT, _RENDERED_KEPT_BYTES = 32, 2**20
+_RENDERED_LOCK = threading.Lock()
+
+
 def render(tpl: Template, values: dict) -> str:
     """The text ``tpl`` renders to with ``values``, rendered within gameday's budget for a
     template (``budgets``: TEMPLATE_SECONDS, TEMPLATE_MEMORY, RENDERED_BYTES) in a child
     process (``sandbox_process``); a mistake in the template, or a template over its budget,
-    raises InvalidPlaybook naming the line."""
+    raises InvalidPlaybook naming the line. (A rendering is deterministic: one done before
+    with the same template, values and budget is taken as it was.)"""
+    key = (tpl.body, json.dumps(values, sort_keys=True, default=repr), budgets.TEMPLATE_SECONDS,
+           budgets.TEMPLATE_MEMORY, budgets.RENDERED_BYTES)
+    with _RENDERED_LOCK:
+        if key in _RENDERED:
+            _RENDERED.move_to_end(key)
+            return _RENDERED[key]
+    text = _render_bounded(tpl, values)
+    if len(text) <= _RENDERED_KEPT_BYTES:
+        with _RENDERED_LOCK:
+            _RENDERED[key] = text
+            while len(_RENDERED) > _RENDERED_KEPT:
+                _RENDERED.popitem(last=False)
+    return text
+
+
+def _render_bounded(tpl: Template, values: dict) -> str:
     if not hasattr(os, "fork"):  # (no fork, as on Windows: rendered here, bounded only in the text it makes)
         kind, result = _rendering(tpl, values)
     else:

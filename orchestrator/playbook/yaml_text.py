@@ -14,12 +14,22 @@ from orchestrator.errors import InvalidPlaybook, Issue
 DUPLICATE_KEY = "found duplicate key"
 
 
-class OverBudget(yaml.MarkedYAMLError):
-    """A document beyond one of the YAML budgets, located where it goes beyond it."""
+class Refused(yaml.MarkedYAMLError):
+    """A document that parses but is not taken, located where and saying what was expected."""
 
     def __init__(self, problem: str, expected: str, mark):
         super().__init__(problem=problem, problem_mark=mark)
         self.expected = expected
+
+
+class OverBudget(Refused):
+    """A document beyond one of the YAML budgets."""
+
+
+#: the tags of the types JSON cannot hold (what a run directory writes the playbook as)
+_NOT_PLAIN = {"tag:yaml.org,2002:" + t: what for t, what in (
+    ("binary", "bytes"), ("set", "a set"), ("omap", "an ordered map"), ("pairs", "pairs"),
+    ("timestamp", "a date or time"))}
 
 
 class _OneKeyOnce(yaml.SafeLoader):
@@ -121,6 +131,20 @@ class _Budgeted(_OneKeyOnce):
 _Budgeted.add_constructor("tag:yaml.org,2002:int", _Budgeted.construct_yaml_int)
 
 
+def _not_plain(loader, node):
+    raise Refused(f"!!{node.tag.rsplit(':', 1)[-1]} ({_NOT_PLAIN[node.tag]})", "a plain YAML value (text, a number, true or "
+                  "false, a list or a mapping; write a date or time as quoted text)", node.start_mark)
+
+
+for _tag in _NOT_PLAIN:
+    _Budgeted.add_constructor(_tag, _not_plain)
+# An unquoted date (2021-12-07) stays the text it is written as: YAML 1.1 reads it as a date,
+# which no field takes and no file of a run directory can hold.
+_Budgeted.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in _NOT_PLAIN]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def load_yaml(text: str):
     """``text`` as YAML, every key of a mapping given once, within the YAML budgets."""
     return yaml.load(text, Loader=_Budgeted)
@@ -135,7 +159,7 @@ def yaml_issue(e: yaml.YAMLError, first_line: int = 1) -> Issue:
     # PyYAML notices a problem where it stops; its context (an unclosed "[" ...) is often the real mistake
     expected = "valid YAML"
     ctx, mark = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if isinstance(e, OverBudget):
+    if isinstance(e, Refused):
         expected = e.expected
     elif str(getattr(e, "problem", "")).startswith(DUPLICATE_KEY) and mark:
         expected = f"each key once in a mapping (it is first at line {mark.line + first_line}, column {mark.column + 1})"

@@ -24,6 +24,7 @@ from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import ScoreOnly, check_out_dir
 from orchestrator.runs.directory import RunDirectory, refuse_if_held
 from orchestrator.playbook.checks import timing_issues
+from orchestrator.playbook.format import MOST_SHARDS
 from orchestrator.playbook.loader import Playbook, load_playbook
 from orchestrator.playbook.template import Given
 from orchestrator.playbook.runbooks import load_runbook
@@ -55,8 +56,9 @@ def prepare(spec: RunSpec):
     runbook = spec.runbook or ("historical" if "historical" in runbook_files(pb.name, pb.source) else "none")
     rb_text, rb = load_runbook(runbook, pb)
     issues = timing_issues(pb.data, spec.duration, spec.tick)
-    if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool) or spec.shards < 1):
-        issues.append(Issue(setting("shards"), spec.shards, "an integer >= 1"))
+    if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool)
+                                    or not 1 <= spec.shards <= MOST_SHARDS):
+        issues.append(Issue(setting("shards"), spec.shards, f"an integer >= 1 and <= {MOST_SHARDS:,}"))
     if not isinstance(spec.seed, int) or isinstance(spec.seed, bool) or spec.seed < 0:
         issues.append(Issue(setting("seed"), spec.seed, "an integer >= 0"))
     if issues:
