@@ -35,6 +35,10 @@ TEMPLATE_MEMORY = 1 * 2**30
 #: the text a rendering may produce, in bytes
 RENDERED_BYTES = 4 * FILE_BYTES
 
+# -- a run ------------------------------------------------------------------------------
+#: the slowest pace a paced run (--speed) may keep: simulated seconds per wall second
+SLOWEST_SPEED = 0.001
+
 # -- what a playbook says ----------------------------------------------------------------
 #: what the name of a part of the world (a device pool, service, population, controller) or
 #: of a playbook is made of: letters, digits, "-" and "_", starting with a letter or digit

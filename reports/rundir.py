@@ -286,9 +286,9 @@ def read_events(run_dir: Path) -> pd.DataFrame:
             continue
         try:
             row = json.loads(line)
-        except ValueError as e:
-            raise BadRunDirectory(f"{path}: line {n} is not JSON ({e}); expected an event per line, as gameday "
-                                  "writes it") from None
+        except (ValueError, RecursionError) as e:
+            raise BadRunDirectory(f"{path}: line {n} is not JSON ({type(e).__name__}: {str(e)[:200]}); expected an "
+                                  "event per line, as gameday writes it") from None
         if not isinstance(row, dict) or "tick" not in row or "event" not in row:
             raise BadRunDirectory(f"{path}: line {n} is not an event; expected an object with {', '.join(EVENT_KEYS)}")
         rows.append(row)

@@ -155,3 +155,9 @@ def test_an_error_shows_a_bounded_prefix_of_any_value():
     assert shown("a\x1b[2Jb") == "'a\\x1b[2Jb'"
     assert shown({"b": 1, "a": 2}) == "{'b': 1, 'a': 2}"  # in the order written
     assert shown(None) == "nothing"
+
+
+def test_a_pace_slower_than_the_slowest_is_refused(tmp_path):
+    result = CliRunner().invoke(main, ["run", str(VALID), "--runbook", "none", "--speed", "1e-300", "--out",
+                                       str(tmp_path / "run"), "--no-progress"])
+    assert result.exit_code == 2 and f">= {budgets.SLOWEST_SPEED:g}" in result.stderr and not (tmp_path / "run").exists()

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.files import write_atomic
+from reports import rundir
+from reports.files import not_regular, write_atomic
 
 #: the packages whose files decide a run's result (the built-in playbooks are among them)
 CODE_PACKAGES = ("agents", "orchestrator", "reports", "playbooks")
@@ -64,9 +65,13 @@ class RunCache:
 
     def get(self, key: str) -> dict | None:
         """The row kept under ``key``, or None (none kept, or one that cannot be read)."""
+        path = self._path(key)
         try:
-            row = json.loads(self._path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            found = path.stat()
+            if not_regular(found.st_mode) or found.st_size > rundir.JSON_BYTES:  # (a FIFO, /dev/zero: never read)
+                return None
+            row = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(row, dict) or not all(c in row for c in self.columns):
             return None

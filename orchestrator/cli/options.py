@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from orchestrator import budgets
+
 from orchestrator.hosting.host import HOSTINGS
 from orchestrator.hosting.ray_hosting import PLACEMENTS
 from orchestrator.errors import InvalidInput, InvalidPlaybook, Issue
@@ -61,8 +63,9 @@ def speed_value(ctx, param, value: str):
         speed = float(value)
     except ValueError:
         speed = math.nan
-    if not (math.isfinite(speed) and speed > 0):
-        raise click.BadParameter(f"{value!r}: expected a number > 0 (simulated seconds per wall second) or max")
+    if not (math.isfinite(speed) and speed >= budgets.SLOWEST_SPEED):
+        raise click.BadParameter(f"{value!r}: expected a number >= {budgets.SLOWEST_SPEED:g} (simulated seconds per "
+                                 "wall second) or max")
     return speed
 
 
