@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from reports import rundir
-from reports.files import not_regular, write_atomic
+from reports.files import write_atomic
 
 #: the packages whose files decide a run's result (the built-in playbooks are among them)
 CODE_PACKAGES = ("agents", "orchestrator", "reports", "playbooks")
@@ -66,12 +66,9 @@ class RunCache:
     def get(self, key: str) -> dict | None:
         """The row kept under ``key``, or None (none kept, or one that cannot be read)."""
         path = self._path(key)
-        try:
-            found = path.stat()
-            if not_regular(found.st_mode) or found.st_size > rundir.JSON_BYTES:  # (a FIFO, /dev/zero: never read)
-                return None
-            row = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+        try:  # (as a run directory's JSON file: a FIFO, a device or one over its size is never read)
+            row = rundir.read_json(path.parent, path.name, "a cached row")
+        except rundir.BadRunDirectory:
             return None
         if not isinstance(row, dict) or not all(c in row for c in self.columns):
             return None

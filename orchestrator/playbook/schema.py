@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from orchestrator import budgets
-from orchestrator.errors import Issue, closest_first, nearest
+from orchestrator.errors import Issue, closest_first, nearest, printable
 from reports.timefmt import parse_clock, parse_duration
 
 _MISSING = object()
@@ -172,7 +172,6 @@ _NAME = re.compile(budgets.NAME_PATTERN)
 #: what a name must be, as errors say it
 NAME_WANTED = (f"a name of letters, digits, '-' and '_', starting with a letter or digit, at most {budgets.NAME_CHARS} "
                "characters (names become metric columns NAME.metric and file names: no dots, slashes or spaces)")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def is_name(value) -> bool:
@@ -184,7 +183,7 @@ def text_wanted(value: str) -> str | None:
     escape sequence in a title would reach the terminals it is printed on); else None."""
     if len(value) > budgets.TEXT_CHARS:
         return f"a text of at most {budgets.TEXT_CHARS:,} characters (gameday's budget for a text)"
-    if _CONTROL.search(value):
+    if printable(value) != value:  # (it escapes exactly the control characters but newlines and tabs)
         return "a text without control characters (newlines and tabs are fine)"
     return None
 
