@@ -51,6 +51,9 @@ HOSTING_EVENTS = {"host_restarted": "host restart"}
 #: meta.json's status: running, then complete, interrupted (Ctrl-C), failed, or ended (a live
 #: session that ended before its scenario did)
 RUNNING, COMPLETE, INTERRUPTED, FAILED, ENDED = "running", "complete", "interrupted", "failed", "ended"
+#: set (true) in a meta read from a directory that says "running" though no live process holds
+#: it: its writer was killed, and it is read as interrupted (never in a file)
+UNCLOSED = "ended_unclosed"
 
 # -- a live game day's session directory ------------------------------------------------------------
 SESSION_INFO = "session.json"  # what the session is, where to reach it, its status
@@ -305,6 +308,9 @@ def load_run(run_dir) -> RunData:
     meta = read_json(d, META, "the run's meta (seed, tick, status ...)")
     if not isinstance(meta, dict):
         raise BadRunDirectory(f"{meta_path}: got {type(meta).__name__}; expected an object (the run's seed, tick, status ...)")
+    if meta.get("status") == RUNNING and lock_holder(d) is None:
+        # No live process holds it: the one writing it ended without closing it (killed).
+        meta = meta | {"status": INTERRUPTED, UNCLOSED: True}
     score = read_json(d, SCORE, "the run's score")
     attribution = read_json(d, ATTRIBUTION, "the counterfactuals of the run's actions")
     return RunData(dir=d, meta=meta, score=score, attribution=attribution)
@@ -354,6 +360,9 @@ def check_run(run: RunData) -> list[str]:
         warnings.append(f"{d / SCORE}: missing, though {META} says the run is complete: the report has no score"
                         if run.complete else f"{d / SCORE}: none ({META} says status {meta.get('status')}: the run did "
                                              "not finish, and was not scored): the report has no verdict")
+    if meta.get(UNCLOSED):
+        warnings.append(f"{meta_path}: says the run is {RUNNING}, though no process holds {d} any more: the process "
+                        f"writing it ended without closing it (killed), so it is read as {INTERRUPTED}")
     pid = lock_holder(d)
     if pid is not None:
         warnings.append(f"{d}: process {pid} is still writing it; the report covers what was written so far")

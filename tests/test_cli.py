@@ -286,7 +286,7 @@ def test_ctrl_c_while_the_tables_are_written_takes_effect_once_they_are():
     import signal
     import time
 
-    from orchestrator.cli.root import interrupt_deferred
+    from orchestrator.runs.directory import interrupt_deferred
 
     finished = False
     with pytest.raises(KeyboardInterrupt):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.rundir import load_run
+from reports.rundir import UNCLOSED, check_run, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,10 @@ def test_a_run_killed_halfway_leaves_a_readable_directory(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     run = load_run(out)
-    assert run.meta["status"] == "running" and not run.complete
+    # (meta.json says "running"; no live process holds the directory: read as interrupted, and said)
+    assert json.loads((out / "meta.json").read_text())["status"] == "running"
+    assert run.meta["status"] == "interrupted" and run.meta[UNCLOSED] and not run.complete
+    assert any("ended without closing it" in w for w in check_run(run))
     m = run.metrics
     assert len(m) >= 7000
     assert list(m["tick"]) == list(range(len(m)))  # no gaps, no torn last row
@@ -177,3 +180,28 @@ def test_a_run_stopped_at_any_line_of_its_start_leaves_no_directory_or_one_that_
             assert run.meta["status"] == "interrupted", line
     assert stopped > 30  # (the start has that many lines)
     assert load_run(out).meta["status"] == "complete"
+
+
+def test_an_interrupt_while_a_run_is_closed_lands_after_its_score_and_status_are_written(tmp_path):
+    """A Ctrl-C (or a comparison's time limit cancelling a Ray task, which raises it the same
+    way) that lands while a finished run writes its score: the score and the status are
+    written whole, then the interrupt is raised. It once left meta.json saying "running"."""
+    from orchestrator.runs.runner import RunSpec, WorldRun
+
+    run = WorldRun(RunSpec(playbook="us-east-1-2021", runbook="none", duration=60.0), tmp_path / "run")
+    while not run.done:
+        run.step()
+    scored = run.scorer.score
+
+    def score_then_interrupted():
+        os.kill(os.getpid(), signal.SIGINT)  # (a real signal, handled at the next bytecode)
+        return scored()
+    run.scorer.score = score_then_interrupted
+    with pytest.raises(KeyboardInterrupt):
+        run.close("complete")
+    done = load_run(tmp_path / "run")
+    assert done.meta["status"] == "complete" and done.score is not None
+    assert not (tmp_path / "run" / ".lock").exists()
+    with pytest.raises(KeyboardInterrupt):  # (and Ctrl-C is Ctrl-C again after)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)

@@ -10,14 +10,14 @@ import click
 from reports import rundir
 from reports.files import write_atomic
 from orchestrator.errors import WriteError, os_error_text
-from orchestrator.runs.directory import claim_new, release_claim
+from orchestrator.runs.directory import claim_new, interrupt_deferred, release_claim
 
 from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DEFAULT_PRIMARY, PRIMARY
 
 from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
                       playbook_argument, progress_option, say_if_not_compiled, serial_option, stem, tick_option,
                       time_limit_option, variable_options, variables, axis, parse_sweeps)
-from .root import interrupt_deferred, main
+from .root import main
 
 
 def amount_value(ctx, param, value):

@@ -1,10 +1,7 @@
 """The root ``gameday`` group: a user's mistake is a message and exit code 2, never a traceback."""
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
-import threading
 
 import click
 
@@ -70,23 +67,6 @@ class GamedayGroup(NamesTheEnvironment, click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
-
-
-@contextlib.contextmanager
-def interrupt_deferred():
-    """Ctrl-C inside the block takes effect at its end (KeyboardInterrupt): for writing
-    what a first Ctrl-C saved, which a second one would leave half-written."""
-    if threading.current_thread() is not threading.main_thread():  # (signals reach the main thread only)
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
 
 
 @click.group(cls=GamedayGroup, context_settings=CONTEXT)

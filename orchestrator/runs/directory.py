@@ -10,9 +10,12 @@ file kept for them.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import signal
+import threading
 from pathlib import Path
 
 from reports import rundir
@@ -24,6 +27,25 @@ from orchestrator.errors import DirectoryInUse, RunDirectoryError, WriteError, o
 #: disk space the lock file keeps while a directory is written, given back when a write fails:
 #: room for meta.json, score.json and error.txt on a disk that filled up
 RESERVE_BYTES = 64 * 1024
+
+
+@contextlib.contextmanager
+def interrupt_deferred():
+    """Ctrl-C inside the block takes effect at its end (KeyboardInterrupt), as does a Ray
+    task's cancel (raised the same way): for writing what must be whole, which an interrupt
+    would leave half-written (a run directory put in place or closed, never left saying
+    "running"; the tables a first Ctrl-C saved, at a second one)."""
+    if threading.current_thread() is not threading.main_thread():  # (signals reach the main thread only)
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def refuse_if_held(directory: Path) -> None:

@@ -22,7 +22,7 @@ from orchestrator.errors import (HostingError, InternalError, InvalidPlaybook, I
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import ScoreOnly, check_out_dir
-from orchestrator.runs.directory import RunDirectory, refuse_if_held
+from orchestrator.runs.directory import RunDirectory, interrupt_deferred, refuse_if_held
 from orchestrator.playbook.checks import timing_issues
 from orchestrator.playbook.format import MOST_SHARDS
 from orchestrator.playbook.loader import Playbook, load_playbook
@@ -110,10 +110,13 @@ class WorldRun:
         self.wall0 = time.perf_counter()
         # (the writer last: from the moment there is a run directory, the caller closes it)
         try:
-            self.writer = RunDirectory(out, self.plan, info, {
-                rundir.PLAYBOOK: pb.text, rundir.VALIDATED: json.dumps(pb.data, indent=1) + "\n", rundir.RUNBOOK: rb_text,
-                **(files or {})}) if out is not None else ScoreOnly(self.plan, info)
+            with interrupt_deferred():  # (a directory put in place is kept and closed, however this is stopped)
+                self.writer = RunDirectory(out, self.plan, info, {
+                    rundir.PLAYBOOK: pb.text, rundir.VALIDATED: json.dumps(pb.data, indent=1) + "\n",
+                    rundir.RUNBOOK: rb_text, **(files or {})}) if out is not None else ScoreOnly(self.plan, info)
         except BaseException:
+            if hasattr(self, "writer"):  # (interrupted as it was put in place: it says so)
+                self.writer.close(rundir.INTERRUPTED, None)
             self.host.close()
             raise
 
@@ -222,6 +225,13 @@ class WorldRun:
             return
         self.closed = True
         try:
+            with interrupt_deferred():  # (the score and the status written whole, also at a time limit's cancel)
+                self._close(status)
+        finally:
+            self.host.close()
+
+    def _close(self, status: str) -> None:
+        try:
             for e in self.journal:  # session notes after the last tick still belong in the journal
                 self.writer.event(e.pop("tick"), e)
             self.journal = []
@@ -229,8 +239,6 @@ class WorldRun:
             self.writer.close(status, self.scorer.score())
         except OSError as e:
             raise self.fail(f"ending the run ({rundir.SCORE}, {rundir.META})", e) from None
-        finally:
-            self.host.close()
 
     def _final_meta(self) -> None:
         self.writer.meta["wall_seconds"] = round(time.perf_counter() - self.wall0, 3)
