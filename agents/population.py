@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from . import cohort_kernels as kernels
 from .base import CLOCK, Agent, Arg, BadArgument, Message, StepResult, WorldInfo, in_ticks, operation, share_or_rate
 from .draws import _EXACT_LIMIT
+from .limits import LARGEST_NUMBER, LONGEST_DELAY, MOST_ATTEMPTS, MOST_WHEEL_CELLS
 from .retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON, CircuitBreaker, RetryPolicy, TokenBucket
 from .shards import HealthReports, source_of
 from .wheel import DelayStore, DelayTable, TimingWheel, delay, delay_table
@@ -54,11 +56,11 @@ SCALE_RATE_OP = dict(
 
 RETRY_POLICY_ARGS = dict(
     backoff=Arg("how the nominal delay grows (see the retry policy's backoff)", choices=BACKOFFS),
-    base=Arg("nominal delay before the first retry", unit="s", min=0),
+    base=Arg("nominal delay before the first retry", unit="s", min=0, max=LONGEST_DELAY),
     multiplier=Arg("exponential back-off: each nominal delay is this many times the one before", min=1),
-    cap=Arg("largest nominal delay", unit="s", min=0),
+    cap=Arg("largest nominal delay", unit="s", min=0, max=LONGEST_DELAY),
     jitter=Arg("how the actual delay is drawn from the nominal one (see the retry policy's jitter)", choices=JITTERS),
-    max_attempts=Arg("attempts including the first (0: unlimited)", unit="attempts", min=0),
+    max_attempts=Arg("attempts including the first (0: unlimited)", unit="attempts", min=0, max=MOST_ATTEMPTS),
 )
 
 
@@ -127,6 +129,25 @@ def read_population_spec(agent: Agent, spec: dict, dt: float) -> None:
     agent.dispatch_credit = 0.0  # durable dispatch: the fraction of a request carried to the next tick
 
 
+def wheel_horizon(p, dt: float) -> int:
+    """Ticks ahead a population's timing wheels reach (``p``: a population, or what
+    ``read_population_spec`` made of its spec): its longest delay plus the timeouts before it."""
+    return math.ceil((max(p.reconnect.cap, p.retry.cap, p.bug_delay) + p.connect_timeout + p.request_timeout) / dt) + 4
+
+
+def wheel_cells(p, dt: float) -> int:
+    """The cells (slots ahead x attempt classes) of a population's largest timing wheel: the
+    memory its wheels take (three of them, eight bytes a cell)."""
+    return wheel_horizon(p, dt) * (max(p.reconnect.attempt_classes(), p.retry.attempt_classes()) + 1)
+
+
+def spec_wheel_cells(spec: dict, dt: float) -> int:
+    """``wheel_cells`` of a population as its playbook section makes it (validation's check)."""
+    p = types.SimpleNamespace()
+    read_population_spec(p, spec, dt)
+    return wheel_cells(p, dt)
+
+
 #: A loop population's retry amplification is its tries over the sum of these metrics (the
 #: scorer's loop_broken and the report's chart): its fresh demand for perishable work; for
 #: durable work, the requests it completed (ok, and errors given up), since a backlog may be
@@ -193,6 +214,15 @@ class PopulationControls:
         self.dispatch_credit -= cap
         return cap
 
+    def _check_wheels(self, **changed) -> None:
+        """Refuse a hot-fix (before it changes anything) whose timing wheels would hold more
+        than MOST_WHEEL_CELLS: ``changed`` are the policies and timeouts it would set."""
+        cells = wheel_cells(types.SimpleNamespace(**{**vars(self), **changed}), self.world.dt)
+        if cells > MOST_WHEEL_CELLS:
+            raise BadArgument(f"{', '.join(changed)}: the delays it allows over the tick, times the attempts it "
+                              f"counts, would be {cells:,} cells of the clients' timing wheels, over the most the model "
+                              f"keeps, {MOST_WHEEL_CELLS:,} (a shorter delay or timeout, fewer attempts, or a longer tick)")
+
     @operation(example={"ratio": 0.1},
                ratio=Arg("retry tokens every fresh request earns (a retry spends one): retries are held to about this "
                          "share of the fresh requests; null removes the budget", unit="retries per fresh request",
@@ -225,11 +255,13 @@ class PopulationControls:
             if enabled else None
 
     @operation(example={"seconds": 30.0},
-               seconds=Arg("the clients' request timeout from now on", unit="s", min=0))
+               seconds=Arg("the clients' request timeout from now on", unit="s", min=0, max=LONGEST_DELAY))
     def op_set_request_timeout(self, tick: int, seconds: float) -> None:
         """A client hot-fix: the clients wait this long for an answer from now on (requests
         already on the wire keep the timeout they were sent with)."""
-        self.request_timeout = max(self.world.dt, share_or_rate("seconds", seconds))
+        timeout = max(self.world.dt, share_or_rate("seconds", seconds))
+        self._check_wheels(request_timeout=timeout)
+        self.request_timeout = timeout
         self._policies_changed()
 
     @operation(example={"backoff": "exponential", "base": 2.0, "cap": 120.0, "max_attempts": 3},
@@ -241,8 +273,10 @@ class PopulationControls:
         their value). Retries already scheduled keep their time; failures from now on wait
         by the new policy and count against the new max_attempts (durable work is never given
         up). Back-off history carries over: a request on its third attempt stays on it."""
-        self.retry = changed_policy(self.retry, backoff=backoff, base=base, multiplier=multiplier, cap=cap,
-                                    jitter=jitter, max_attempts=max_attempts)
+        retry = changed_policy(self.retry, backoff=backoff, base=base, multiplier=multiplier, cap=cap,
+                               jitter=jitter, max_attempts=max_attempts)
+        self._check_wheels(retry=retry)
+        self.retry = retry
         if max_attempts is not None:
             self.attempts_limit = self.retry.max_attempts
         self.retry.max_attempts = 0 if self.durable else self.attempts_limit
@@ -279,15 +313,17 @@ class PopulationControls:
         """A client hot-fix: the back-off of connection re-establishment from now on (pooled
         mode; arguments left out keep their value; max_attempts only stops the back-off
         growing). Reconnections already scheduled keep their time."""
-        self.reconnect = changed_policy(self.reconnect, backoff=backoff, base=base, multiplier=multiplier, cap=cap,
-                                        jitter=jitter, max_attempts=max_attempts)
+        reconnect = changed_policy(self.reconnect, backoff=backoff, base=base, multiplier=multiplier, cap=cap,
+                                   jitter=jitter, max_attempts=max_attempts)
+        self._check_wheels(reconnect=reconnect)
+        self.reconnect = reconnect
         self._policies_changed()
 
     @operation(example={"mode": "pooled", "over": 60.0},
                mode=Arg("pooled: clients hold connections and send their requests on them; per_request: every "
                         "request is a flow (and a setup) of its own", choices=MODES),
                over=Arg("switching to pooled: the clients open their connections at times spread evenly over this "
-                        "long (at least a tick)", unit="s", min=0))
+                        "long (at least a tick)", unit="s", min=0, max=LONGEST_DELAY))
     def op_set_mode(self, tick: int, mode: str, over: float = 1.0) -> None:
         """A client hot-fix of the connection mode. To per_request: every connection closes,
         and retries waiting for a connection go out as requests of their own. To pooled:
@@ -305,7 +341,7 @@ class PopulationControls:
                reconnect_on=Arg("the request failures that make a client drop its connection and reconnect from "
                                 "now on (empty: none)", choices=RECONNECT_ON),
                lifetime=Arg("how long a new connection is kept before it is replaced", unit="s", min=0),
-               timeout=Arg("how long a connection attempt waits from now on", unit="s", min=0),
+               timeout=Arg("how long a connection attempt waits from now on", unit="s", min=0, max=LONGEST_DELAY),
                while_reconnecting=Arg("what a fresh request of a client without a connection does from now on: "
                                       "fail at once for good, or queue for the connection", choices=WHILE_RECONNECTING))
     def op_set_connection(self, tick: int, reconnect_on: list | None = None, lifetime: float | None = None,
@@ -316,6 +352,8 @@ class PopulationControls:
         attempts from now on). Nothing happens in per-request mode."""
         lifetime = None if lifetime is None else max(self.world.dt, share_or_rate("lifetime", lifetime))
         timeout = None if timeout is None else max(self.world.dt, share_or_rate("timeout", timeout))
+        if timeout is not None:
+            self._check_wheels(connect_timeout=timeout)
         if reconnect_on is not None:
             self.reconnect_on = set(reconnect_on)
         if while_reconnecting is not None:
@@ -391,6 +429,10 @@ class PopulationControls:
         self._scale(tick, float(factor), self.by_response)
 
     def _scale(self, tick: int, factor: float, by_response: bool) -> None:
+        offered = self.clients * self.rate * factor * (self.demand_factor if by_response else self.rate_factor)
+        if offered > LARGEST_NUMBER:  # (the model counts requests in 64-bit integers)
+            raise BadArgument(f"factor {factor:g}: the clients would send {offered:g} requests/s (clients x rate x "
+                              f"factors), over the most the model counts, {LARGEST_NUMBER:g}/s")
         if by_response:
             self.rate_factor = factor
         else:
@@ -440,6 +482,10 @@ class PopulationControls:
         every request is its own connection): that share of the clients send a request
         more, spread over ``duration``, plus the extra ones (after a network disruption,
         servers ask again for what they hold)."""
+        if reconnect_fraction * self.clients > LARGEST_NUMBER:  # (the model counts connections in 64-bit integers)
+            raise BadArgument(f"reconnect_fraction {reconnect_fraction:g}: {reconnect_fraction * self.clients:g} "
+                              f"reconnections of {self.clients:,} clients, over the most the model counts, "
+                              f"{LARGEST_NUMBER:g}")
         ticks = in_ticks(duration, self.world.dt)
         self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
                             "extra": float(extra_setups_per_second)})
@@ -579,8 +625,7 @@ class Population(PopulationControls, Agent):
 
     def _horizon(self) -> int:
         """Ticks ahead the wheels reach: the longest delay plus the timeout that precedes it."""
-        return math.ceil((max(self.reconnect.cap, self.retry.cap, self.bug_delay)
-                          + self.connect_timeout + self.request_timeout) / self.world.dt) + 4
+        return wheel_horizon(self, self.world.dt)
 
     def _policies_changed(self) -> None:
         """After a hot-fix of a policy or a timeout: the wheels reach far enough ahead and

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from reports.rundir import RunData
 from orchestrator.hosting.host import HostingOptions
-from orchestrator.playbook.template import Given
+from orchestrator.playbook.variables import Given
 from orchestrator.runs.runner import RunSpec, execute
 from reports.timefmt import parse_duration
 

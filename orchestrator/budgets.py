@@ -7,6 +7,10 @@ the playbook reference prints them (``gameday playbooks reference``).
 """
 from __future__ import annotations
 
+from agents import limits
+from reports import files as run_files
+
+
 def size_text(n: int) -> str:
     """A budget in bytes as messages and the reference say it: 2 MiB, 1 GiB."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -39,6 +43,23 @@ RENDERED_BYTES = 4 * FILE_BYTES
 #: the slowest pace a paced run (--speed) may keep: simulated seconds per wall second
 SLOWEST_SPEED = 0.001
 
+# -- a run directory, as `report`, `replay`, `fork` and a comparison's cache read it ------
+# (written in reports/files.py, beside its readers: reports import nothing of orchestrator)
+
+#: a run directory's JSON file (meta.json, score.json ...) and a comparison's cached row, in
+#: bytes (a run writes a few KB)
+RUN_JSON_BYTES = run_files.JSON_BYTES
+#: a value of metrics.csv, in bytes with its comma: the file holds at most its header and a
+#: row a tick of meta.json's ticks_planned of this times its columns (a float is written in
+#: 17 characters at most, a 64-bit count in 20; the built-in scenarios' take about 3)
+METRICS_VALUE_BYTES = run_files.METRICS_VALUE_BYTES
+#: events.jsonl, in bytes, beyond EVENTS_TICK_BYTES a tick of meta.json's ticks_planned: room
+#: for a live game day's messages and commands
+EVENTS_BYTES = run_files.EVENTS_BYTES
+#: the events of one tick, in bytes (the busiest tick of the built-in scenarios writes under
+#: 600 bytes, their longest line under 300)
+EVENTS_TICK_BYTES = run_files.EVENTS_TICK_BYTES
+
 # -- what a playbook says ----------------------------------------------------------------
 #: what the name of a part of the world (a device pool, service, population, controller) or
 #: of a playbook is made of: letters, digits, "-" and "_", starting with a letter or digit
@@ -50,8 +71,8 @@ NAME_CHARS = 64
 TEXT_CHARS = 10_000
 #: every number a playbook, a runbook, --set or --vars gives, in absolute value (integers
 #: are exact in a float up to 2^53, about 9e15; the model counts clients and requests in
-#: 64-bit integers)
-LARGEST_NUMBER = 1e15
+#: 64-bit integers), and the requests a second a population may send (clients x rate x its factors)
+LARGEST_NUMBER = limits.LARGEST_NUMBER
 
 # -- the live server ---------------------------------------------------------------------
 # Who a client is: the server binds loopback by default, so every team may come from
@@ -107,3 +128,11 @@ LIVE_HTTP_IDLE_S = 15.0
 #: seconds a page being closed has to answer the close before its connection is cut (a
 #: browser answers at once; one that never does cannot hold connections past the caps)
 LIVE_CLOSE_WITHIN_S = 2.0
+#: notices of malformed HTTP requests (no Host, a control character in a header) the serve
+#: terminal shows at once; each is answered 400 and counted, a flood of them is not shown
+LIVE_HTTP_NOTICE_BURST = 5
+#: seconds between two such notices once the burst is spent (each says how many it stands for)
+LIVE_HTTP_NOTICE_EVERY_S = 60.0
+#: a session's journal.jsonl, in bytes, as `gameday serve --resume` reads it whole (a line of a
+#: few hundred bytes per control and team command: a long game day writes well under a MB)
+LIVE_JOURNAL_BYTES = 64 * 2**20

@@ -19,7 +19,8 @@ from agents.operator import by_the_team, rule_label
 from agents.population import AMPLIFICATION_BASE, work_switch
 
 from .impact import TurnedAway, failed_and_finished
-from .rundir import COMPLETE, MEASURES, META, METRICS, RESIDUE, RUNBOOK, STARTS_INCIDENT, RunData, run_file
+from .rundir import (COMPLETE, EVENTS, MEASURES, META, METRICS, RESIDUE, RUNBOOK, STARTS_INCIDENT, BadRunDirectory, Event,
+                     RunData, Runbook, run_file, unlike)
 from .timefmt import (format_clock, format_delta as _delta, format_minutes, format_wait, format_wait_exact,
                       parse_clock, parse_duration)
 from .summary import not_reached, posts_updates
@@ -60,19 +61,25 @@ class Analysis:
     loop_measure: str | None = None  # the name of the loop's measure the summary follows (Signal.name)
 
 
-def _records(events: pd.DataFrame) -> list[dict]:
-    """Events as plain dicts, without the NaN that pandas puts in other events' fields."""
+def _records(events: pd.DataFrame, path: Path) -> list[Event]:
+    """Events (of the file ``path``) as dicts, without the NaN that pandas puts in other events' fields."""
     out = []
     for rec in events.to_dict("records"):
-        out.append({k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))})
+        out.append(Event(path, {k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))}))
     return out
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_runbook(path: Path) -> dict:
+    """runbook.yaml, the runbook as used ({} if it cannot be read); ``BadRunDirectory`` if it
+    is not one as gameday writes it (``rundir.Runbook``)."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
         return {}
+    problem = unlike(doc, Runbook)
+    if problem:
+        raise BadRunDirectory(f"{path}: {problem}, as gameday writes the runbook as used")
+    return doc
 
 
 def _clock(seconds_after_midnight: float) -> str:
@@ -222,13 +229,13 @@ class _Reading:
         meta, m = run.meta, run.metrics
         dt = float(meta["tick_s"])  # (every run directory records it, with start_clock)
         playbook = run.playbook  # (as validated: every default filled in)
-        events = _records(run.events)
+        events = _records(run.events, run_file(run.dir, EVENTS))
         score = run.score or {}
         if lost_rows(run):  # (metrics.csv lost its end: what is read must not reach past it; check_run warns)
             events, score = [e for e in events if e["tick"] < len(m)], {}
         scoring, works = playbook["scoring"], {p["name"]: p["work"] for p in playbook.get("populations") or []}
         loop = scoring["loop"]
-        return cls(run, dt, parse_clock(meta["start_clock"]), playbook, _read_yaml(run_file(run.dir, RUNBOOK)),
+        return cls(run, dt, parse_clock(meta["start_clock"]), playbook, _read_runbook(run_file(run.dir, RUNBOOK)),
                    events, score, meta.get("status") != COMPLETE or lost_rows(run) or m.empty, len(m),
                    dict(playbook.get("par") or {}),
                    {x.get("name") for x in playbook.get("mitigations") or []}, *milestone_history(events),

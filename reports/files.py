@@ -15,6 +15,14 @@ import secrets
 import stat
 from pathlib import Path
 
+# -- the most a run directory's files are read to hold: here, beside their readers, as reports
+# import nothing of orchestrator; orchestrator/budgets.py lists them with every other budget and
+# says why each is what it is
+JSON_BYTES = 64 * 2**20  # a JSON file of a run directory, or a comparison's cached row
+METRICS_VALUE_BYTES = 24  # a value of metrics.csv with its comma: a row holds at most this times its columns
+EVENTS_BYTES = 64 * 2**20  # events.jsonl, beyond EVENTS_TICK_BYTES for each tick of the run
+EVENTS_TICK_BYTES = 16 * 2**10  # the events of one tick
+
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))

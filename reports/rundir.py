@@ -1,13 +1,19 @@
 """The run directory's and the session directory's format (their file names, first
 columns and statuses), written once here for the writers in orchestrator (engine/journal.py,
 runs/, live/) and the readers in reports; and reading a run directory with pandas,
-tolerant of a run killed mid-write, and never through a symbolic link out of it
-(``files.inside``); ``check_run`` says what is missing or cut short."""
+tolerant of a run killed mid-write, never through a symbolic link out of it
+(``files.inside``), never past what the run can have written (``journal_file``), each
+field the readers rely on checked as it is read (``meta_problem``, ``unlike``);
+``check_run`` says what is missing or cut short."""
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
+import reprlib
+import types
+import typing
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +22,8 @@ from typing import TypedDict
 import pandas as pd
 import yaml
 
-from .files import OutsideDirectory, inside, not_regular
+from .files import (EVENTS_BYTES, EVENTS_TICK_BYTES, JSON_BYTES, METRICS_VALUE_BYTES, OutsideDirectory, inside,
+                    not_regular)
 from .timefmt import parse_clock
 
 # -- a run directory ------------------------------------------------------------------------------
@@ -41,6 +48,14 @@ RUN_FILES = (META, PLAYBOOK, VALIDATED, RUNBOOK, COLUMNS, METRICS, EVENTS, SCORE
 
 METRIC_INDEX = ("tick", "time_s", "clock")
 EVENT_KEYS = ("tick", "clock", "agent", "event")
+#: a run's tick, in seconds, and its ticks, at most: validation holds a playbook and --tick to them
+#: (orchestrator/playbook/checks.py), a reader meta.json; coarser ticks would skip over timeouts and
+#: deployment steps, and a run longer than that is almost certainly a typo in --tick
+MAX_TICK_S = 60.0
+MAX_TICKS = 2_000_000
+#: a run's tick, at least, in seconds: a microsecond is far below any tick a model of request
+#: timeouts in milliseconds needs, and what a report counts per minute (60 s / 1e-6) stays an integer
+MIN_TICK_S = 1e-6
 #: the events that start an incident: the score counts from the first (a trigger firing, or a fault a
 #: facilitator injected: a live game day's world may have no scheduled trigger at all)
 STARTS_INCIDENT = ("trigger", "fault_injected")
@@ -87,14 +102,30 @@ class Milestone(When, total=False):
     impaired: bool  # its condition failed after the trigger (if not, there was nothing to reach)
 
 
+class Impact(TypedDict, total=False):
+    error_minutes: dict[str, float]  # by population
+    late_minutes: dict[str, float]  # by durable population
+    weighted_total: float
+
+
+class Collateral(TypedDict, total=False):
+    connections_broken_by_actions: int
+    requests_turned_away: int
+    requests_turned_away_by: dict[str, int]  # by the action, trigger or fault that turned them away
+
+
+#: a span the loop was in its bounds while an action held demand back ("from" is not a name)
+Suspended = TypedDict("Suspended", {"from": When, "to": When}, total=False)
+
+
 class Score(TypedDict, total=False):
     trigger: When
     loop_formed: bool
     loop_broken: Milestone
     first_customer_update: When
     recovered: dict[str, Milestone]  # by population or service
-    impact: dict  # error_minutes by population, late_minutes by durable population, weighted_total
-    collateral: dict  # connections_broken_by_actions, requests_turned_away, requests_turned_away_by
+    impact: Impact
+    collateral: Collateral
     actions_taken: int
     first_action_effective: When  # once an action has taken effect
     simulated_until: str
@@ -102,7 +133,7 @@ class Score(TypedDict, total=False):
     backlog_drained: Milestone  # if it scores a backlog
     backlog_peak: dict[str, int]  # each population and service queue scoring.backlog names -> its largest backlog
     demand_restored: When  # once an action has held demand back: when it was all back
-    loop_suspended: list[dict]  # {from, to} (When) the loop was in its bounds while an action held demand back
+    loop_suspended: list[Suspended]
 
 
 #: a sum of work (or of any measure a score's window adds up) below this is a rounding residue of
@@ -164,6 +195,195 @@ class BadRunDirectory(NotARunDirectory):
     it should be, or a path of it leading out of it; the message names the file and what is wrong."""
 
 
+# -- what the readers rely on in the other files, checked as they are read: a file of the right
+# name holding something else is refused naming the file, the field and what was expected, never
+# met as an exception deep in a report -----------------------------------------------------------------
+class _EventHead(TypedDict):
+    tick: int
+    event: str
+
+
+#: the details of events the reports read, by name (a detail's name means one thing in every event that has it)
+_EventDetails = TypedDict("_EventDetails", {
+    "clock": str, "agent": str, "id": str, "action": str, "reason": str, "rule": str, "op": str, "trigger": str,
+    "fault": str, "description": str, "milestone": str, "risk": str, "alarm": str, "metric": str, "text": str,
+    "message": str, "host": str, "reply_to": str, "service": str, "stale": bool, "at_tick": int, "asked_tick": int,
+    "lead_time_s": float, "steps": float, "share": float, "instances": float, "running": float, "withdrawn": float,
+    "value": float}, total=False)
+
+
+class EventLine(_EventHead, _EventDetails):
+    """A line of events.jsonl: EVENT_KEYS, then the event's details (those the reports do not
+    read are not checked)."""
+
+
+class _Column(TypedDict):
+    unit: str
+
+
+class Column(_Column, total=False):
+    """columns.json's entry for a metric (the first columns' are texts)."""
+    agent: str
+    kind: str
+    metric: str
+    meaning: str
+
+
+class _Counterfactual(TypedDict):
+    action: str
+    took_effect: str
+    played_until: str
+    loop_broken_without: str | None
+
+
+class Counterfactual(_Counterfactual, total=False):
+    tick: int
+    later_by_s: float | None
+    mattered: bool
+    delayed: bool
+
+
+class _Attribution(TypedDict):
+    text: str
+
+
+class Attribution(_Attribution, total=False):
+    """attribution.json (orchestrator/runs/attribution.py)."""
+    counterfactuals: list[Counterfactual]
+    breaker: str | None
+    needed: list[str]
+    delayed: list[str]
+    untested: list[str]
+    loop_broken: str
+
+
+class _Loop(TypedDict):
+    devices: list[str]
+    services: list[str]
+    populations: list[str]
+    setup_success_min: float
+    amplification_max: float
+    useful_work_min: float
+
+
+class _Backlog(TypedDict):
+    populations: list[str]
+    services: list[str]
+
+
+class _Scoring(TypedDict):
+    loop: _Loop
+    backlog: _Backlog
+    impact: dict[str, float]
+
+
+class _Named(TypedDict):
+    name: str
+
+
+class _PopulationBase(_Named):
+    work: str
+
+
+class _Population(_PopulationBase, total=False):
+    path: list[str]
+    target: str
+
+
+class _Acts(TypedDict, total=False):
+    effects: list[dict]
+
+
+class _Mitigation(_Named, _Acts):
+    pass
+
+
+class _Alarm(_Named, total=False):
+    metric: str
+
+
+class _Monitoring(TypedDict, total=False):
+    alarms: list[_Alarm]
+
+
+class _Validated(TypedDict):
+    scoring: _Scoring
+
+
+class Validated(_Validated, total=False):
+    """What the reports read of playbook.json (the playbook as validated: orchestrator/playbook/format.py)."""
+    populations: list[_Population]
+    mitigations: list[_Mitigation]
+    triggers: list[_Acts]
+    faults: list[_Acts]
+    monitoring: _Monitoring
+    par: dict[str, float]
+
+
+class Runbook(TypedDict, total=False):
+    """What the reports read of runbook.yaml."""
+    rules: list[dict]
+
+
+_hints = functools.cache(typing.get_type_hints)
+_KIND_SAID = {list: "a list", dict: "an object", str: "a text", bool: "true or false", int: "an integer",
+              float: "a number", type(None): "null"}
+
+
+def unlike(value, hint, where: str = "") -> str | None:
+    """Where ``value`` (read from JSON) is not what ``hint`` says (a type as annotated: a
+    TypedDict, list[X], dict[str, X], X | None, str, bool, int, float), said as "loop_broken
+    is 'x'; expected an object"; None if it all is."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        fits = [h for h in typing.get_args(hint) if _fits(value, h)]
+        return unlike(value, fits[0], where) if fits else _differs(value, hint, where)
+    if not _fits(value, hint):
+        return _differs(value, hint, where)
+    if typing.is_typeddict(hint):
+        fields = _hints(hint)
+        missing = next((k for k in fields if k in hint.__required_keys__ and k not in value), None)
+        if missing is not None:
+            return f"no {_at(where, missing)}; expected {_expected(fields[missing])}"
+        return next((p for k, h in fields.items() if k in value and (p := unlike(value[k], h, _at(where, k)))), None)
+    args = typing.get_args(hint)
+    if not args:  # (a bare dict or list: any)
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    return next((p for k, v in items if (p := unlike(v, args[-1], f"{where}[{reprlib.repr(k)}]"))), None)
+
+
+def _fits(value, hint) -> bool:
+    """``value`` is of ``hint``'s kind (its own, not its parts')."""
+    kind = dict if typing.is_typeddict(hint) else typing.get_origin(hint) or hint
+    if kind in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _expected(hint) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(map(_expected, typing.get_args(hint)))
+    return _KIND_SAID[dict if typing.is_typeddict(hint) else typing.get_origin(hint) or hint]
+
+
+def _differs(value, hint, where: str) -> str:
+    return f"{where + ' is' if where else 'got'} {reprlib.repr(value)}; expected {_expected(hint)}"
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def read_shaped(run_dir: Path, name: str, hint, expected: str):
+    """``read_json``, and ``BadRunDirectory`` where the file does not hold what ``hint`` says
+    (``unlike``): naming the file, the field, its value and what was expected."""
+    value = read_json(run_dir, name, expected)
+    problem = None if value is None else unlike(value, hint)
+    if problem:
+        raise BadRunDirectory(f"{run_file(Path(run_dir), name)}: {problem}, as gameday writes {expected}")
+    return value
+
+
 @dataclass
 class RunData:
     """A run directory as read; ``metrics`` and ``events`` are read on first use (a
@@ -171,20 +391,20 @@ class RunData:
     dir: Path | None  # None: a run played without one (``execute`` with no ``out``), which has no tables
     meta: dict
     score: Score | None  # None while the run has not finished
-    attribution: dict | None = None  # attribution.json: the counterfactuals, if they were played
+    attribution: Attribution | None = None  # attribution.json: the counterfactuals, if they were played
 
     @cached_property
     def metrics(self) -> pd.DataFrame:
-        return read_metrics(self._tables())
+        return read_metrics(self._tables(), self.meta)
 
     @cached_property
     def events(self) -> pd.DataFrame:
-        return read_events(self._tables())
+        return read_events(self._tables(), self.meta)
 
     @cached_property
     def columns(self) -> dict:
         """columns.json: every metrics column's agent, metric, unit and meaning ({} if missing)."""
-        return read_json(self._tables(), COLUMNS, "every metrics column's meaning") or {}
+        return read_shaped(self._tables(), COLUMNS, dict[str, str | Column], "every metrics column's meaning") or {}
 
     @cached_property
     def playbook(self) -> dict:
@@ -192,13 +412,14 @@ class RunData:
         that they restate no default. A run directory written before it was kept has its
         rendered playbook read as written, with the defaults of then for what it left out
         (``_DEFAULTS_BEFORE_VALIDATED``) and its par times in seconds, as validated."""
-        validated = read_json(self._tables(), VALIDATED, "the playbook as validated")
+        validated = read_shaped(self._tables(), VALIDATED, Validated, "the playbook as validated")
         if validated is not None:
             return validated
         try:
-            doc = yaml.safe_load(run_file(self._tables(), PLAYBOOK).read_text(encoding="utf-8")) or {}
+            doc = yaml.safe_load(run_file(self._tables(), PLAYBOOK).read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
-            doc = {}
+            doc = None
+        doc = doc if isinstance(doc, dict) else {}
         before = _DEFAULTS_BEFORE_VALIDATED
         scoring = doc.setdefault("scoring", {})
         for section, defaults in before["scoring"].items():
@@ -216,11 +437,6 @@ class RunData:
         if self.dir is None:
             raise ValueError("this run was played without a run directory: it has a score, and no tables")
         return self.dir
-
-
-#: the most a run directory's JSON file may hold, in bytes (a run writes a few KB; a directory
-#: someone else made could hold anything)
-JSON_BYTES = 64 * 2**20
 
 
 def run_file(run_dir: Path, name: str) -> Path:
@@ -269,8 +485,48 @@ def _complete_lines(path: Path) -> str:
     return text[: cut + 1] if cut >= 0 else ""
 
 
-def read_metrics(run_dir: Path) -> pd.DataFrame:
-    path = run_file(Path(run_dir), METRICS)
+def _count(value) -> bool:
+    """``value`` is a count of ticks a run can have: an integer from 0 to MAX_TICKS."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TICKS
+
+
+def journal_file(run_dir: Path, name: str, meta: dict) -> Path:
+    """``run_file`` of metrics.csv or events.jsonl (``name``), if it holds no more than gameday
+    writes there for a run of meta.json's ticks (those it planned, or did if more; MAX_TICKS
+    if it says neither); else ``BadRunDirectory`` naming the file, its size and that bound,
+    before it is read: metrics.csv its header and a row a tick of METRICS_VALUE_BYTES a column,
+    events.jsonl EVENTS_BYTES and EVENTS_TICK_BYTES a tick."""
+    path = run_file(Path(run_dir), name)
+    try:
+        size = path.stat().st_size
+    except OSError:  # (none there: the reader says what that means)
+        return path
+    ticks = max((meta.get(k) for k in ("ticks_planned", "ticks_done") if _count(meta.get(k))), default=MAX_TICKS)
+    if name == METRICS:
+        with open(path, "rb") as f:
+            header = f.readline(JSON_BYTES)
+        columns = header.count(b",") + 1
+        bound = len(header) + ticks * columns * METRICS_VALUE_BYTES
+        what = f"its header and a row a tick of at most {METRICS_VALUE_BYTES} bytes for each of its {columns:,} columns"
+    else:
+        bound = EVENTS_BYTES + ticks * EVENTS_TICK_BYTES
+        what = f"{EVENTS_BYTES // 2**20} MiB and {EVENTS_TICK_BYTES // 2**10} KiB a tick"
+    if size > bound:
+        raise BadRunDirectory(f"{path}: {size:,} bytes; expected at most {bound:,} bytes for a run of {ticks:,} ticks "
+                              f"({what}, as gameday writes it): it is not read")
+    return path
+
+
+def _meta(run_dir: Path, meta: dict | None) -> dict:
+    """``meta``, or the run directory's meta.json (what of it is not an object: nothing)."""
+    if meta is None:
+        meta = read_json(run_dir, META, "the run's meta (seed, tick, status ...)")
+    return meta if isinstance(meta, dict) else {}
+
+
+def read_metrics(run_dir: Path, meta: dict | None = None) -> pd.DataFrame:
+    """metrics.csv's whole rows (``meta``: the run's meta.json, read if not given, whose ticks bound its size)."""
+    path = journal_file(Path(run_dir), METRICS, _meta(Path(run_dir), meta))
     text = _complete_lines(path)
     if not text:
         return pd.DataFrame()
@@ -281,23 +537,59 @@ def read_metrics(run_dir: Path) -> pd.DataFrame:
                               "tick, as gameday writes it") from None
 
 
-def read_events(run_dir: Path) -> pd.DataFrame:
-    path = run_file(Path(run_dir), EVENTS)
-    rows = []
-    for n, line in enumerate(_complete_lines(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError) as e:
-            raise BadRunDirectory(f"{path}: line {n} is not JSON ({type(e).__name__}: {str(e)[:200]}); expected an "
-                                  "event per line, as gameday writes it") from None
-        if not isinstance(row, dict) or "tick" not in row or "event" not in row:
-            raise BadRunDirectory(f"{path}: line {n} is not an event; expected an object with {', '.join(EVENT_KEYS)}")
-        rows.append(row)
+def parse_event(line: str, n: int, path: Path) -> dict:
+    """Line ``n`` of events.jsonl (``path``) as its event; ``BadRunDirectory`` naming the line
+    and what is wrong if it is not one as gameday writes it."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError) as e:
+        raise BadRunDirectory(f"{path}: line {n} is not JSON ({type(e).__name__}: {str(e)[:200]}); expected an "
+                              "event per line, as gameday writes it") from None
+    problem = unlike(row, EventLine)
+    if problem is None and not _count(row["tick"]):
+        problem = f"tick is {reprlib.repr(row['tick'])}; expected a tick of a run (0 to {MAX_TICKS:,})"
+    if problem:
+        raise BadRunDirectory(f"{path}: line {n}: {problem}; not an event as gameday writes it (an object with "
+                              f"{', '.join(EVENT_KEYS)}, then its details)")
+    return row
+
+
+def read_events(run_dir: Path, meta: dict | None = None) -> pd.DataFrame:
+    """events.jsonl's whole lines (``meta``: as ``read_metrics``)."""
+    path = journal_file(Path(run_dir), EVENTS, _meta(Path(run_dir), meta))
+    rows = [parse_event(line, n, path) for n, line in enumerate(_complete_lines(path).splitlines(), 1) if line.strip()]
     if not rows:
         return pd.DataFrame(columns=list(EVENT_KEYS))
     return pd.DataFrame(rows)
+
+
+class Event(dict):
+    """An event as a report reads it: a detail it lacks is a refusal naming the file, the
+    event and the detail, not a KeyError deep in the report."""
+
+    def __init__(self, path: Path, fields: dict):
+        super().__init__(fields)
+        self.path = path
+
+    def __missing__(self, key):
+        raise BadRunDirectory(f"{self.path}: the {self.get('event')} event of tick {self.get('tick')} has no {key!r}; "
+                              "expected the details gameday writes with it")
+
+
+def meta_problem(meta: dict) -> str | None:
+    """What of meta.json is not what the readers rely on, or None: the tick and start clock
+    every run records, and its ticks planned and done, if it says them."""
+    tick_s, start = meta.get("tick_s"), meta.get("start_clock")
+    if not _fits(tick_s, float) or not MIN_TICK_S <= tick_s <= MAX_TICK_S:
+        return (f"tick_s is {reprlib.repr(tick_s)}; expected the tick in seconds (a number from {MIN_TICK_S:g} to "
+                f"{MAX_TICK_S:g}), which every run records")
+    try:
+        parse_clock(start if isinstance(start, str) else None)
+    except ValueError:
+        return (f"start_clock is {reprlib.repr(start)}; expected the clock time the run starts at (a text HH:MM[:SS]), "
+                "which every run records")
+    return next((f"{k} is {reprlib.repr(meta[k])}; expected a count of ticks (an integer from 0 to {MAX_TICKS:,})"
+                 for k in ("ticks_planned", "ticks_done") if k in meta and not _count(meta[k])), None)
 
 
 def load_run(run_dir) -> RunData:
@@ -308,30 +600,26 @@ def load_run(run_dir) -> RunData:
     meta = read_json(d, META, "the run's meta (seed, tick, status ...)")
     if not isinstance(meta, dict):
         raise BadRunDirectory(f"{meta_path}: got {type(meta).__name__}; expected an object (the run's seed, tick, status ...)")
+    problem = meta_problem(meta)
+    if problem:
+        raise BadRunDirectory(f"{meta_path}: {problem}")
     if meta.get("status") == RUNNING and lock_holder(d) is None:
-        # No live process holds it: the one writing it ended without closing it (killed).
-        meta = meta | {"status": INTERRUPTED, UNCLOSED: True}
-    score = read_json(d, SCORE, "the run's score")
-    attribution = read_json(d, ATTRIBUTION, "the counterfactuals of the run's actions")
+        # No live process holds it: the one writing it ended without closing it (killed), so its
+        # ticks_done (written at the end) was never written; its whole rows are the ticks it did.
+        metrics = journal_file(d, METRICS, meta)
+        meta = meta | {"status": INTERRUPTED, UNCLOSED: True, "ticks_done": complete_ticks(d) if metrics.is_file() else 0}
+    score = read_shaped(d, SCORE, Score, "the run's score")
+    attribution = read_shaped(d, ATTRIBUTION, Attribution, "the counterfactuals of the run's actions")
     return RunData(dir=d, meta=meta, score=score, attribution=attribution)
 
 
 def check_run(run: RunData) -> list[str]:
     """What a report of ``run`` must warn it lacks, each a sentence naming the file (a run
     killed, or stopped by a write that failed, leaves a last line cut short and no score);
-    ``BadRunDirectory`` where there is nothing to report from: a meta.json without the tick
-    and start clock every run records, no metrics.csv (or not even its header), no
-    events.jsonl, no playbook."""
+    ``BadRunDirectory`` where there is nothing to report from (``load_run`` has checked
+    meta.json): no metrics.csv (or not even its header), no events.jsonl, no playbook."""
     d, meta = run._tables(), run.meta
     meta_path = run_file(d, META)
-    tick_s, start = meta.get("tick_s"), meta.get("start_clock")
-    if isinstance(tick_s, bool) or not isinstance(tick_s, (int, float)) or not tick_s > 0:
-        raise BadRunDirectory(f"{meta_path}: tick_s is {tick_s!r}; expected the tick in seconds (> 0), which every run records")
-    try:
-        parse_clock(start)
-    except (TypeError, ValueError):
-        raise BadRunDirectory(f"{meta_path}: start_clock is {start!r}; expected the clock time the run starts at "
-                              "(HH:MM[:SS]), which every run records") from None
     for name, what in ((METRICS, "a header line and a row per tick"), (EVENTS, "the run's events, one per line")):
         if not run_file(d, name).is_file():
             raise BadRunDirectory(f"{d / name}: missing; expected {what} (every run directory has it from its start)")
@@ -340,8 +628,9 @@ def check_run(run: RunData) -> list[str]:
     warnings = []
     metrics, rows = d / METRICS, len(run.metrics)
     if run.metrics.columns.empty:
-        raise BadRunDirectory(f"{metrics}: empty, not even its header; expected a header line and a row per tick")
-    if _cut_short(metrics):
+        what = "its one line, the header, is cut short" if cut_short(metrics) else "empty, not even its header"
+        raise BadRunDirectory(f"{metrics}: {what}; expected a header line and a row per tick")
+    if cut_short(metrics):
         warnings.append(f"{metrics}: its last row is cut short (the run stopped while writing it); the report reads "
                         f"the {rows} whole row{'s' * (rows != 1)}")
     done = meta.get("ticks_done")
@@ -353,7 +642,7 @@ def check_run(run: RunData) -> list[str]:
         warnings.append(f"{metrics}: {rows} rows, where {META} says {done} ticks were done (the file lost its end): "
                         f"the report covers those {rows} ticks, and leaves out the score of the whole run")
     events = len(run.events)
-    if _cut_short(d / EVENTS):
+    if cut_short(d / EVENTS):
         warnings.append(f"{d / EVENTS}: its last line is cut short (the run stopped while writing it); the report reads "
                         f"the {events} whole line{'s' * (events != 1)}")
     if run.score is None:
@@ -395,7 +684,7 @@ def pid_in(fd: int) -> int:
     return int(first) if first.isdigit() else 0
 
 
-def _cut_short(path: Path) -> bool:
+def cut_short(path: Path) -> bool:
     """The file ends in a line without its newline: written when the run stopped."""
     with open(path, "rb") as f:
         if f.seek(0, io.SEEK_END) == 0:
@@ -407,6 +696,6 @@ def _cut_short(path: Path) -> bool:
 def complete_ticks(run_dir: Path) -> int:
     """The ticks whose metrics row was written whole: a run whose process was killed may
     end in a row cut short, and its meta.json still says it is running."""
-    with open(Path(run_dir) / METRICS, "rb") as f:
-        rows = f.read().count(b"\n")
+    with open(Path(run_dir) / METRICS, "rb") as f:  # (counted a MiB at a time: a file of hundreds of MB is not held)
+        rows = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(2**20), b""))
     return max(0, rows - 1)  # the header

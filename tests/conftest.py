@@ -190,3 +190,20 @@ def cluster_check():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A 10-minute run of mini_loop with an action (fix_early), no report: each test that
+    alters it alters a copy (``helpers.copy_run``)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    out = tmp_path_factory.mktemp("recorded") / "run"
+    playbooks = Path(__file__).parent / "playbooks"
+    result = CliRunner().invoke(main, ["run", str(playbooks / "mini_loop.yaml.j2"), "-r", str(playbooks / "fix_early.yaml"),
+                                       "--duration", "10m", "--hosting", "inprocess", "--no-progress", "--no-report",
+                                       "--no-attribution", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out

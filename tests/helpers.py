@@ -284,3 +284,9 @@ def gameday(args: list[str]) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, args)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
     return result.exit_code, result.stdout, result.stderr
+
+
+def copy_run(run: Path, where: Path) -> Path:
+    """A copy of the run directory ``run`` (its links kept as links), to alter."""
+    shutil.copytree(run, where, symlinks=True)
+    return where

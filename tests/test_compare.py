@@ -245,6 +245,7 @@ def test_runs_played_without_a_directory_give_the_rows_and_scores_of_runs_kept(t
         data.metrics
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_runs_a_comparison_played(tmp_path):
     """A real ``gameday compare`` sent SIGINT once a few runs are in its cache: it writes the
     tables and the report of seeds 1 to k, every runbook's, and exits 130; a run of a later
@@ -449,6 +450,7 @@ def test_a_phase_map_with_a_runbook_counts_its_runs_broken_after_it_acted_as_the
     assert list(cells["broken after the runbook acted"]) == [1, 1] and cells["stuck"].sum() == 0
 
 
+@pytest.mark.slow
 def test_the_phasemap_command_writes_its_directory_and_prints_the_grid(tmp_path):
     """(with the options its runs share with compare's: --vars, --tick, --no-progress)"""
     out = tmp_path / "map"
@@ -560,6 +562,7 @@ def test_a_refined_phase_map_spends_its_runs_at_the_boundaries_and_classifies_as
     assert len(merged) == len(runs) and (merged["impact"] == merged["impact_full"]).all()
 
 
+@pytest.mark.slow
 def test_hysteresis_a_stuck_system_recovers_only_well_below_the_load_that_tipped_it():
     from orchestrator.batch.phasemap import hysteresis
 

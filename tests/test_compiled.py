@@ -264,6 +264,7 @@ def test_results_with_only_successes_settle_alike_without_the_kernel(name, tmp_p
     assert digest(play(name, tmp_path / "kernel").dir) == quick
 
 
+@pytest.mark.slow
 def test_a_run_says_once_why_kernels_are_not_compiled(tmp_path):
     """Another machine's 12-hour run took three times as long with nothing saying why
     (issue 40: no cffi there). Without cffi, or with GAMEDAY_NO_JIT, `gameday run` says so

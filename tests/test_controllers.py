@@ -161,6 +161,7 @@ def _loop_broken(r) -> float | None:
     return r.score["loop_broken"]["seconds_after_start"] if r.score["loop_broken"]["reached"] else None
 
 
+@pytest.mark.slow
 def test_an_autoscaler_scales_in_behind_packet_loss_floods_its_control_plane_and_re_forms_the_loop(tmp_path):
     def run(name, **sets):
         return orchestrator.run(FLOOD, runbook="none", sets=sets, out=tmp_path / name, duration="50m")

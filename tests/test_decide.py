@@ -203,6 +203,7 @@ def test_an_undecided_pair_says_what_its_seeds_could_show_and_what_delta_needs()
 
 # -- a real comparison ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_sequential_comparison_plays_only_what_its_decision_needs_and_the_same_runs():
     """none, the fix, and the fix under another name, at most 10 seeds: the cohort model's
     runs of one seed barely differ, so the race ends with its first stage; its rows are
@@ -329,7 +330,7 @@ def test_a_primary_outcome_the_playbook_does_not_score_is_refused_before_any_run
 
 
 def test_a_misspelt_key_of_a_variable_is_warned_of(tmp_path):
-    from orchestrator.playbook.template import unused_variables
+    from orchestrator.playbook.variables import unused_variables
 
     path = tmp_path / "pb.yaml.j2"
     path.write_text(Path(MINI).read_text().replace("range: [1000, 3000]", "rnage: [1000, 3000]"))

@@ -44,6 +44,7 @@ def test_targets_flap_only_while_network_propagation_has_a_backlog(runs):
     assert m.loc[backlog, "nlb.targets_in_service"].min() < 0.95
 
 
+@pytest.mark.slow
 def test_flapping_makes_connection_errors_and_disabling_failover_stops_them(runs):
     on, off = runs[True].metrics, runs[False].metrics
     during = backlog_mask(on) & (on["network-manager.queue_wait_s"] > 600)  # the same ticks in both runs

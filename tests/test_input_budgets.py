@@ -161,3 +161,120 @@ def test_a_pace_slower_than_the_slowest_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["run", str(VALID), "--runbook", "none", "--speed", "1e-300", "--out",
                                        str(tmp_path / "run"), "--no-progress"])
     assert result.exit_code == 2 and f">= {budgets.SLOWEST_SPEED:g}" in result.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value, said", [("1.0e+300", "1e+300"), (".nan", "nan"), ("-.inf", "-inf")])
+def test_a_set_number_beyond_the_budget_is_refused_naming_the_set(tmp_path, value, said):
+    """(It was refused at the field the template pasted it into, with a hint about exponents.)"""
+    err = refused(tmp_path, str(VALID), "--set", f"device_cpu={value}")
+    assert f"--set device_cpu: got {said}; expected a finite number of at most 1e+15 in size" in err
+
+
+def test_a_variables_default_beyond_the_budget_is_refused_at_the_header(tmp_path):
+    err = refused(tmp_path, playbook(tmp_path, BODY, HEAD.replace("default: 10000", "default: .nan")))
+    assert "variables.device_cpu.default: got nan; expected a finite number" in err
+
+
+@pytest.mark.parametrize("name", ["my-var", "1st", "a\x1b[2J"])
+def test_a_variable_the_template_could_not_read_by_its_name_is_refused(tmp_path, name):
+    head = HEAD + f'\n  "{name.replace(chr(27), chr(92) + "e")}":\n    default: 1\n    description: odd'
+    err = refused(tmp_path, playbook(tmp_path, BODY, head))
+    assert "variables: got" in err and "expected a variable name of letters, digits and '_'" in err
+
+
+def test_a_number_written_as_base_60_is_refused_where_no_time_is_meant(tmp_path):
+    """YAML 1.1 reads an unquoted 1:30 as 90: right for a duration, a slip for a count."""
+    err = refused(tmp_path, playbook(tmp_path, BODY.replace("capacity_per_device: 250000", "capacity_per_device: 1:30")))
+    assert ("conntrack.capacity_per_device: got 1:30; expected a number (YAML 1.1 reads the unquoted 1:30 as 90, "
+            "counting in base 60") in err
+    ok = CliRunner().invoke(main, ["playbooks", "validate", playbook(tmp_path, BODY.replace("reconnect_delay: 10s",
+                                                                                          "reconnect_delay: 1:30"))])
+    assert ok.exit_code == 0, ok.output  # (a duration written so is 90 s, as before)
+
+
+@pytest.mark.parametrize("tag", ['{% include "other.yaml" %}', '{% import "m.j2" as m %}', '{% extends "base" %}'])
+def test_a_template_that_includes_another_is_refused_as_such(tmp_path, tag):
+    err = refused(tmp_path, playbook(tmp_path, tag + "\n" + BODY))
+    assert "a playbook in one file: it cannot include, import or extend another template" in err
+    assert "no loader" not in err
+
+
+def test_a_free_form_nan_is_refused_since_the_run_directory_is_json(tmp_path):
+    err = refused(tmp_path, playbook(tmp_path, BODY + "incident: {n: .nan, deep: [1, .inf]}\n"))
+    assert "incident.n: got nan; expected a finite number" in err and "incident.deep[1]: got inf" in err
+
+
+@pytest.mark.parametrize("args, where", [
+    ("{target: clients, op: set_retry_policy, args: {cap: 1000000000}}", "args.cap"),
+    ("{target: clients, op: set_retry_policy, args: {max_attempts: 1000000}}", "args.max_attempts"),
+    ("{target: clients, op: set_request_timeout, args: {seconds: 1000000000}}", "args.seconds"),
+    ("{target: clients, op: set_connection, args: {timeout: 1000000000}}", "args.timeout"),
+    ("{target: clients, op: set_mode, args: {mode: per_request, over: 1000000000}}", "args.over"),
+])
+def test_an_operation_argument_gets_the_bound_its_field_has(tmp_path, args, where):
+    """Each of these passed validation and ran the model out of memory at the trigger (a
+    timing wheel a billion seconds long): the model's limits (agents/limits.py) bound the
+    operation's arguments as they bound the fields."""
+    body = BODY + f'triggers:\n  - {{name: hot-fix, at: "07:01", effects: [{args}]}}\n'
+    err = refused(tmp_path, playbook(tmp_path, body))
+    assert f"triggers[0].effects[0].{where}" in err and "a number from 0 to" in err
+
+
+@pytest.mark.parametrize("field", ["request: {timeout: 1000000000}", "connection: {timeout: 1000000000}"])
+def test_a_timeout_longer_than_a_day_is_refused(tmp_path, field):
+    body = BODY.replace("    path: [bridge]\n    bugs:", f"    {field}\n    path: [bridge]\n    bugs:", 1)
+    err = refused(tmp_path, playbook(tmp_path, body))
+    assert f"populations[0].{field.split(':')[0]}.timeout: got 1000000000" in err and "<= 86400" in err, err
+
+
+@pytest.mark.parametrize("effect, said", [
+    ("{target: clients, op: scale_rate, args: {factor: 1000000000000000}}", "over the most the model counts, 1e+15/s"),
+    ("{target: clients, op: surge, args: {reconnect_fraction: 1000000000000000}}", "over the most the model counts, 1e+15"),
+    ("{target: clients, op: set_retry_policy, args: {cap: 86400, max_attempts: 1000}}",
+     "cells of the clients' timing wheels, over the most the model keeps, 16,777,216"),
+])
+def test_an_operation_past_what_the_model_holds_is_refused_and_the_world_goes_on(tmp_path, effect, said):
+    """What these arguments come to is only known in the world (factors multiply, the clients
+    reconnecting, delays over the tick times attempts; each argument is within its range):
+    the operation is refused there, before it changes anything, journalled, and the run
+    ends complete. (Each ran out of memory or overflowed before.)"""
+    from reports.rundir import load_run
+
+    body = BODY + f'triggers:\n  - {{name: flood, at: "07:01", effects: [{effect}]}}\n'
+    result = CliRunner().invoke(main, ["run", playbook(tmp_path, body), "--runbook", "none", "--duration", "3m",
+                                       "--out", str(tmp_path / "run"), "--no-progress", "--no-report"])
+    assert result.exit_code == 0, result.output
+    run = load_run(tmp_path / "run")
+    assert run.meta["status"] == "complete"
+    rejected = run.events[run.events["event"] == "apply_rejected"]
+    assert len(rejected) == 1 and said in rejected["reason"].iloc[0], run.events.tail()
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: p.symlink_to(p.parent / "elsewhere", target_is_directory=True), "is a symbolic link (to "),
+    (None, "exists and is not a directory"),
+])
+def test_an_out_that_is_a_link_or_not_a_directory_says_so(tmp_path, make, expected):
+    (tmp_path / "elsewhere").mkdir()
+    out = tmp_path / "out"
+    if make is None:
+        out = Path("/dev/null")
+    else:
+        make(out)
+    result = CliRunner().invoke(main, ["run", str(VALID), "--runbook", "none", "--out", str(out), "--no-progress"])
+    assert result.exit_code != 0 and expected in result.stderr, result.output
+    assert "free some space" not in result.stderr and list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_delays_over_a_fine_tick_times_many_attempts_are_refused_before_the_run(tmp_path):
+    """Each within its range, together a timing wheel of 864 million cells (7 GB a wheel):
+    refused at the tick, the playbook's or --tick's, naming the population and the budget."""
+    from agents.limits import MOST_WHEEL_CELLS
+
+    body = BODY.replace("retry: {max_attempts: 3}", "retry: {max_attempts: 1000, cap: 1h}")
+    assert CliRunner().invoke(main, ["playbooks", "validate", playbook(tmp_path, body)]).exit_code == 0
+    err = refused(tmp_path, playbook(tmp_path, body), "--tick", "0.1s")
+    assert "--tick: got 0.1; expected a tick long enough for the delays of populations[0] (clients)" in err
+    assert f"over the most the model keeps, {MOST_WHEEL_CELLS:,}" in err
+    err = refused(tmp_path, playbook(tmp_path, body.replace("tick: 1s", "tick: 0.1s")))
+    assert "clock.tick: got 0.1; expected a tick long enough for the delays of populations[0]" in err

@@ -233,6 +233,7 @@ def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_th
     assert _clock_s(overloaded["loop_broken"]) >= _clock_s(overloaded["backlog_drained"]) > fault_end + 295, overloaded
 
 
+@pytest.mark.slow
 def test_the_comparison_says_a_runbook_that_pauses_durable_work_for_good_drains_nothing(runbook_file):
     """Pausing delivery for good only suspends the loop (#42: it read as broken as fast as
     pausing and then releasing the jobs at a pace); only the second breaks it and drains the

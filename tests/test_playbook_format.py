@@ -28,7 +28,8 @@ from orchestrator.playbook.files import builtin_dir, builtin_playbooks, builtin_
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.playbook.runbooks import load_runbook
 from orchestrator.playbook.yaml_text import load_yaml
-from orchestrator.playbook.template import read_template, render, resolve_variables
+from orchestrator.playbook.template import read_template, render
+from orchestrator.playbook.variables import resolve_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "playbook-reference.md"

@@ -273,6 +273,7 @@ def _both_models_agree(tmp_path, world: dict, ops: list, windows: dict, metrics:
             assert abs(c - r) <= 0.06 * r + 5 * math.sqrt(r + 1), (w, name, c, r)
 
 
+@pytest.mark.slow
 def test_the_client_by_client_reference_agrees_on_the_new_operations(tmp_path):
     """A per-request surge, a readmission, a retry budget, dropped work and a retry policy
     hot-fix, played by both population models: the same demand, attempts and errors,

@@ -186,6 +186,7 @@ def test_an_outage_whose_results_come_in_bursts_is_counted_whole(tmp_path):
     assert analyse(r).impact[0]["failed_request_minutes"] == pytest.approx(minutes_with_results, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_asking_for_the_score_during_a_run_changes_nothing():
     """A live scoreboard asks for the score every tick; the score at the end is the same
     as a run's that nobody asked (the minute under way is counted, never closed early)."""

@@ -127,6 +127,7 @@ def test_a_bug_during_a_run_ends_it_with_a_message_and_a_readable_directory(tmp_
     assert run.meta["status"] == "failed" and run.meta["ticks_done"] == 30
 
 
+@pytest.mark.slow
 def test_a_run_stopped_at_any_line_of_its_start_leaves_no_directory_or_one_that_reads(tmp_path):
     """A stop (Ctrl-C, or a comparison's time limit cancelling its runs) can land on any line
     between checking the run directory and the first tick: what it leaves is either nothing

@@ -27,6 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli import main
+from tests.helpers import copy_run
 from reports import rundir
 from reports.analysis import analyse
 from reports.files import write_atomic
@@ -333,26 +334,11 @@ def test_a_second_run_into_a_directory_being_written_is_refused_naming_the_proce
 
 # -- replay: the hosting apart from the results ----------------------------------------------------
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Path:
-    """A short run with actions (fix_early), no report: copied by each test that alters it."""
-    out = tmp_path_factory.mktemp("recorded") / "run"
-    result = gameday("run", MINI, "-r", FIX, "--duration", "10m", "--hosting", "inprocess", "--no-progress",
-                     "--no-report", "--no-attribution", "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
-
-
-def _copy(run: Path, where: Path) -> Path:
-    shutil.copytree(run, where, symlinks=True)
-    return where
-
-
 def test_a_replay_of_a_run_that_recovered_from_a_lost_host_is_identical_and_says_the_restart_apart(recorded, tmp_path):
     """The recording's host_restarted event (as Ray hosting journals one: a host lost and
     replaced from its snapshot) is hosting, not results: the replay (in process) has none,
     and is identical all the same; a world's event changed is still a difference."""
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     lines = (run / rundir.EVENTS).read_text().splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if json.loads(line)["tick"] >= 100)
     restart = {"tick": 100, "clock": "00:01:40", "agent": "orchestrator", "event": "host_restarted", "host": "populations",
@@ -374,7 +360,7 @@ def test_a_replay_of_a_run_that_recovered_from_a_lost_host_is_identical_and_says
 # -- report: what a run directory lacks -----------------------------------------------------------
 
 def test_a_header_only_metrics_csv_is_reported_as_no_ticks_without_figures_that_contradict_it(recorded, tmp_path):
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     header = (run / rundir.METRICS).read_text().splitlines(keepends=True)[0]
     (run / rundir.METRICS).write_text(header)
     result = gameday("report", run, "--format", "md")
@@ -387,7 +373,7 @@ def test_a_header_only_metrics_csv_is_reported_as_no_ticks_without_figures_that_
 
 
 def test_a_truncated_metrics_csv_and_a_half_written_events_line_are_warned_and_read_up_to_where_they_end(recorded, tmp_path):
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     metrics = (run / rundir.METRICS).read_bytes()
     (run / rundir.METRICS).write_bytes(metrics[:len(metrics) // 2])
     events = (run / rundir.EVENTS).read_bytes()
@@ -415,7 +401,7 @@ def test_a_truncated_metrics_csv_and_a_half_written_events_line_are_warned_and_r
 ], ids=["meta not JSON", "meta not an object", "meta without tick_s", "no metrics.csv", "score not JSON",
         "an events line not JSON"])
 def test_a_run_directory_that_cannot_be_reported_is_refused_naming_the_file(recorded, tmp_path, damage, said):
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     damage(run)
     result = gameday("report", run)
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
@@ -424,7 +410,7 @@ def test_a_run_directory_that_cannot_be_reported_is_refused_naming_the_file(reco
 
 
 def test_a_missing_score_of_a_complete_run_is_warned(recorded, tmp_path):
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     (run / rundir.SCORE).unlink()
     result = gameday("report", run, "--format", "md")
     assert result.exit_code == 0, result.output
@@ -437,13 +423,13 @@ def test_no_command_reads_or_writes_through_a_link_out_of_a_run_directory(record
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # a report/ folder linked elsewhere: refused, and nothing written there
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     (run / "report").symlink_to(elsewhere, target_is_directory=True)
     result = gameday("report", run)
     assert result.exit_code == 2 and f"{run / 'report'} is a symbolic link to {elsewhere}, outside" in result.stderr
     assert list(elsewhere.iterdir()) == []
     # a file of the run linked elsewhere: refused by report and by replay
-    run = _copy(recorded, tmp_path / "run2")
+    run = copy_run(recorded, tmp_path / "run2")
     shutil.move(run / rundir.SCORE, elsewhere / rundir.SCORE)
     (run / rundir.SCORE).symlink_to(elsewhere / rundir.SCORE)
     for command in (["report", run], ["replay", run, "--out", tmp_path / "again"], ["fork", run, "--at", "00:05", "-r",
@@ -451,13 +437,13 @@ def test_no_command_reads_or_writes_through_a_link_out_of_a_run_directory(record
         result = gameday(*command)
         assert result.exit_code == 2 and f"{run / rundir.SCORE} is a symbolic link" in result.stderr, (command, result.output)
         assert "Traceback" not in result.output
-    run = _copy(recorded, tmp_path / "run3")
+    run = copy_run(recorded, tmp_path / "run3")
     shutil.move(run / rundir.PLAYBOOK, elsewhere / rundir.PLAYBOOK)
     (run / rundir.PLAYBOOK).symlink_to(elsewhere / rundir.PLAYBOOK)
     result = gameday("replay", run, "--out", tmp_path / "again3")
     assert result.exit_code == 2 and f"{run / rundir.PLAYBOOK} is a symbolic link" in result.stderr
     # a link that stays inside the directory is fine
-    run = _copy(recorded, tmp_path / "run4")
+    run = copy_run(recorded, tmp_path / "run4")
     (run / "kept").mkdir()
     shutil.move(run / rundir.METRICS, run / "kept" / rundir.METRICS)
     (run / rundir.METRICS).symlink_to(Path("kept") / rundir.METRICS)
@@ -482,7 +468,7 @@ def test_a_file_replaced_whole_or_not_at_all_whichever_of_its_writes_fails(tmp_p
 
 
 def test_a_bad_run_directory_reads_as_a_named_refusal_not_an_exception_of_pandas_or_json(recorded, tmp_path):
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     with open(run / rundir.METRICS, "a") as f:
         f.write("1,2,3," + ",".join(["4"] * 400) + "\n")  # a row longer than the header
     with pytest.raises(BadRunDirectory, match="metrics.csv: cannot be read as CSV"):
@@ -491,7 +477,7 @@ def test_a_bad_run_directory_reads_as_a_named_refusal_not_an_exception_of_pandas
 
 @pytest.mark.parametrize("name", [rundir.SCORE, rundir.META, rundir.COLUMNS, rundir.EVENTS])
 def test_a_fifo_in_place_of_a_run_file_is_refused_not_waited_on(recorded, tmp_path, name):
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     (run / name).unlink()
     os.mkfifo(run / name)
     result = gameday("report", run, "--format", "md")  # (a FIFO without a writer: reading it would wait for ever)
@@ -502,7 +488,7 @@ def test_a_fifo_in_place_of_a_run_file_is_refused_not_waited_on(recorded, tmp_pa
                                            (rundir.SCORE, "[" * 100_000 + "]" * 100_000)])
 def test_a_run_file_holding_what_gameday_never_writes_there_is_refused_with_a_message(recorded, tmp_path, name,
                                                                                       content):
-    run = _copy(recorded, tmp_path / "run")
+    run = copy_run(recorded, tmp_path / "run")
     (run / name).write_text(content)
     result = gameday("report", run, "--format", "md")
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output

@@ -132,7 +132,7 @@ def test_the_longest_wait_in_a_full_queue_is_its_limit(tick):
     assert max(r["server"]["queue_wait_s"] for r in rows) == pytest.approx(10.0, abs=0.1)
 
 
-@pytest.mark.parametrize("tick", ["1s", "0.25s"])
+@pytest.mark.parametrize("tick", ["1s", pytest.param("0.25s", marks=pytest.mark.slow)])
 def test_exponential_service_times_make_the_work_of_a_busy_tick_poisson(tick):
     """mu = 10/s kept busy: the work done per tick has mean and variance mu x dt with
     exponential service times, and no variance at all with deterministic ones."""

@@ -22,7 +22,7 @@ from typing import Callable
 import pandas as pd
 
 from reports import decide
-from reports.rundir import Score, outcome
+from reports.rundir import OUTCOMES, Score, outcome
 from reports.timefmt import format_duration, parse_duration
 from orchestrator.errors import InvalidInput, Issue, NotFound, closest_first, setting
 from orchestrator.batch.run_cache import RunCache, run_key
@@ -31,12 +31,15 @@ from orchestrator.hosting.inprocess import load_kernels
 from orchestrator.runs.runner import RunSpec, execute, prepare
 from orchestrator.playbook.loader import Playbook
 from orchestrator.playbook.files import find_playbook, find_runbook
-from orchestrator.playbook.template import Given, read_template, resolve_variables
+from orchestrator.playbook.template import read_template
+from orchestrator.playbook.variables import Given, resolve_variables
 
-#: the results table's columns, in order (sweep variables come after ``seed``)
-COLUMNS = ("runbook", "seed", "trigger_s", "loop_formed", "loop_broken_s", "loop_broken", "backlog_scored",
-           "backlog_formed", "backlog_drained_s", "backlog_drained",
-           "impact", "first_update_s", "connections_broken", "turned_away", "actions", "outcome", "horizon_s")
+#: the results table's columns, in order (sweep variables come after ``seed``), each with what ``row_of``
+#: puts there (a type, or the texts it may be): a cached row holding anything else is played again (``run_cache``)
+COLUMNS = {"runbook": str, "seed": int, "trigger_s": float, "loop_formed": bool, "loop_broken_s": float,
+           "loop_broken": str, "backlog_scored": bool, "backlog_formed": bool, "backlog_drained_s": float,
+           "backlog_drained": str, "impact": float, "first_update_s": float, "connections_broken": int,
+           "turned_away": int, "actions": int, "outcome": OUTCOMES, "horizon_s": float}
 @dataclass
 class Point:
     """One run of a comparison."""
@@ -91,7 +94,7 @@ def _vary(playbook: str, vary: list[str], sweeps: dict, sets: dict) -> tuple[tup
     ones), issues)."""
     if not vary:
         return ({}, set()), []
-    from orchestrator.playbook.template import variable_ranges
+    from orchestrator.playbook.variables import variable_ranges
 
     tpl = read_template(find_playbook(playbook))
     declared = variable_ranges(tpl)
@@ -320,17 +323,29 @@ def _texts_key(p: Point) -> tuple:
     return p.runbook, tuple(sorted(p.variables().items()))
 
 
-def check_points(playbook: str, points: list[Point], sets: Given, duration, tick) \
-        -> tuple[dict, dict, dict, tuple[Playbook, WorldPlan]]:
+def check_points(playbook: str, points: list[Point], sets: Given, duration, tick, deadline: float | None = None,
+                 time_limit: float | None = None) -> tuple[dict, dict, dict, tuple[Playbook, WorldPlan]]:
     """Load the playbook and runbook of every distinct (runbook, sweep point) before any
     run starts: bad input stops the comparison with every problem named. Returns their
     texts, the rendered playbook's and the runbook's, by (runbook, sweep point), each
     runbook as the runs get it (``portable_runbook``) and its name (its ``name:``), and
-    the first point's loaded playbook and world plan."""
+    the first point's loaded playbook and world plan. Checking counts against the time
+    limit (``deadline``): a grid of thousands of points is refused once it is clear that
+    checking them alone would pass it, not after."""
     texts, shipped, names, first = {}, {}, {}, None
+    distinct = len({_texts_key(p) for p in points})
+    started = None  # (timed from the second: the first pays for what is loaded once)
     for p in points:
         key = _texts_key(p)
         if key not in texts:
+            if deadline is not None and len(texts) > 1:
+                each = (time.monotonic() - started) / (len(texts) - 1)
+                if time.monotonic() + each * (distinct - len(texts)) > deadline:
+                    raise InvalidInput("gameday compare", "options", [Issue(
+                        setting("time_limit"), _limit_text(time_limit),
+                        f"time to check the {distinct:,} sweep points before any run (each playbook is rendered and "
+                        f"validated first, {each * 1000:.0f} ms each here, about {each * distinct:.0f} s in all): a "
+                        "longer limit, or fewer points")])
             try:
                 pb, rb_text, rb, plan = prepare(RunSpec(playbook=playbook, runbook=p.runbook, seed=p.seed,
                                                         sets=p.given(sets), duration=duration, tick=tick))
@@ -342,6 +357,7 @@ def check_points(playbook: str, points: list[Point], sets: Given, duration, tick
                                                         f"seed {p.seed} from the ranges the header declares: narrow "
                                                         "them to values the playbook takes") for i in e.issues]) from None
             texts[key] = (pb.text, rb_text)
+            started = started or time.monotonic()
             shipped.setdefault(p.runbook, portable_runbook(p.runbook, playbook, pb))
             names.setdefault(p.runbook, rb["name"])
             first = first or (pb, plan)
@@ -529,7 +545,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     ``max_workers``: at most this many runs at once (default: as many as Ray has CPUs).
     ``cache``: a directory of the rows of runs played before (``run_cache``): a run
     found there is not played again, and a run played is kept there; the table's
-    ``attrs["reused"]`` counts the runs taken from it. ``time_limit``: seconds of wall
+    ``attrs["reused"]`` counts the runs taken from it (``attrs["cache_set_aside"]``: the rows
+    found there not as gameday writes them, each its file and why, played again). ``time_limit``: seconds of wall
     time from the call after which no run starts and the runs under way are stopped; the
     table then holds the seeds, in order, up to the first not every run of which was done
     (``attrs["partial"]`` says how many of those planned); runs of later seeds are left out
@@ -553,7 +570,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     ranges = _check_options(playbook, runbooks, seeds, dict(sweeps or {}), sets, cache, keep_runs, list(vary or []),
                             decision, time_limit)
     points = plan_points(list(runbooks), seeds, dict(sweeps or {}), draw_worlds(*ranges, seeds) if ranges[0] else None)
-    texts, shipped, names, (pb, plan) = check_points(playbook, points, sets, duration, tick)
+    texts, shipped, names, (pb, plan) = check_points(playbook, points, sets, duration, tick, deadline, time_limit)
     same = _same_names(names)
     if same:
         raise InvalidInput("gameday compare", "options", same)
@@ -607,6 +624,8 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     if ranges[0]:
         df.attrs["drawn"] = {name: list(r) for name, r in sorted(ranges[0].items())}
     df.attrs["reused"] = sum(rows[i] is not None for i in player.from_cache)
+    if player.store is not None and player.store.set_aside:
+        df.attrs["cache_set_aside"] = player.store.set_aside
     df.attrs["planned"] = len(points)
     if player.ticks_saved["whole"]:
         df.attrs["ticks"] = dict(player.ticks_saved)

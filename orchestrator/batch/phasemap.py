@@ -63,16 +63,17 @@ class Refinement:
         self.x, self.y = x, y
 
     def __call__(self, points: list, rows: list) -> list[int]:
-        xs = list(dict.fromkeys(p.sweep[self.x] for p in points))
-        ys = list(dict.fromkeys(p.sweep[self.y] for p in points))
-        cell_of = [(xs.index(p.sweep[self.x]), ys.index(p.sweep[self.y])) for p in points]
+        xs = {v: i for i, v in enumerate(dict.fromkeys(p.sweep[self.x] for p in points))}
+        ys = {v: i for i, v in enumerate(dict.fromkeys(p.sweep[self.y] for p in points))}
+        cell_of = [(xs[p.sweep[self.x]], ys[p.sweep[self.y]]) for p in points]
         phases: dict[tuple, set] = {}
-        played: dict[tuple, int] = {}
-        for c, row in zip(cell_of, rows):
+        waiting: dict[tuple, list[int]] = {}  # a cell's runs not played yet, in the order planned
+        for i, (c, row) in enumerate(zip(cell_of, rows)):
             if row is not None:
                 phases.setdefault(c, set()).add(PHASE_OF[row["outcome"]])
-                played[c] = played.get(c, 0) + 1
-        if not played:  # the first round: one seed everywhere
+            else:
+                waiting.setdefault(c, []).append(i)
+        if not phases:  # the first round: one seed everywhere
             first = points[0].seed
             return [i for i, p in enumerate(points) if p.seed == first]
 
@@ -80,13 +81,8 @@ class Refinement:
             near = [c] + [(c[0] + dx, c[1] + dy) for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1))]
             seen = set().union(*(phases.get(n, set()) for n in near if n in phases))
             return len(seen) == 1
-        todo = []
-        for c in dict.fromkeys(cell_of):
-            if not settled(c):
-                nxt = next((i for i, (cc, row) in enumerate(zip(cell_of, rows)) if cc == c and row is None), None)
-                if nxt is not None:  # (its next seed, in the order planned; none left: it played them all)
-                    todo.append(nxt)
-        return todo
+        # (its next seed; a cell with none left played them all)
+        return [waiting[c][0] for c in dict.fromkeys(cell_of) if c in waiting and not settled(c)]
 
 
 def classify(runs: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.errors import shown
 from reports import rundir
 from reports.files import write_atomic
 
@@ -54,27 +55,49 @@ def run_key(playbook_text: str, runbook_text: str, seed: int, duration: float | 
 
 
 class RunCache:
-    """Rows of runs in a directory, one file per key."""
+    """Rows of runs in a directory, one file per key. A row is a convenience: one that does
+    not hold what gameday writes is played again, and counted (``set_aside``)."""
 
-    def __init__(self, directory: Path, columns: tuple[str, ...]):
+    def __init__(self, directory: Path, columns: dict[str, type | tuple]):
         self.dir = Path(directory)
-        self.columns = columns  # what a row must hold to be used
+        self.columns = columns  # what a row must hold to be used: column -> its type, or the values it may have
+        self.set_aside: list[str] = []  # each row found and not used: its file and why
 
     def _path(self, key: str) -> Path:
         return self.dir / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict | None:
-        """The row kept under ``key``, or None (none kept, or one that cannot be read)."""
+        """The row kept under ``key``, or None (none kept, or one not as gameday writes it:
+        ``set_aside`` says which and why)."""
         path = self._path(key)
         try:  # (as a run directory's JSON file: a FIFO, a device or one over its size is never read)
             row = rundir.read_json(path.parent, path.name, "a cached row")
-        except rundir.BadRunDirectory:
+        except rundir.BadRunDirectory as e:
+            self.set_aside.append(str(e))
             return None
-        if not isinstance(row, dict) or not all(c in row for c in self.columns):
-            return None
-        return row
+        problem = None if row is None else _unlike(row, self.columns)
+        if problem:
+            self.set_aside.append(f"{path}: {problem}")
+        return None if problem else row
 
     def put(self, key: str, row: dict) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(row))  # (NaN as Python's json writes and reads it: a time never reached)
+
+
+def _unlike(row, columns: dict[str, type | tuple]) -> str | None:
+    """What of ``row`` is not what ``columns`` says (``rundir.unlike`` of each type, or one of
+    the values a column may have), or None."""
+    if not isinstance(row, dict):
+        return rundir.unlike(row, dict)
+    for column, kind in columns.items():
+        if column not in row:
+            return f"no {column}"
+        if isinstance(kind, tuple):
+            problem = None if row[column] in kind else f"{column} is {shown(row[column])}; expected one of {', '.join(kind)}"
+        else:
+            problem = rundir.unlike(row[column], kind, column)
+        if problem:
+            return problem
+    return None

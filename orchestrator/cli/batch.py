@@ -122,7 +122,7 @@ def _compare(out, playbook, runbooks, seeds, fixed, primary, delta, alpha, first
     with interrupt_deferred():  # (Ctrl-C again while the tables are written: once they are)
         written = write_comparison(df, out, list(sweeps), info, report=report)
     if cache:
-        click.echo(_from_cache(df, cache))
+        _say_from_cache(df, cache)
     for line in summary_lines(written.summary, written.pairs, list(sweeps), ranks=False):
         click.echo(line)
     for line in ((race_lines(written.race) if written.race else []) + robustness_lines(df, list(sweeps))
@@ -138,8 +138,16 @@ def _compare(out, playbook, runbooks, seeds, fixed, primary, delta, alpha, first
         sys.exit(130)
 
 
-def _from_cache(runs, cache: str) -> str:
-    return f"{runs.attrs['reused']} of {len(runs)} runs taken from the cache {cache}, {len(runs) - runs.attrs['reused']} played"
+def _say_from_cache(runs, cache: str) -> None:
+    """How many runs came from the cache, and once, how many of its rows were not as gameday
+    writes them (played again: a row is a convenience, never a traceback or a wrong table)."""
+    click.echo(f"{runs.attrs['reused']} of {len(runs)} runs taken from the cache {cache}, "
+               f"{len(runs) - runs.attrs['reused']} played")
+    aside = runs.attrs.get("cache_set_aside") or []
+    if aside:
+        click.echo(f"warning: {len(aside)} row{'s' * (len(aside) != 1)} of the cache {cache} not as gameday writes "
+                   f"{'them' if len(aside) != 1 else 'it'} ({aside[0]}{'; ...' if len(aside) > 1 else ''}): "
+                   "played again", err=True)
 
 
 @main.command("phasemap")
@@ -202,7 +210,7 @@ def _phase_map(out, playbook, xa, ya, seeds, full, runbook, sets, vars_file, dur
         table = write_phase_map(cells, runs, out, xa[0], ya[0], f"{title} ({partial})" if partial else title)
     click.echo("\n".join(table))
     if cache:
-        click.echo(_from_cache(runs, cache))
+        _say_from_cache(runs, cache)
     if not full and "full_runs" in runs.attrs:
         whole = runs.attrs["full_runs"]
         click.echo(f"runs: {len(runs)} of the {whole} a full grid plays ({whole - len(runs)} saved: cells whose "

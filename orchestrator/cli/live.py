@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from reports import rundir
-from orchestrator.errors import NotFound
+from orchestrator.errors import GamedayError, Issue, NotFound
 from orchestrator.live.protocol import for_terminal
 
 from .options import (duration_option, hosting_options, out_dir, out_option, playbook_argument, seed_option,
@@ -19,13 +19,15 @@ from .root import main
 
 
 def _session_tokens(session_dir: str, flag: str = "--session") -> dict:
-    """The tokens of the session in ``session_dir`` (given as ``flag``: --session, or serve's --resume)."""
-    path = Path(session_dir) / rundir.TOKENS
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise NotFound(f"{flag} {session_dir}: no readable tokens.json there ({e}); is it a session directory "
-                       "written by `gameday serve`?") from None
+    """The tokens of the session in ``session_dir`` (given as ``flag``: --session, or serve's
+    --resume), checked (``server.read_tokens``)."""
+    from orchestrator.live.server import read_tokens
+
+    toks = read_tokens(Path(session_dir))
+    if toks is None:
+        raise NotFound(f"{flag} {session_dir}: no readable tokens.json there (there is none); is it a session directory "
+                       "written by `gameday serve`?")
+    return toks
 
 
 def _client(server, token, server_key, session_dir, role: str, team: str | None = None):
@@ -104,7 +106,7 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
     from orchestrator.hosting.host import HostingOptions
     from orchestrator.live.gameday import GameDay, Serving
     from orchestrator.live.scoreboard_view import render_board
-    from orchestrator.live.session import Session, check_teams
+    from orchestrator.live.session import Session, check_teams, resumable
 
     tokens = None
     if resume:
@@ -125,17 +127,31 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
         raise click.UsageError("give at least one --team NAME (or --resume SESSION_DIR)")
     serving = Serving(bind, curve_secret, web, web_host, web_port, tls_cert, tls_key, linger)
     tls = serving.check()  # (before any world is built)
-    if resume:
-        click.echo(f"rebuilding the worlds of {resume} from its journal ...", err=True)
-        session = Session.rebuild(Path(resume), address)
-        speed = session.clock.speed
+    if resume:  # every file of the session read and checked: a refusal changes nothing in it
+        checked = resumable(Path(resume), tokens)
     else:
         check_teams(list(teams))
         out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
         check_out_dir(out)
-        click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
-        session = Session(out, list(teams), playbook, seed, variables(sets, vars_file), duration, tick, speed,
-                          HostingOptions(hosting, placement, address))
+    try:
+        ports = serving.open()  # a port in use is said here, before anything is written
+    except GamedayError as e:
+        if resume:
+            raise GamedayError(f"{e}\n--resume serves the session where it was served: free that port, then resume "
+                               f"again (nothing in {resume} was changed)") from None
+        raise
+    try:
+        if resume:
+            click.echo(f"rebuilding the worlds of {resume} from its journal ...", err=True)
+            session = Session.rebuild(checked, address)
+            speed = session.clock.speed
+        else:
+            click.echo(f"building {len(teams)} worlds ({hosting}) ...", err=True)
+            session = Session(out, list(teams), playbook, seed, variables(sets, vars_file), duration, tick, speed,
+                              HostingOptions(hosting, placement, address))
+    except BaseException:
+        ports.close()
+        raise
 
     def announce(game: GameDay) -> None:
         _announce(session, game.server, session.seed, speed, game.web, with_key=bool(curve_secret))
@@ -151,7 +167,7 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
         click.echo(render_board(board))
         sys.stdout.flush()
 
-    game = GameDay(session, serving, tls, tokens)
+    game = GameDay(session, serving, tls, tokens, ports)
     game.play(start=start_now and not resume, announce=announce, on_end=ranking, on_failure=lambda s: click.echo(
         f"the server failed; go on with `gameday serve --resume {s.dir}`", err=True))
     if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
@@ -166,15 +182,32 @@ RESUME_TAKES = ("playbook", "seed", "speed", "sets", "vars_file", "duration", "t
 
 
 def _web_place(session_dir: str, host: str, port: int) -> tuple[str | None, str, int]:
-    """(scheme, host, port) where the session's pages were served, so that they reconnect
-    by themselves; else no scheme, ``host`` and ``port``."""
+    """(scheme, host, port) where the session's pages were served (session.json's web), so
+    that they reconnect by themselves; else (it served none yet) no scheme, ``host`` and
+    ``port``. session.json is read as a run directory's JSON file is, and a web address
+    gameday would not have written is refused, naming it."""
     from urllib.parse import urlsplit
 
+    from orchestrator.live.session import NotResumable
+
+    path = Path(session_dir) / rundir.SESSION_INFO
     try:
-        url = urlsplit(json.loads((Path(session_dir) / rundir.SESSION_INFO).read_text(encoding="utf-8"))["web"])
-        return url.scheme, url.hostname, url.port
-    except (OSError, ValueError, KeyError, TypeError):
+        info = rundir.read_json(Path(session_dir), rundir.SESSION_INFO, "what the session is and where it was served")
+    except rundir.NotARunDirectory as e:
+        raise NotResumable(str(e)) from None
+    if info is not None and not isinstance(info, dict):
+        raise NotResumable(f"{path}: {Issue('the file', info, 'a JSON object, as `gameday serve` writes it')}")
+    web = (info or {}).get("web")
+    if web is None:
         return None, host, port
+    try:
+        url = urlsplit(web)
+        if url.scheme in ("http", "https") and url.hostname and url.port is not None:  # (.port: 0 to 65535)
+            return url.scheme, url.hostname, url.port
+    except (TypeError, ValueError, AttributeError):
+        pass
+    wanted = "the address the pages were served at, http(s)://HOST:PORT/ with a port from 0 to 65535"
+    raise NotResumable(f"{path}: {Issue('web', web, wanted)}, as `gameday serve` writes it")
 
 
 def _announce(session, server, seed, speed, web, with_key: bool) -> None:

@@ -15,7 +15,7 @@ from orchestrator import budgets
 from orchestrator.hosting.host import HOSTINGS
 from orchestrator.hosting.ray_hosting import PLACEMENTS
 from orchestrator.errors import InvalidInput, InvalidPlaybook, Issue
-from orchestrator.playbook.template import Given, coerce_value
+from orchestrator.playbook.variables import Given, coerce_value
 from reports.timefmt import parse_duration
 
 DEFAULT_PLAYBOOK = "us-east-1-2021"

@@ -7,7 +7,8 @@ import click
 
 from orchestrator.playbook.files import builtin_playbooks, find_playbook
 from orchestrator.playbook.loader import describe
-from orchestrator.playbook.template import read_template, render, resolve_variables
+from orchestrator.playbook.template import read_template, render
+from orchestrator.playbook.variables import resolve_variables
 
 from .options import duration_option, tick_option, variable_options, variables
 from .root import main
@@ -85,7 +86,7 @@ def playbooks_validate(file, sets, vars_file, runbooks, duration, tick):
     from orchestrator.playbook.runbooks import load_runbook
     from orchestrator.playbook.hints import never_reached, retried_without_limit_by_default
     from orchestrator.playbook.files import runbook_files
-    from orchestrator.playbook.template import unused_variables
+    from orchestrator.playbook.variables import unused_variables
 
     pb = load_playbook(file, variables(sets, vars_file))
     timing = timing_issues(pb.data, duration, tick)

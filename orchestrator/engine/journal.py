@@ -81,7 +81,12 @@ class RowFormat:
 def check_out_dir(out: Path) -> None:
     """A run directory must be new or empty: a run never writes over another."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.is_symlink():  # (the directory is put in place by a rename, which replaces a link, never follows it)
+        raise RunDirectoryError(f"run directory {out} is a symbolic link (to {os.readlink(out)}); give the directory "
+                                f"itself, or a new path, as {setting('out')}")
+    if out.exists() and not out.is_dir():
+        raise RunDirectoryError(f"run directory {out} exists and is not a directory; choose another {setting('out')}")
+    if out.exists() and any(out.iterdir()):
         raise RunDirectoryError(f"run directory {out} exists and is not empty; choose another {setting('out')}")
 
 

@@ -1,7 +1,8 @@
 """A live game day assembled: its session (one world per team), the server the consoles
-join and the pages, checked before anything is built (``Serving.check``), served until the
-session ends, and closed together (``GameDay.play``). ``gameday serve`` and
-``orchestrator.serve`` both go through here."""
+join and the pages, checked before anything is built (``Serving.check``), their ports
+bound before anything is written (``Serving.open``), served until the session ends, and
+closed together (``GameDay.play``). ``gameday serve`` and ``orchestrator.serve`` both go
+through here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.errors import GamedayError, setting
-from orchestrator.live.server import LiveServer, check_bind
+from orchestrator.live.server import LiveServer, bind_requests, check_bind
 from orchestrator.live.session import Session
 
 
@@ -42,13 +43,43 @@ class Serving:
         check_web_bind(self.web_host, bool(self.tls_cert))
         return tls_context(self.tls_cert, self.tls_key) if self.tls_cert else None
 
+    def open(self) -> "Ports":
+        """The consoles' port and the pages' bound now (after ``check``), before any world is
+        built: a port in use is said before a session directory is written, or a resumed one
+        changed."""
+        return Ports(self)
+
+
+class Ports:
+    """Where a game day is served, bound (``Serving.open``): the consoles' ZeroMQ socket and
+    the pages' listening sockets. What connects before the session serves waits in them."""
+
+    def __init__(self, serving: Serving):
+        from orchestrator.live.web import listen
+
+        self.requests = bind_requests(serving.bind, serving.curve_secret)
+        try:
+            self.pages = listen(serving.web_host, serving.web_port) if serving.web else []
+        except BaseException:
+            self.requests.close()
+            raise
+
+    def close(self) -> None:
+        """Closes what the servers did not take (closing twice changes nothing)."""
+        self.requests.close()
+        for sock in self.pages:
+            sock.close()
+
 
 class GameDay:
     """``session`` served as ``serving`` says (``tls``: what ``serving.check()`` gave, before
-    the session was built; ``tokens``: a rebuilt session's, so that everyone reconnects)."""
+    the session was built; ``tokens``: a rebuilt session's, so that everyone reconnects;
+    ``ports``: what ``serving.open()`` bound before the session was built, None: bound by
+    ``play``)."""
 
-    def __init__(self, session: Session, serving: Serving, tls=None, tokens: dict | None = None):
-        self.session, self.serving, self.tls, self.tokens = session, serving, tls, tokens
+    def __init__(self, session: Session, serving: Serving, tls=None, tokens: dict | None = None,
+                 ports: Ports | None = None):
+        self.session, self.serving, self.tls, self.tokens, self.ports = session, serving, tls, tokens, ports
         self.server: LiveServer | None = None
         self.web = None  # the pages' server (``web.WebServer``), if it serves them
 
@@ -69,12 +100,15 @@ class GameDay:
                 on_end(self.session.close())
 
         try:
+            if self.ports is None:
+                self.ports = self.serving.open()
             self.server = server = LiveServer(self.session, self.serving.bind, self.serving.curve_secret,
-                                              tokens=self.tokens)
+                                              tokens=self.tokens, sock=self.ports.requests)
             server.write_tokens()
             self.session.write_info(self.session.state, server=server.address)
             if self.serving.web:
-                self.web = serve_pages(server, self.serving.web_host, self.serving.web_port, self.tls)
+                self.web = serve_pages(server, self.serving.web_host, self.serving.web_port, self.tls,
+                                       self.ports.pages)
                 self.session.write_info(self.session.state, web=self.web.url)
             announce(self)
             if start:
@@ -96,6 +130,8 @@ class GameDay:
                     self.web.shutdown()
                 if self.server is not None:
                     self.server.close()
+                if self.ports is not None:
+                    self.ports.close()
 
     def write_reports(self) -> list[Path]:
         """Each team's after-action report, then the session report (its files)."""
@@ -108,16 +144,16 @@ class GameDay:
         return write_session_report(self.session.dir)
 
 
-def serve_pages(server: LiveServer, host: str = "127.0.0.1", port: int = 7701, tls=None):
-    """The pages of ``server``'s session (``web.WebServer``), told of its every change: a
-    wrong token is refused before its page gets a ZeroMQ socket, the scoreboard is read with
-    the viewer's or the facilitator's token, and what the pages refuse is counted with what
-    the session refuses."""
+def serve_pages(server: LiveServer, host: str = "127.0.0.1", port: int = 7701, tls=None, socks=None):
+    """The pages of ``server``'s session (``web.WebServer``; on ``socks`` if ``web.listen``
+    bound them already), told of its every change: a wrong token is refused before its page
+    gets a ZeroMQ socket, the scoreboard is read with the viewer's or the facilitator's
+    token, and what the pages refuse is counted with what the session refuses."""
     from orchestrator.live.web import WebServer
 
     web = WebServer(connectable(server.address), lambda: server.board_json, host, port, tls, server.public_key,
                     board_access=lambda token: (server.holder(token) or ("",))[0] in ("viewer", "facilitator"),
-                    holder=server.holder)
+                    holder=server.holder, socks=socks)
     server.on_change = web.changed
     server.also_counted.append(web.counters)
     return web

@@ -32,9 +32,9 @@ from reports import rundir
 from orchestrator import budgets
 from orchestrator.hosting.fabric import FabricError, RequestServer, generate_curve_keys, is_loopback, load_curve_key
 from orchestrator.live import protocol as lp
-from orchestrator.errors import GamedayError, setting
+from orchestrator.errors import GamedayError, Issue, printable, setting, shown
 from orchestrator.live.limits import FailureGate, TokenBucket
-from orchestrator.live.session import ENDED, Session
+from orchestrator.live.session import ENDED, FACILITATOR_REQUESTS, TEAM_NAME, Session
 
 log = logging.getLogger("gameday.serve")  # a bug in a request: said on stderr, the game day goes on
 
@@ -43,7 +43,10 @@ BURST = budgets.LIVE_BURST_PER_TOKEN
 REPLIES_KEPT = budgets.LIVE_REPLIES_KEPT
 CONSOLE_GONE_S = 5.0  # a console not heard from for this long is shown as disconnected
 READS = ("state", "scoreboard", "ping", "status", "hello", "overview")  # requests that change nothing
-FACILITATOR_REQUESTS = "_facilitator"  # journalled as _facilitator:<request id>; no team name starts with "_"
+LARGEST_PORT = 65535
+#: a token as tokens.json may hold one: the server makes them with secrets.token_urlsafe(12),
+#: 16 characters of this alphabet (nothing a terminal would read as a control sequence)
+TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
 class InsecureBind(GamedayError):
@@ -51,10 +54,15 @@ class InsecureBind(GamedayError):
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
-    m = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[^:/]+):(\d+)", bind)
+    m = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[^:/]+):([0-9]+)", bind) if isinstance(bind, str) else None
     if not m:
-        raise InsecureBind(f"{setting('bind')} {bind!r}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7700; port 0 picks a free one)")
-    return m.group(1), int(m.group(2))
+        raise InsecureBind(f"{setting('bind')} {shown(bind)}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7700; port 0 "
+                           "picks a free one)")
+    digits = m.group(2)
+    if len(digits) > 5 or int(digits) > LARGEST_PORT:  # (ZeroMQ would take 99999 as 99999 mod 65536)
+        port = digits if len(digits) <= 12 else digits[:9] + "..."
+        raise InsecureBind(f"{setting('bind')} {shown(bind)}: port {port}: expected 0 to {LARGEST_PORT} (0 picks a free one)")
+    return m.group(1), int(digits)
 
 
 _AUTHORITY = re.compile(r"\[(?P<v6>[^\[\]]*)\](?::\d{1,5})?|(?P<host>[^:\[\]]*)(?::\d{1,5})?")
@@ -85,8 +93,9 @@ def binds_loopback(host: str, what: str) -> bool:
     try:
         found = {info[4][0] for info in socket.getaddrinfo(bare, None, proto=socket.IPPROTO_TCP)}
     except (OSError, UnicodeError) as e:
-        raise InsecureBind(f"{what}: cannot resolve {bare} ({getattr(e, 'strerror', None) or e}); expected a "
-                           "loopback address such as 127.0.0.1, or a name of this machine's loopback") from None
+        raise InsecureBind(f"{printable(what, 300)}: cannot resolve {printable(bare, 200)} "
+                           f"({getattr(e, 'strerror', None) or e}); expected a loopback address such as 127.0.0.1, or a "
+                           "name of this machine's loopback") from None
     return bool(found) and all(is_loopback(a) for a in found)
 
 
@@ -96,11 +105,71 @@ def check_bind(bind: str, curve_secret: str | None) -> None:
     if curve_secret:  # encrypted: any interface will do (ZeroMQ also binds interface names)
         return
     if not binds_loopback(host, f"{setting('bind')} {bind}"):
-        raise InsecureBind(f"{setting('bind')} {bind}: {host} is not a loopback address, and without encryption anyone on the "
-                           "network could read the session and its tokens. Generate keys with `gameday keys DIR` and "
-                           f"pass {setting('curve_secret')} DIR/server.key_secret (consoles then need "
-                           "`gameday console --server-key DIR/server.key`), "
-                           "or bind tcp://127.0.0.1:PORT.")
+        raise InsecureBind(f"{setting('bind')} {printable(bind, 300)}: {printable(host, 200)} is not a loopback address, "
+                           "and without encryption anyone on the network could read the session and its tokens. "
+                           f"Generate keys with `gameday keys DIR` and pass {setting('curve_secret')} DIR/server.key_secret "
+                           "(consoles then need `gameday console --server-key DIR/server.key`), or bind "
+                           "tcp://127.0.0.1:PORT.")
+
+
+def bind_requests(bind: str, curve_secret: str | None = None) -> RequestServer:
+    """The socket the session answers on, bound at ``bind`` (checked as ``check_bind``
+    does; encrypted with the CURVE key in ``curve_secret``). Bound before a session is built
+    (``gameday.Serving.open``), a port in use is said before a session directory is written;
+    a console's requests wait in it until the session serves."""
+    check_bind(bind, curve_secret)
+    curve = load_key(curve_secret, secret=True) if curve_secret else None
+    host, port = parse_bind(bind)
+    try:
+        return RequestServer(host, port, lp.MAX_FRAME * 2, curve)
+    except FabricError as e:  # (it says "cannot bind ADDRESS: why (addr=ADDRESS)": the why, once)
+        why = str(e).removeprefix(f"cannot bind tcp://{host}:{port}: ").split(" (addr=")[0]
+        raise GamedayError(f"{setting('bind')} {printable(bind, 300)}: cannot bind it: {why}") from None
+
+
+def read_tokens(session_dir: Path) -> dict | None:
+    """A session's tokens.json (``LiveServer.write_tokens``), or None if it has none: read
+    as a run directory's JSON file is (``rundir.read_json``: a regular file inside the
+    directory, of bounded size and depth) and checked field by field, so that a token that
+    would be printed (with a control sequence in it) or a port out of range is refused,
+    naming the file, the field and the value."""
+    try:
+        toks = rundir.read_json(Path(session_dir), rundir.TOKENS, "the session's address and tokens")
+    except rundir.NotARunDirectory as e:
+        raise GamedayError(str(e)) from None
+    if toks is None:
+        return None
+
+    def refuse(field: str, value, expected: str):
+        return GamedayError(f"{Path(session_dir) / rundir.TOKENS}: {Issue(field, value, expected)}, as `gameday serve` "
+                            "writes it")
+
+    token = "a token of 16 to 64 letters, digits, - or _"
+    if not isinstance(toks, dict):
+        raise refuse("the file", toks, "a JSON object of server, server_key, facilitator, viewer and teams")
+    try:
+        parse_bind(toks.get("server"))
+    except GamedayError:
+        raise refuse("server", toks.get("server"), f"tcp://HOST:PORT, a port from 0 to {LARGEST_PORT}") from None
+    key = toks.get("server_key")
+    if key is not None and not (isinstance(key, str) and re.fullmatch(r"[!-~]{40}", key)):
+        raise refuse("server_key", key, "nothing, or the server's public CURVE key (40 characters)")
+    for role in ("facilitator", "viewer"):
+        if not (isinstance(toks.get(role), str) and TOKEN.fullmatch(toks[role])):
+            raise refuse(role, toks.get(role), token)
+    teams = toks.get("teams")
+    if not (isinstance(teams, dict) and teams):
+        raise refuse("teams", teams, "a JSON object of team -> token")
+    for team, given in teams.items():
+        if not TEAM_NAME.match(team):
+            raise refuse("teams", team, "team names of 1-32 letters, digits, - or _")
+        if not (isinstance(given, str) and TOKEN.fullmatch(given)):
+            raise refuse(f"teams.{team}", given, token)
+    every = [toks["facilitator"], toks["viewer"], *teams.values()]
+    if len(set(every)) < len(every):
+        raise refuse("teams", list(teams), "a different token for every role and team (and the facilitator's, the "
+                                            "viewer's)")
+    return toks
 
 
 def generate_keys(directory: Path) -> tuple[Path, Path]:
@@ -134,9 +203,10 @@ class Connection:
 class LiveServer:
     def __init__(self, session: Session, bind: str = "tcp://127.0.0.1:7700", curve_secret: str | None = None,
                  rate: float = RATE_PER_S, burst: int = BURST, tokens: dict | None = None,
-                 forget_s: float = budgets.LIVE_FORGET_S):
+                 forget_s: float = budgets.LIVE_FORGET_S, sock: RequestServer | None = None):
         """``tokens``: a tokens.json's, for a session resumed with the tokens its people hold;
-        ``forget_s``: how long a silent connection's state is kept."""
+        ``forget_s``: how long a silent connection's state is kept; ``sock``: the socket
+        ``bind_requests(bind, curve_secret)`` bound already (None: bound here)."""
         check_bind(bind, curve_secret)
         self.session = session
         if tokens is None:
@@ -170,11 +240,7 @@ class LiveServer:
         self.server_key: str | None = curve[0].decode() if curve else None
         self.public_key: bytes | None = curve[0] if curve else None
         self.on_change = lambda: None  # told when the session has stepped or a request changed it (the web pages)
-        host, port = parse_bind(bind)
-        try:
-            self.sock = RequestServer(host, port, lp.MAX_FRAME * 2, curve)
-        except FabricError as e:
-            raise GamedayError(f"cannot bind {bind}: {e}") from None
+        self.sock = sock if sock is not None else bind_requests(bind, curve_secret)
         self.address = self.sock.address
         self.board_json = "{}"
         self.board_at = 0.0

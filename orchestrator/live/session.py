@@ -20,14 +20,15 @@ from pathlib import Path
 
 from agents.base import per_second
 from reports import rundir
-from orchestrator.errors import GamedayError, InvalidInput, Issue, setting
-from reports.files import write_json_atomic
-from orchestrator.hosting.host import HostingOptions
+from orchestrator import budgets
+from orchestrator.errors import GamedayError, InvalidInput, Issue, printable, setting, shown, speaking
+from reports.files import not_regular, write_json_atomic
+from orchestrator.hosting.host import HOSTINGS, PLACEMENTS, HostingOptions
 from orchestrator.playbook.names import agent_names
 from orchestrator.playbook.effects import normalised_params, param_problems
-from orchestrator.playbook.template import Given
-from orchestrator.live.protocol import ProtocolError
-from orchestrator.runs.runner import RunSpec, WorldRun
+from orchestrator.playbook.variables import Given
+from orchestrator.live.protocol import MAX_ID, MAX_TEXT, ProtocolError
+from orchestrator.runs.runner import RunSpec, WorldRun, prepare
 from reports.timefmt import format_clock
 from orchestrator.engine.world import OPERATOR
 
@@ -37,6 +38,17 @@ HEALTH_EVERY_S = 60.0  # simulated seconds between two points of a team's loop h
 MAX_SPEED = 10_000.0
 MAX_LAG_S = 2.0  # further behind than this, the clock gives up catching up (no burst of ticks on the consoles)
 WAITING, RUNNING, PAUSED, ENDED = "waiting", "running", "paused", "ended"
+FACILITATOR_REQUESTS = "_facilitator"  # journalled as _facilitator:<request id>; no team name starts with "_"
+
+
+def speed_problem(speed) -> str | None:
+    """What a session's speed must be, if ``speed`` is not one (None if it is): slower than
+    SLOWEST_SPEED a tick is due past the end of time; the facilitator, a resumed journal and
+    ``gameday serve --speed`` are held to the same bounds."""
+    if (isinstance(speed, (int, float)) and not isinstance(speed, bool) and math.isfinite(speed)
+            and budgets.SLOWEST_SPEED <= speed <= MAX_SPEED):
+        return None
+    return f"a number >= {budgets.SLOWEST_SPEED:g} and <= {MAX_SPEED:g}"
 
 
 def check_teams(teams: list[str]) -> None:
@@ -211,8 +223,8 @@ class Session:
                  _restarting: bool = False):
         check_teams(teams)
         sets = Given.of(sets)
-        if speed is not None and not (0 < speed <= MAX_SPEED):
-            raise InvalidInput("gameday serve", "options", [Issue(setting("speed"), speed, f"a number > 0 and <= {MAX_SPEED:g}, or max")])
+        if speed is not None and speed_problem(speed):
+            raise InvalidInput("gameday serve", "options", [Issue(setting("speed"), speed, f"{speed_problem(speed)}, or max")])
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = _hold_lock(self.dir)
@@ -259,33 +271,20 @@ class Session:
 
     # -- a restart ----------------------------------------------------------------------------
     @classmethod
-    def rebuild(cls, out: Path, address: str | None = None) -> "Session":
+    def rebuild(cls, out: "Path | Resumable", address: str | None = None) -> "Session":
         """The session in ``out`` rebuilt after its server died: every team's world played
         again from the journal (the facilitator's controls and the teams' commands at the
         ticks they came) up to the last tick every world had written whole, then paused
         for the facilitator, hosted as before (on the Ray cluster at ``address``). The
-        directories the dead server left go to restarts/N/."""
-        out = Path(out)
+        directories the dead server left go to restarts/N/. ``out``: the directory, or what
+        ``resumable`` found in it (everything is checked before anything in it changes)."""
+        checked = out if isinstance(out, Resumable) else resumable(Path(out))
+        out, records, created = checked.dir, checked.records, checked.records[0]
         lock = _hold_lock(out)  # refused while a server still serves it
-        records = _read_journal(out / rundir.SESSION_JOURNAL)
-        created = next((r for r in records if r["control"] == "created" and "options" in r), None)
-        if created is None:
-            raise NotResumable(f"{setting('resume')} {out}: no journal.jsonl there that a session was created in; expected "
-                               "a session directory written by `gameday serve`")
-        if any(r["control"] == "end" for r in records):
-            raise NotResumable(f"{setting('resume')} {out}: that session has ended; its run directories are complete "
-                               "(report them with `gameday report`)")
-        teams = list(created["teams"])
-        ticks = [r["tick"] for r in records]
-        if ticks != sorted(ticks):
-            raise NotResumable(f"{setting('resume')} {out}: the journal's ticks go backwards; it is damaged")
-        # How far the worlds got: the ticks every run directory holds whole, and at least as far as the
-        # journal goes (a rebuild that failed halfway leaves shorter directories, never a shorter journal).
-        try:
-            done = min(rundir.complete_ticks(out / rundir.TEAMS / t) for t in teams)
-        except OSError:
-            done = 0
-        done = max(done, ticks[-1])
+        journal = out / rundir.SESSION_JOURNAL
+        if journal.stat().st_size > checked.whole:  # a last line cut short was never answered: cut it, so
+            with open(journal, "r+b") as f:  # that what comes next starts on a line of its own
+                f.truncate(checked.whole)
         restart = 1 + sum(r["control"] == "restarted" for r in records)
         while (out / rundir.RESTARTS / str(restart)).exists():  # a rebuild that failed left its number taken
             restart += 1
@@ -294,29 +293,18 @@ class Session:
         if (out / rundir.TEAMS).exists():
             os.replace(out / rundir.TEAMS, aside / rundir.TEAMS)
         o = created["options"]
-        hosting = HostingOptions(created["hosting"], created["placement"] or HostingOptions.placement, address)
+        hosting = HostingOptions(created["hosting"], created.get("placement") or HostingOptions.placement, address)
         lock.close()  # the session takes it again
-        session = cls(out, teams, o["playbook"], created["seed"], o["sets"], o["duration"], o["tick"], o["speed"],
-                      hosting, _restarting=True)
+        session = cls(out, list(created["teams"]), o["playbook"], created["seed"], o["sets"], o.get("duration"),
+                      o.get("tick"), o.get("speed"), hosting, _restarting=True)
         try:
-            session._check_same_playbook(aside)
-            session._replay(records, done)
+            session._replay(records, checked.done)
         except BaseException:
             session.interrupt()
             raise
-        session._journal("restarted", restart=restart, from_tick=done, left_in=str(aside))
+        session._journal("restarted", restart=restart, from_tick=checked.done, left_in=str(aside))
         session._pause_for_restart()
         return session
-
-    def _check_same_playbook(self, aside: Path) -> None:
-        """The worlds are built from the playbook as it renders now: refuse if it no longer
-        renders as the dead server's did (the file edited, gameday upgraded)."""
-        for name, t in self.teams.items():
-            before = aside / rundir.TEAMS / name / rundir.PLAYBOOK
-            now = t.run.writer.dir / rundir.PLAYBOOK
-            if before.exists() and before.read_bytes() != now.read_bytes():
-                raise NotResumable(f"{setting('resume')} {self.dir}: the playbook {self.playbook} no longer renders as it did "
-                                   f"when the session began (compare {before} with {now}); the worlds would differ")
 
     def _replay(self, records: list[dict], done: int) -> None:
         """Every journalled control and command again, at its tick, stepping the worlds in
@@ -344,9 +332,9 @@ class Session:
         elif c == "speed":
             result = self.set_speed(r["speed"])
         elif c == "inject":
-            result = self.inject(r["fault"], r["params"], r["teams"])
+            result = self.inject(r["fault"], r["params"], r.get("teams"))  # (None: every team)
         elif c == "message":
-            result = self.message(r["text"], r["teams"])
+            result = self.message(r["text"], r.get("teams"))
         elif c == "act":
             self.answers[r["command"]] = self.act(r["team"], r["action"], r["params"], r["by"], r["command"])
         if r.get("request") and result is not None:
@@ -480,8 +468,8 @@ class Session:
 
     def set_speed(self, speed: float) -> dict:
         self._require(WAITING, RUNNING, PAUSED)
-        if not (isinstance(speed, (int, float)) and math.isfinite(speed) and 0 < speed <= MAX_SPEED):
-            raise ProtocolError("bad_request", f"speed: got {speed!r}; expected a number > 0 and <= {MAX_SPEED:g}")
+        if speed_problem(speed):
+            raise ProtocolError("bad_request", f"speed: got {speed!r}; expected {speed_problem(speed)}")
         self.clock.speed = float(speed)
         self._rebase()
         self._journal("speed", speed=speed)
@@ -654,24 +642,239 @@ def _hold_lock(directory: Path):
     return f
 
 
-def _read_journal(path: Path) -> list[dict]:
-    """A session's journal; a last line cut short (the server killed while writing it) was
-    never answered: it is left out, and cut from the file so that what comes next starts
-    on a line of its own."""
+@dataclass(frozen=True)
+class Resumable:
+    """A session directory read and checked for ``Session.rebuild``, nothing in it changed:
+    its journal's records (the first one the session's creation), how many of the journal's
+    bytes hold whole lines, and the tick every world is played again up to."""
+
+    dir: Path
+    records: list[dict]
+    whole: int
+    done: int
+
+
+def resumable(out: Path, tokens: dict | None = None) -> Resumable:
+    """What ``Session.rebuild`` needs of the session in ``out``, every file it reads checked
+    first, so that a damaged or hostile one is refused (``NotResumable``, naming the file,
+    the line, the field, the value and what was expected) before anything is changed or
+    started: the journal (each line a control the session could have taken, at a tick
+    within the session, naming its teams, faults and actions), the playbook as the worlds
+    were built from it, the worlds' directories, and ``tokens`` (tokens.json's) naming
+    every team."""
+    out = Path(out)
+    lock = _hold_lock(out)  # refused while a server still serves it
     try:
-        data = path.read_bytes()
+        path = out / rundir.SESSION_JOURNAL
+        records, whole = _read_journal(out)
+        created = records[0] if records else {}
+        if created.get("control") != "created" or "options" not in created:
+            raise NotResumable(f"{setting('resume')} {out}: no journal.jsonl there that a session was created in; expected "
+                               "a session directory written by `gameday serve`")
+        if any(r.get("control") == "end" for r in records):
+            raise NotResumable(f"{setting('resume')} {out}: that session has ended; its run directories are complete "
+                               "(report them with `gameday report`)")
+        pb, plan = _check_created(path, created)
+        _check_journal(path, records, pb.data, plan.ticks)
+        for name in (rundir.TEAMS, rundir.RESTARTS):  # (moved and made by the rebuild: checked first)
+            folder = out / name
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                raise NotResumable(f"{folder}: {'a link' if folder.is_symlink() else 'not a directory'}; expected a "
+                                   "directory, as gameday writes it")
+        teams = created["teams"]
+        if tokens is not None and any(t not in tokens["teams"] for t in teams):
+            wanted = f"a token for each of the session's teams ({', '.join(teams)})"
+            raise NotResumable(f"{out / rundir.TOKENS}: {Issue('teams', list(tokens['teams']), wanted)}")
+        # How far the worlds got: the ticks every run directory holds whole, and at least as far as the
+        # journal goes (a rebuild that failed halfway leaves shorter directories, never a shorter journal).
+        done = max(_ticks_written(out, teams, pb.text), records[-1]["tick"])
+        return Resumable(out, records, whole, min(done, plan.ticks))
+    finally:
+        lock.close()
+
+
+def _read_journal(out: Path) -> tuple[list[dict], int]:
+    """A session's journal: its records, and how many of its bytes hold whole lines (a last
+    line cut short, the server killed while writing it, was never answered: it is left out).
+    Read as a run directory's files are (``rundir.run_file``: a regular file inside the
+    directory, so a FIFO is never waited on), at most LIVE_JOURNAL_BYTES."""
+    try:
+        path = rundir.run_file(out, rundir.SESSION_JOURNAL)
+        # (opened without waiting and checked again: a FIFO put there since is never read)
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+            st = os.fstat(f.fileno())
+            kind = not_regular(st.st_mode)
+            data = b"" if kind or st.st_size > budgets.LIVE_JOURNAL_BYTES else f.read(budgets.LIVE_JOURNAL_BYTES + 1)
+    except rundir.NotARunDirectory as e:
+        raise NotResumable(str(e)) from None
     except OSError as e:
-        raise NotResumable(f"{setting('resume')} {path.parent}: cannot read its journal ({e.strerror or e}); expected a session "
+        raise NotResumable(f"{setting('resume')} {out}: cannot read its journal ({e.strerror or e}); expected a session "
                            "directory written by `gameday serve`") from None
-    whole = data[:data.rfind(b"\n") + 1]
-    if len(whole) < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(len(whole))
-    lines = whole.decode("utf-8").splitlines()
-    out = []
-    for i, line in enumerate(lines):
+    if kind:
+        raise NotResumable(f"{path}: {kind}; expected a regular file, as gameday writes it")
+    if max(len(data), st.st_size) > budgets.LIVE_JOURNAL_BYTES:
+        raise NotResumable(f"{path}: over {budgets.size_text(budgets.LIVE_JOURNAL_BYTES)}; expected a session's journal, "
+                           "as `gameday serve` writes it (a line of a few hundred bytes per control and command)")
+    whole = data.rfind(b"\n") + 1
+    out_records = []
+    for n, line in enumerate(data[:whole].split(b"\n")[:-1], 1):
         try:
-            out.append(json.loads(line))
-        except ValueError:
-            raise NotResumable(f"{path}: line {i + 1} is not JSON; the journal is damaged") from None
-    return out
+            record = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # (UnicodeDecodeError is a ValueError)
+            why = "nested too deep to be read" if isinstance(e, RecursionError) else printable(e, 200, lines=False)
+            raise NotResumable(f"{path}: line {n} is not JSON ({why}); the journal is damaged") from None
+        if not isinstance(record, dict):
+            raise NotResumable(f"{path}: line {n}: got {shown(record)}; expected a JSON object, as "
+                               "`gameday serve` writes each line; the journal is damaged")
+        out_records.append(record)
+    return out_records, whole
+
+
+def _damaged(path: Path, n: int, field: str, value, expected: str) -> NotResumable:
+    return NotResumable(f"{path}: line {n}: {Issue(field, value, expected)}; the journal is damaged")
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_created(path: Path, c: dict):
+    """The journal's first line, the session's creation: (playbook, plan) of its worlds,
+    made as the rebuilt session makes them (``runner.prepare``; nothing is written)."""
+    teams, o = c.get("teams"), c["options"]
+    if not (isinstance(teams, list) and teams and all(isinstance(t, str) and TEAM_NAME.match(t) for t in teams)
+            and len(set(teams)) == len(teams)):
+        raise _damaged(path, 1, "teams", teams, "a list of distinct team names of 1-32 letters, digits, - or _")
+    if c.get("hosting") not in HOSTINGS:
+        raise _damaged(path, 1, "hosting", c.get("hosting"), f"one of {', '.join(HOSTINGS)}")
+    if c.get("placement") not in (None, *PLACEMENTS):
+        raise _damaged(path, 1, "placement", c.get("placement"), f"nothing, or one of {', '.join(PLACEMENTS)}")
+    if not isinstance(o, dict):
+        raise _damaged(path, 1, "options", o, "a JSON object")
+    if not isinstance(o.get("playbook"), str):
+        raise _damaged(path, 1, "options.playbook", o.get("playbook"), "a playbook's name or path")
+    if not isinstance(o.get("sets"), dict):
+        raise _damaged(path, 1, "options.sets", o.get("sets"), "a JSON object of variable -> value")
+    for name in ("duration", "tick"):
+        if o.get(name) is not None and not _is_number(o[name]):
+            raise _damaged(path, 1, f"options.{name}", o[name], "nothing, or a number of seconds")
+    if o.get("speed") is not None and speed_problem(o["speed"]):
+        raise _damaged(path, 1, "options.speed", o["speed"], f"nothing (as fast as the worlds go), or {speed_problem(o['speed'])}")
+    spec = RunSpec(playbook=o["playbook"], runbook="none", seed=c.get("seed"), sets=o["sets"], duration=o.get("duration"),
+                   tick=o.get("tick"), console=True)
+    try:
+        with speaking({"seed": "seed", "sets": "options.sets", "duration": "options.duration", "tick": "options.tick"}):
+            pb, _, _, plan = prepare(spec)
+    except (GamedayError, OSError) as e:
+        raise NotResumable(f"{path}: line 1: the session's playbook and options no longer make its worlds: {e}") from None
+    return pb, plan
+
+
+#: the controls a journal holds -> the states of the session each needs (None: any)
+_NEEDS = {"created": None, "start": (WAITING,), "pause": (RUNNING,), "resume": (PAUSED,),
+          "speed": (WAITING, RUNNING, PAUSED), "inject": (WAITING, RUNNING, PAUSED), "act": (WAITING, RUNNING, PAUSED),
+          "message": None, "restarted": None}
+
+
+def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> None:
+    """Every line of the journal one the session could have written: at a tick from the
+    line before's to the session's end, a control it could take in the state it was in,
+    naming its teams, the playbook's faults and actions with parameters they take (checked
+    as the session checks them when they come live). A rebuild replays them as they are."""
+    teams = records[0]["teams"]
+    faults = {f["name"]: f for f in data["faults"]}
+    mitigations = {m["name"]: m for m in data["mitigations"]}
+    kinds = agent_names(data)
+    state, last = WAITING, 0
+    for n, r in enumerate(records, 1):
+        def refuse(field: str, expected: str):
+            return _damaged(path, n, field, r.get(field), expected)
+
+        tick, control = r.get("tick"), r.get("control")
+        if not (_is_count(tick) and last <= tick <= ticks):
+            raise refuse("tick", f"a whole number from {last} (the tick of the line before) to {ticks} (the session's end)")
+        last = tick
+        if control not in _NEEDS or (control == "created") != (n == 1):
+            raise refuse("control", f"one of {', '.join(c for c in _NEEDS if c != 'created')} (created on the first "
+                                    "line only)")
+        if tick >= ticks:  # (every tick played: the session was over)
+            state = ENDED
+        if _NEEDS[control] is not None and state not in _NEEDS[control]:
+            raise refuse("control", f"a control the session could take while {state} (at tick {tick})")
+        state = {"start": RUNNING, "pause": PAUSED, "resume": RUNNING}.get(control, state)
+        if control == "restarted" and state == RUNNING:
+            state = PAUSED
+        request = r.get("request")
+        if request is not None and not _answerable(request, FACILITATOR_REQUESTS):
+            raise refuse("request", f"{FACILITATOR_REQUESTS}:ID, an ID of 1 to {MAX_ID} characters")
+        if control == "speed" and speed_problem(r.get("speed")):
+            raise refuse("speed", speed_problem(r.get("speed")))
+        if control in ("inject", "message"):
+            chosen = r.get("teams")
+            if chosen is not None and not (isinstance(chosen, list) and chosen and all(t in teams for t in chosen)):
+                raise refuse("teams", f"nothing (every team), or a list of the session's teams ({', '.join(teams)})")
+        if control == "message" and not _is_text(r.get("text")):
+            raise refuse("text", f"a text of 1 to {MAX_TEXT} characters")
+        owner = None
+        if control == "inject":
+            owner, what = faults.get(r.get("fault")), f"fault {r.get('fault')}"
+            if owner is None:
+                raise refuse("fault", f"one of the playbook's faults ({', '.join(faults) or 'it has none'})")
+        if control == "act":
+            if r.get("team") not in teams:
+                raise refuse("team", f"one of the session's teams ({', '.join(teams)})")
+            owner, what = mitigations.get(r.get("action")), f"action {r.get('action')}"
+            if owner is None:
+                raise refuse("action", f"one of the playbook's actions ({', '.join(mitigations)})")
+            if not (isinstance(r.get("by"), str) and len(r["by"]) <= MAX_TEXT):
+                raise refuse("by", f"a text of at most {MAX_TEXT} characters")
+            if not _answerable(r.get("command"), r["team"]):
+                raise refuse("command", f"{r['team']}:ID, an ID of 1 to {MAX_ID} characters")
+        if owner is not None:
+            params = r.get("params")
+            if not (isinstance(params, dict) and all(isinstance(k, str) for k in params)):
+                raise refuse("params", "a JSON object of parameter -> value")
+            try:
+                _check_params(what, owner, params, kinds)
+            except ProtocolError as e:
+                raise NotResumable(f"{path}: line {n}: {printable(e, 500)}; the journal is damaged") from None
+
+
+def _is_text(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_TEXT
+
+
+def _answerable(request, who: str) -> bool:
+    """Whether ``request`` is who:ID, as the server keeps a request it answered (``answers``)."""
+    return isinstance(request, str) and request.startswith(who + ":") and 0 < len(request) - len(who) - 1 <= MAX_ID
+
+
+def _ticks_written(out: Path, teams: list[str], rendered: str) -> int:
+    """The ticks every team's run directory holds whole (0 for one that has none), each
+    checked as made from the playbook as it renders now (``rendered``): the worlds are
+    rebuilt from that, so one that no longer renders as it did would differ."""
+    done = []
+    for team in teams:
+        try:  # (a regular file inside the session directory, never a link out of it or a FIFO)
+            playbook = rundir.run_file(out, f"{rundir.TEAMS}/{team}/{rundir.PLAYBOOK}")
+            rundir.run_file(out, f"{rundir.TEAMS}/{team}/{rundir.METRICS}")  # (complete_ticks reads it)
+        except rundir.NotARunDirectory as e:
+            raise NotResumable(str(e)) from None
+        now = rendered.encode("utf-8")
+        try:
+            with open(playbook, "rb") as f:
+                before = f.read(len(now) + 1)  # (as much as it may hold, and one more byte)
+        except OSError:
+            before = now  # (none: a rebuild that failed before it was written)
+        if before != now:
+            raise NotResumable(f"{setting('resume')} {out}: the playbook no longer renders as it did when the session "
+                               f"began ({playbook} holds what it rendered then); the worlds would differ")
+        try:
+            done.append(rundir.complete_ticks(out / rundir.TEAMS / team))
+        except OSError:
+            done.append(0)
+    return min(done)

@@ -43,9 +43,10 @@ from collections import OrderedDict
 from pathlib import Path
 
 from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from orchestrator import budgets
-from orchestrator.errors import GamedayError, setting
+from orchestrator.errors import GamedayError, printable, setting
 from orchestrator.hosting.fabric import AsyncRequestClient, is_loopback
 from orchestrator.live import protocol as lp
 from orchestrator.live.limits import FailureGate, TokenBucket
@@ -61,6 +62,41 @@ def _not_a_hang_up(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("aiohttp.server").addFilter(_not_a_hang_up)
+
+
+class _HttpLog(logging.LoggerAdapter):
+    """aiohttp's log, as one pages' server gives it. A request that is not HTTP as it should
+    be (no Host, a control character in a header, TLS on the plain port) is the client's
+    doing: aiohttp answers it 400, and here it is counted (``malformed``) and said in one
+    line, LIVE_HTTP_NOTICE_BURST at once and then one per LIVE_HTTP_NOTICE_EVERY_S, each
+    saying how many it stands for; never a traceback each, which a flood would scroll over
+    the facilitator's terminal. Every other error is logged as aiohttp logs it."""
+
+    def __init__(self, counters: dict):
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.counters = counters
+        self.notices = TokenBucket(1 / budgets.LIVE_HTTP_NOTICE_EVERY_S, budgets.LIVE_HTTP_NOTICE_BURST)
+        self.unsaid = 0  # malformed requests since the last notice
+
+    def log(self, level, msg, *args, exc_info=None, **kwargs):
+        if not isinstance(exc_info, HttpProcessingError):
+            return super().log(level, msg, *args, exc_info=exc_info, **kwargs)
+        self.counters["malformed"] += 1
+        self.unsaid += 1
+        if self.notices.take():
+            what = printable(" ".join(str(exc_info.message or type(exc_info).__name__).split()), 200, lines=False)
+            more = f" (and {self.unsaid - 1} more since the last notice)" if self.unsaid > 1 else ""
+            log.warning("gameday serve: a malformed HTTP request was answered 400: %s%s", what, more)
+            self.unsaid = 0
+
+    def summary(self) -> None:
+        """Say the malformed requests no notice has said yet."""
+        if self.unsaid:
+            log.warning("gameday serve: %d more malformed HTTP requests were answered 400 since the last notice",
+                        self.unsaid)
+            self.unsaid = 0
+
+
 STATIC = Path(__file__).parent / "static"
 #: the files a page may load; nothing else under STATIC is served
 STATIC_FILES = {"team.js": "text/javascript", "scoreboard.js": "text/javascript", "common.js": "text/javascript",
@@ -97,6 +133,38 @@ def check_web_bind(host: str, tls: bool) -> None:
             "or serve on 127.0.0.1.")
 
 
+def listen(host: str, port: int) -> list[socket.socket]:
+    """The pages' listening sockets, bound now as asyncio binds them (each address ``host``
+    resolves to, on one port; SO_REUSEADDR; an IPv6 one for IPv6 only): bound before a
+    session is built, a port in use is said before a session directory is written, and a
+    page that connects meanwhile waits until the pages are served (``WebServer(socks=)``)."""
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(
+                socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+            s = socket.socket(family, kind, proto)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if len(socks) > 1:  # (port 0: every address on the port the first one got)
+                address = (address[0], socks[0].getsockname()[1], *address[2:])
+            s.bind(address)
+            s.listen(100)
+            s.setblocking(False)
+    except OSError as e:
+        for s in socks:
+            s.close()
+        raise GamedayError(_cannot_serve(host, port, e)) from None
+    return socks
+
+
+def _cannot_serve(host: str, port: int, e: OSError) -> str:
+    hint = (f"; pass another {setting('web_port')} (0 picks a free one), or serve no pages ({setting('web')})"
+            if e.errno == errno.EADDRINUSE else "")
+    return f"cannot serve the pages on {host}:{port}: {e.strerror or e}{hint}"
+
+
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -114,10 +182,11 @@ class WebServer:
 
     def __init__(self, endpoint: str, board, host: str = "127.0.0.1", port: int = 7701,
                  tls: ssl.SSLContext | None = None, server_public: bytes | None = None, board_access=None,
-                 holder=None):
+                 holder=None, socks: list[socket.socket] | None = None):
         """``board_access(token)``: whether a token may read the board (None: anyone may);
         ``holder(token)``: who a token is, (role, team) or None, so that a wrong token is
-        refused before its page gets a ZeroMQ socket (None: the session says so)."""
+        refused before its page gets a ZeroMQ socket (None: the session says so); ``socks``:
+        what ``listen(host, port)`` bound already (None: bound here)."""
         check_web_bind(host, tls is not None)
         self.endpoint, self.board, self.host, self.tls, self.server_public = endpoint, board, host, tls, server_public
         self.board_access, self.holder = board_access, holder
@@ -132,11 +201,12 @@ class WebServer:
         self.board_buckets: dict[str, TokenBucket] = {}  # a valid token -> its reads of the board
         #: what the pages' server refused before the session saw it (shown with the session's: LiveServer.counts)
         self.counters = {"unauthorized": 0, "malformed": 0, "rate_limited": 0, "over_cap": 0}
+        self.http_log = _HttpLog(self.counters)
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._error: BaseException | None = None
         # (in this thread's context: its errors name the settings as the caller speaks them, errors.setting)
-        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._serve, port),
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._serve, port, socks),
                                         name="gameday-web", daemon=True)
         self._thread.start()
         if not self._started.wait(30):
@@ -160,7 +230,7 @@ class WebServer:
         return f"{self.url}#{token}"
 
     # -- the loop's thread ------------------------------------------------------------------------
-    def _serve(self, port: int) -> None:
+    def _serve(self, port: int, socks: list[socket.socket] | None) -> None:
         asyncio.set_event_loop(self.loop)
         app = web.Application(client_max_size=MAX_MESSAGE, middlewares=[self._track, _add_headers, self._check_host])
         app.router.add_get("/", self._scoreboard_page)
@@ -171,16 +241,18 @@ class WebServer:
         app.router.add_get("/ws", self._socket)
         # (URLs hold no tokens, but nobody needs a line per poll; an idle connection, or one
         # that has not sent its whole request, is closed after LIVE_HTTP_IDLE_S)
-        self.runner = web.AppRunner(app, access_log=None, keepalive_timeout=budgets.LIVE_HTTP_IDLE_S)
+        self.runner = web.AppRunner(app, access_log=None, keepalive_timeout=budgets.LIVE_HTTP_IDLE_S,
+                                    logger=self.http_log)
         try:
             self.loop.run_until_complete(self.runner.setup())
             self._make_room_for_connections(self.runner.server)
-            site = web.TCPSite(self.runner, self.host, port, ssl_context=self.tls)
-            self.loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]
+            sites = ([web.SockSite(self.runner, sock, ssl_context=self.tls) for sock in socks] if socks else
+                     [web.TCPSite(self.runner, self.host, port, ssl_context=self.tls)])
+            for site in sites:
+                self.loop.run_until_complete(site.start())
+            self.port = sites[0]._server.sockets[0].getsockname()[1]
         except OSError as e:
-            hint = f"; pass another {setting('web_port')} (0 picks a free one), or serve no pages ({setting('web')})" if e.errno == errno.EADDRINUSE else ""
-            self._error = GamedayError(f"cannot serve the pages on {self.host}:{port}: {e.strerror or e}{hint}")
+            self._error = GamedayError(_cannot_serve(self.host, port, e))
             self._started.set()
             return
         except Exception as e:  # noqa: BLE001 - said to the caller, not lost in this thread
@@ -374,6 +446,7 @@ class WebServer:
         if not self._thread.is_alive():
             self.zmq.destroy(linger=0)
             self.loop.close()
+        self.http_log.summary()
 
 
 class _Page:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 
 
+from agents.limits import MOST_WHEEL_CELLS
 from agents.monitoring import WHEN_STALE
+from agents.population import spec_wheel_cells
 from agents.shards import SHARD_SEP
 from orchestrator import budgets
 from orchestrator.errors import InvalidPlaybook, Issue, closest_first, setting
 from orchestrator.playbook.format import PLAYBOOK
 from orchestrator.playbook.format import milestone_keys
-from reports.rundir import MEASURES
+from reports.rundir import MAX_TICK_S, MAX_TICKS, MEASURES, MIN_TICK_S
 from orchestrator.playbook.schema import check
 from orchestrator.playbook.names import KIND_OF_SECTION, Names, agent_names
 from orchestrator.playbook.effects import check_effect, observable_metrics
@@ -19,8 +21,6 @@ from orchestrator.playbook.controllers import check_controllers, check_triggers
 from orchestrator.playbook.rules import before_start
 
 
-MAX_TICK_S = 60.0  # coarser ticks would skip over timeouts and deployment steps
-MAX_TICKS = 2_000_000  # a run longer than this is almost certainly a typo in --tick
 
 
 def validate_playbook(doc: dict, source: str) -> dict:
@@ -50,8 +50,12 @@ def validate_playbook(doc: dict, source: str) -> dict:
 def _fill_derived_defaults(data: dict) -> None:
     """The defaults that follow from another field of the same part (format.py's docs say
     which), filled in once here so that no agent restates them."""
-    for p in data["populations"]:
-        p["bugs"].setdefault("reconnect_delay", p["connection"]["timeout"])
+    data["populations"] = [_derived(p) for p in data["populations"]]
+
+
+def _derived(p: dict) -> dict:
+    """A population with the defaults that follow from its other fields."""
+    return p | {"bugs": {"reconnect_delay": p["connection"]["timeout"], **p["bugs"]}}
 
 
 def primary_issue(data: dict, primary: str, location: str) -> Issue | None:
@@ -244,10 +248,11 @@ def _check_monitoring(data: dict, n: Names) -> None:
 
 def _check_clock(data: dict, n: Names) -> None:
     tick = data["clock"]["tick"]
-    if tick > MAX_TICK_S:
-        n.issues.append(Issue("clock.tick", tick, f"a tick of at most {MAX_TICK_S:g} seconds"))
+    if not MIN_TICK_S <= tick <= MAX_TICK_S:
+        n.issues.append(Issue("clock.tick", tick, f"a tick of {MIN_TICK_S:g} to {MAX_TICK_S:g} seconds"))
     elif data["clock"]["duration"] / tick > MAX_TICKS:
-        n.issues.append(Issue("clock.duration", data["clock"]["duration"], f"at most {MAX_TICKS:,} ticks per run"))
+        n.issues.append(Issue("clock.duration / clock.tick", round(data["clock"]["duration"] / tick),
+                              f"at most {MAX_TICKS:,} ticks per run (a longer tick or a shorter duration)"))
     else:
         n.issues.extend(tick_issues(data, tick, "clock.tick"))
 
@@ -269,6 +274,14 @@ def tick_issues(data: dict, tick: float, where: str) -> list[Issue]:
             out.append(Issue(where, tick, f"a tick no longer than the shortest timeout ({field_}: {shortest:g} s), since "
                                           "clients hear of their requests tick by tick; use a shorter tick or a longer "
                                           "timeout"))
+    for i, p in enumerate(data["populations"]):
+        cells = spec_wheel_cells(_derived(p), tick)
+        if cells > MOST_WHEEL_CELLS:
+            out.append(Issue(where, tick, f"a tick long enough for the delays of populations[{i}] ({p['name']}): its "
+                                          f"longest delays and timeouts over the tick, times the attempts it counts "
+                                          f"(retry.max_attempts), are {cells:,} cells of its timing wheels, over the most "
+                                          f"the model keeps, {MOST_WHEEL_CELLS:,}; use a longer tick, shorter delays or "
+                                          "fewer attempts"))
     for i, svc in enumerate(data.get("services") or []):
         ttl = (svc.get("cache") or {}).get("ttl")
         if ttl is not None and tick > ttl:
@@ -282,8 +295,8 @@ def timing_issues(data: dict, duration: float | None, tick: float | None) -> lis
     each within its bounds, a tick fine enough for the playbook's timeouts, and not too
     many ticks (``gameday run`` and ``gameday playbooks validate`` both check it)."""
     issues = []
-    if tick is not None and not 0 < tick <= MAX_TICK_S:
-        issues.append(Issue(setting("tick"), tick, f"a duration > 0 and <= {MAX_TICK_S:g} s"))
+    if tick is not None and not MIN_TICK_S <= tick <= MAX_TICK_S:
+        issues.append(Issue(setting("tick"), tick, f"a duration from {MIN_TICK_S:g} to {MAX_TICK_S:g} s"))
     elif tick is not None:
         issues += tick_issues(data, tick, setting("tick"))
     if duration is not None and duration <= 0:

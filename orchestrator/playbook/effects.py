@@ -8,7 +8,7 @@ from __future__ import annotations
 from agents import AGENT_CLASSES
 from orchestrator.errors import Issue, closest_first
 from orchestrator.playbook.operations import operations
-from orchestrator.playbook.template import type_wanted, same_type
+from orchestrator.playbook.variables import type_wanted, same_type
 from orchestrator.playbook.names import TELEMETRY_KINDS, Names, agent_names
 
 

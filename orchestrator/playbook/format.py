@@ -10,6 +10,7 @@ from dataclasses import dataclass, field as dfield
 
 from agents.base import FAULT_KINDS
 from agents.controller import METRIC_IS
+from agents.limits import LONGEST_DELAY, MOST_ATTEMPTS
 from agents.monitoring import WHEN_STALE
 from agents.population import MODES, WHILE_RECONNECTING, WORKS
 from agents.retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON
@@ -25,8 +26,6 @@ def _names(doc: str, item: str, example: list, **kw) -> Field:
     return f
 
 
-#: the most attempts a retry policy may count (the model keeps requests by attempt: 0, unlimited, needs no more)
-MOST_ATTEMPTS = 1000
 #: the most clients a population and keys a cache may have (the model draws them hypergeometrically, exact below 10^9)
 MOST_DRAWN = 500_000_000
 #: the most of the parts the model steps one by one every tick (a load balancer's targets, DNS enactors and
@@ -34,8 +33,6 @@ MOST_DRAWN = 500_000_000
 MOST_STEPPED = 10_000
 #: the most shards a population may be simulated as (each is an agent, a Ray actor's work)
 MOST_SHARDS = 1024
-#: the longest delay a retry policy may give, in seconds: a day (the model keeps the requests waiting by the tick)
-LONGEST_DELAY = 86_400.0
 
 _POOL = "the name of a device pool"
 _HEALTH_SOURCE = "the name of a service or a population"
@@ -366,7 +363,7 @@ POPULATION = M(
                  lifetime=positive("duration", default=600.0,
                                    doc="mean lifetime of a connection; at its end the client opens the next one "
                                        "before closing the old one"),
-                 timeout=positive("duration", default=3.0,
+                 timeout=positive("duration", default=3.0, max=LONGEST_DELAY,
                                   doc="connect timeout: a connection setup not completed within it fails"),
                  reconnect=_retry("how a client that lost its connection, or failed to get one, waits before its next "
                                   "connection attempt (clients never give up reconnecting)", requests=False),
@@ -383,14 +380,14 @@ POPULATION = M(
                                               "retry policy retries or gives up (as a retry waiting for a connection "
                                               "does). Perishable work only: durable work always waits")),
     request=M("requests", default=dict,
-              timeout=positive("duration", default=5.0,
+              timeout=positive("duration", default=5.0, max=LONGEST_DELAY,
                                doc="request timeout: an attempt not answered within it fails (and may be retried)")),
     retry=RETRY,
     bugs=M("latent bugs, which a trigger or mitigation can switch (operation set_bug)", default=dict,
            reconnect_ignores_backoff=Field("bool", default=False,
                                            doc="connection re-establishment ignores connection.reconnect and waits a "
                                                "fixed reconnect_delay, whatever the attempt (the 2021 bug)"),
-           reconnect_delay=positive("duration", example="10s",
+           reconnect_delay=positive("duration", example="10s", max=LONGEST_DELAY,
                                     doc="the fixed delay of the buggy path, from when the failure is noticed; "
                                         "default: connection.timeout")),
 )

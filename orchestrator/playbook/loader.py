@@ -13,7 +13,8 @@ from orchestrator.errors import InvalidPlaybook, Issue
 from reports.timefmt import format_clock
 from orchestrator.playbook.files import runbook_files, find_playbook
 from orchestrator.playbook.yaml_text import load_yaml, parse_yaml
-from orchestrator.playbook.template import Given, Template, read_template, resolve_variables, render
+from orchestrator.playbook.template import Template, read_template, render
+from orchestrator.playbook.variables import Given, resolve_variables
 from orchestrator.playbook.checks import validate_playbook
 
 

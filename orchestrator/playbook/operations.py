@@ -15,7 +15,8 @@ from typing import Any
 from agents import AGENT_CLASSES
 from agents.base import CLOCK, Arg
 from orchestrator import budgets
-from orchestrator.playbook.schema import LARGEST_WANTED, text_wanted, yaml_hint
+from orchestrator.playbook.schema import LARGEST_WANTED, sexagesimal_wanted, text_wanted, yaml_hint
+from orchestrator.playbook.yaml_text import Sexagesimal
 
 from reports.timefmt import parse_clock, parse_duration
 
@@ -60,7 +61,8 @@ class Argument:
         """The value as the operation takes it: a duration in seconds, a clock time in seconds
         after midnight (YAML reads an unquoted 14:00 as the number 840: taken as it was meant)."""
         parse = parse_duration if self.is_duration else parse_clock if self.is_clock else None
-        if parse is not None and (isinstance(value, str) or (self.is_clock and type(value) is int)):
+        if parse is not None and (isinstance(value, str) or (self.is_clock and isinstance(value, int)
+                                                             and not isinstance(value, bool))):
             try:
                 return parse(value)
             except ValueError:
@@ -89,6 +91,8 @@ class Argument:
             return " or ".join(what for _, _, what in fits)
         if isinstance(value, (int, float)) and not (math.isfinite(value) and abs(value) <= budgets.LARGEST_NUMBER):
             return LARGEST_WANTED
+        if isinstance(value, Sexagesimal) and not (self.is_duration or self.is_clock):
+            return sexagesimal_wanted(value, "a number")
         if isinstance(value, str):
             wanted = text_wanted(value)
             if wanted:

@@ -13,6 +13,7 @@ import yaml
 
 from agents import AGENT_CLASSES
 from agents.base import PER_TICK
+from agents import limits
 from orchestrator import budgets
 from orchestrator.playbook.format import CONDITIONS, PLAYBOOK, RUNBOOK
 from orchestrator.playbook.operations import TARGET_KINDS, has_default, operations
@@ -285,18 +286,22 @@ def _budget_value(name: str, value) -> str:
 
 
 def budgets_documented() -> list[tuple[str, str, str]]:
-    """(name, value, meaning) of every bound in ``orchestrator/budgets.py``, the meaning
-    read from the comment lines above it (the module is the one place they are written)."""
-    out, comment = [], []
-    for line in inspect.getsource(budgets).splitlines():
-        if line.startswith("#") and not line.startswith("# --"):
-            comment.append(line.lstrip("#:").strip())
-        elif (m := re.match(r"([A-Z][A-Z0-9_]*)\s*=", line)) and not line.startswith(" "):
-            name = m.group(1)
-            out.append((name, _budget_value(name, getattr(budgets, name)), " ".join(comment)))
-            comment = []
-        elif not line.strip() or line.startswith("# --"):
-            comment = []
+    """(name, value, meaning) of every bound in ``orchestrator/budgets.py`` and of the
+    model's own (``agents/limits.py``), the meaning read from the comment lines above it
+    (the modules are the one place they are written)."""
+    out, comment, seen = [], [], set()
+    for module in (budgets, limits):
+        for line in inspect.getsource(module).splitlines():
+            if line.startswith("#") and not line.startswith("# --"):
+                comment.append(line.lstrip("#:").strip())
+            elif (m := re.match(r"([A-Z][A-Z0-9_]*)\s*=", line)) and not line.startswith(" "):
+                name = m.group(1)
+                if name not in seen:
+                    seen.add(name)
+                    out.append((name, _budget_value(name, getattr(module, name)), " ".join(comment)))
+                comment = []
+            elif not line.strip() or line.startswith("# --"):
+                comment = []
     return out
 
 

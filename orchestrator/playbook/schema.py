@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from orchestrator import budgets
 from orchestrator.errors import Issue, closest_first, nearest, printable
+from orchestrator.playbook.yaml_text import Sexagesimal
 from reports.timefmt import parse_clock, parse_duration
 
 _MISSING = object()
@@ -69,6 +70,7 @@ def is_duration(text) -> bool:
 def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
     t = spec.type
     if t == "any":
+        _free_form(value, loc, issues)
         return value
     if t in ("number", "int", "duration"):
         if t == "duration":
@@ -82,6 +84,9 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (t == "int" and not float(value).is_integer()):
                 issues.append(Issue(loc, value, ("an integer" if t == "int" else "a number") + yaml_hint(value)))
+                return None
+            if isinstance(value, Sexagesimal):
+                issues.append(Issue(loc, value, sexagesimal_wanted(value, "an integer" if t == "int" else "a number")))
                 return None
             num = int(value) if t == "int" else float(value)
         if not math.isfinite(num):  # YAML's .nan and .inf pass every range check below, then break the model
@@ -154,6 +159,8 @@ def check(value: Any, spec: Field, loc: str, issues: list[Issue]) -> Any:
             return None
         if spec.values:
             value = {k: check(v, spec.values, _loc(loc, k), issues) for k, v in value.items()}
+        else:
+            _free_form(value, loc, issues)
     if spec.choices is not None and value not in spec.choices:
         guess = nearest(value, spec.choices) if isinstance(value, str) else None
         issues.append(Issue(loc, value, "one of " + ", ".join(map(str, spec.choices)) + yaml_hint(value)
@@ -186,6 +193,31 @@ def text_wanted(value: str) -> str | None:
     if printable(value) != value:  # (it escapes exactly the control characters but newlines and tabs)
         return "a text without control characters (newlines and tabs are fine)"
     return None
+
+
+def _free_form(value, loc: str, issues: list[Issue]) -> None:
+    """A free-form value is written to the run directory as JSON, which has no NaN or infinity."""
+    for where, v in _non_finite(value, loc):
+        issues.append(Issue(where, v, "a finite number (a run directory's files are JSON, which has no NaN or "
+                                      "infinity)"))
+
+
+def _non_finite(value, loc: str):
+    """(location, value) of each NaN or infinity inside ``value``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield loc, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _non_finite(v, _loc(loc, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _non_finite(v, f"{loc}[{i}]")
+
+
+def sexagesimal_wanted(value: Sexagesimal, kind: str) -> str:
+    """What a number written as 1:30 should have been (only a clock time or a duration is written so)."""
+    return (f"{kind} (YAML 1.1 reads the unquoted {value.text} as {int(value)}, counting in base 60 as for a clock "
+            f"time: write {int(value)} if that is meant)")
 
 
 def yaml_hint(value) -> str:

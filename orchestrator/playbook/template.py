@@ -1,4 +1,4 @@
-"""A playbook file's template: its variables header, the values a run gives them, and rendering.
+"""A playbook file's template: its variables header and rendering (the values: ``variables``).
 
 A playbook file is Jinja2-templated YAML. It may start with a plain YAML header
 document declaring its variables (``variables: {name: {default, description}}``),
@@ -10,12 +10,11 @@ sandbox bounds neither memory nor time (``{{ 'a' * 4000000000 }}``, ``{{ 9**(9**
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -24,12 +23,10 @@ import jinja2.sandbox
 import yaml
 
 from orchestrator import budgets
-from orchestrator.errors import InvalidPlaybook, Issue, closest_first, nearest, setting
-from orchestrator.playbook.schema import is_duration
-from reports.timefmt import format_clock, parse_clock
-from orchestrator.playbook.files import find_playbook, read_text
+from orchestrator.errors import InvalidPlaybook, Issue, closest_first
+from orchestrator.playbook.files import read_text
 from orchestrator.playbook import sandbox_process
-from orchestrator.playbook.yaml_text import load_yaml, parse_yaml, yaml_issue
+from orchestrator.playbook.yaml_text import load_yaml, yaml_issue
 
 
 @dataclass
@@ -72,184 +69,9 @@ def _template_line(e: Exception, tpl: Template) -> str:
     return f"line {line + tpl.body_line - 1}" if line else "template"
 
 
-def coerce_value(text: str):
-    """A value typed as text (``--set NAME=VALUE``) as YAML reads it: numbers, booleans and
-    lists come out typed."""
-    try:
-        return load_yaml(text)
-    except yaml.YAMLError:
-        return text
-
-
-def read_vars_file(path: str) -> dict:
-    """A vars file: a YAML mapping of variable -> value."""
-    text = read_text(Path(path), InvalidPlaybook)
-    doc = parse_yaml(text, path, InvalidPlaybook, allow_empty=True, stage="vars file",
-                     expected="a mapping of variable -> value")
-    return doc or {}
-
-
-@dataclass(frozen=True)
-class Given:
-    """The values a run gives a playbook's variables, and where each was said, so that an
-    error names the place the user wrote it (a vars file, a ``sets`` entry, a swept value)."""
-
-    values: dict = field(default_factory=dict)
-    said: dict = field(default_factory=dict)  # name -> where (``setting``'s words); by default ``sets``
-
-    @classmethod
-    def of(cls, sets: "dict | Given | None" = None, vars_file: str | None = None) -> "Given":
-        """A vars file's values, then ``sets``, which win."""
-        if isinstance(sets, Given) and vars_file is None:
-            return sets
-        values = read_vars_file(vars_file) if vars_file else {}
-        said = {name: f"{name} ({setting('vars_file')} {vars_file})" for name in values}
-        more = sets if isinstance(sets, Given) else cls(dict(sets or {}))
-        return cls({**values, **more.values}, {**said, **{n: more.where(n) for n in more.values}})
-
-    def where(self, name: str) -> str:
-        return self.said.get(name) or setting("sets", name)
-
-    def plus(self, values: dict, field_name: str) -> "Given":
-        """These and ``values``, said as items of the setting ``field_name`` (a sweep's)."""
-        return Given({**self.values, **values}, {**self.said, **{n: setting(field_name, n) for n in values}})
-
-
-def resolve_variables(tpl: Template, given: "Given | dict", source: str) -> dict:
-    """Every variable's value for a run: its default, or the value ``given`` (checked)."""
-    given = Given.of(given)
-    issues = []
-    values = {}
-    for name, decl in tpl.header.items():
-        if not isinstance(decl, dict) or "default" not in decl:
-            odd = sorted(map(str, set(decl) - {"default", "description"})) if isinstance(decl, dict) else []
-            guess = nearest(odd[0], ("default", "description")) if odd else None
-            issues.append(Issue(f"variables.{name}", decl, "a mapping with 'default' and 'description'"
-                                + (f" (did you mean default for {odd[0]}?)" if guess == "default" else "")))
-            continue
-        values[name] = decl["default"]
-        if "range" in decl:
-            issues += _range_issues(name, decl)
-    used = _used_variables(tpl) if given.values else set()
-    for name, value in given.values.items():
-        loc = given.where(name)
-        if name not in tpl.header:
-            issues.append(Issue(loc, value, f"one of the playbook's variables ({closest_first(name, tpl.header)})"))
-            continue
-        if name not in used:
-            issues.append(Issue(loc, value, f"a variable the template uses: {name} is declared, but {{{{ {name} }}}} "
-                                            "appears nowhere in the template, so setting it would change nothing"))
-            continue
-        default = values.get(name)
-        value = _clock_as_typed(default, value)
-        if default is not None and not same_type(default, value):
-            issues.append(Issue(loc, value, type_wanted(default)))
-            continue
-        values[name] = value
-    if issues:
-        raise InvalidPlaybook(source, "variables", issues)
-    return values
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _range_issues(name: str, decl: dict) -> list[Issue]:
-    """A variable's ``range: [low, high]``: the values a team thinks plausible, which a
-    comparison with ``--vary`` draws from; only for a numeric default."""
-    rng, default = decl["range"], decl["default"]
-    if not _is_number(default):
-        return [Issue(f"variables.{name}.range", rng, f"no range: only a variable whose default is a number has one "
-                                                      f"(its default is {default!r})")]
-    if not (isinstance(rng, list) and len(rng) == 2 and all(map(_is_number, rng)) and rng[0] < rng[1]):
-        return [Issue(f"variables.{name}.range", rng, "[low, high]: two numbers, low < high")]
-    return []
-
-
-def variable_ranges(tpl: Template) -> dict[str, tuple[float, float]]:
-    """The variables that declare a plausible ``range`` (checked by ``resolve_variables``):
-    name -> (low, high); an integer default's range is drawn as integers."""
-    return {name: (float(decl["range"][0]), float(decl["range"][1])) for name, decl in tpl.header.items()
-            if isinstance(decl, dict) and "range" in decl}
-
-
-def _is_clock(value) -> bool:
-    """Whether ``value`` is a clock time as text (``"09:30"``)."""
-    try:
-        return isinstance(value, str) and parse_clock(value) >= 0
-    except ValueError:
-        return False
-
-
-def _clock_as_typed(default, value):
-    """A clock time variable's value (its default a clock time) that YAML 1.1 read as a number
-    (``--set flush_at=10:30`` is 630; one read so is at least 60, 1:00), as the clock time typed;
-    any other value as it is."""
-    if _is_clock(default) and isinstance(value, int) and not isinstance(value, bool) and value >= 60:
-        return format_clock(parse_clock(value))
-    return value
-
-
-def _used_variables(tpl: Template) -> set[str]:
-    """The variables the template's body reads (every declared one if it does not parse:
-    rendering reports that)."""
-    try:
-        return jinja2.meta.find_undeclared_variables(_environment().parse(tpl.body))
-    except jinja2.exceptions.TemplateSyntaxError:
-        return set(tpl.header)
-
-
-#: the keys a variable's declaration in the header may hold
-VARIABLE_KEYS = ("default", "description", "range")
-
-
-def unused_variables(ref: str) -> list[str]:
-    """Warnings for the variables a playbook declares and its template never reads: setting
-    one changes nothing (``--set`` refuses it; validate says so before anyone tries); for
-    keys of a declaration that mean nothing (a misspelt ``range`` would be ignored; an error
-    would refuse a playbook that validated before); and for a range that leaves out its
-    variable's default."""
-    tpl = read_template(find_playbook(ref))
-    used = _used_variables(tpl)
-    out = [f"variables.{name} is declared but the template never reads it: setting it changes nothing"
-           for name in tpl.header if name not in used]
-    for name, decl in tpl.header.items():
-        for key in (k for k in decl if k not in VARIABLE_KEYS) if isinstance(decl, dict) else ():
-            guess = nearest(str(key), VARIABLE_KEYS)
-            out.append(f"variables.{name}.{key} means nothing and is ignored: a variable takes "
-                       f"{', '.join(VARIABLE_KEYS)}" + (f" (did you mean {guess}?)" if guess else ""))
-    for name, (low, high) in variable_ranges(tpl).items():
-        default = tpl.header[name]["default"]
-        if not low <= default <= high:  # (a warning: an error would refuse a playbook that validated before)
-            out.append(f"variables.{name}.range [{low:g}, {high:g}] leaves out its default, {default:g}: a comparison "
-                       "that draws it never plays the world as the playbook writes it")
-    return out
-
-
-def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+def sandboxed_environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                                                         autoescape=False)
-
-
-def type_wanted(default) -> str:
-    """What a value given for something whose default is ``default`` should be."""
-    if isinstance(default, bool):
-        return f"true or false (the default is {str(default).lower()})"
-    if _is_clock(default):
-        return f"a clock time, HH:MM or HH:MM:SS, as the default {default!r} is"
-    return f"a value of the same type as the default {default!r}"
-
-
-def same_type(default, value) -> bool:
-    num = (int, float)
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(default, bool) and isinstance(value, bool)
-    if isinstance(default, num):
-        return isinstance(value, num)
-    if isinstance(default, str) and isinstance(value, num) and is_duration(default):
-        return True  # a number of seconds is a duration too (the format says so)
-    return isinstance(value, type(default))
 
 
 #: the texts rendered last, by template, values and budget: a comparison or a test suite loads
@@ -310,7 +132,7 @@ def _rendering(tpl: Template, values: dict) -> tuple[str, object]:
 def _rendered(tpl: Template, values: dict) -> str:
     """The template's text. A budget passed between two of its pieces (the text's, or the
     alarm's ringing here) is thrown in where the template is, so that the error names its line."""
-    pieces = _environment().from_string(tpl.body).generate(**values)
+    pieces = sandboxed_environment().from_string(tpl.body).generate(**values)
     try:
         return _joined(pieces, budgets.RENDERED_BYTES)
     except (sandbox_process.OutOfTime, _TooMuchText) as e:
@@ -346,6 +168,10 @@ def _render_issue(e: Exception, tpl: Template, values: dict) -> Issue:
         return Issue(f"line {e.lineno + tpl.body_line - 1}", e.message, "valid Jinja2 syntax")
     if isinstance(e, jinja2.exceptions.TemplateError):
         return Issue(_template_line(e, tpl), str(e), "a template that renders")
+    if isinstance(e, TypeError) and "no loader" in str(e):  # (Jinja's words for an include with no files to read)
+        return Issue(_template_line(e, tpl), "{% include %}, {% import %} or {% extends %}",
+                     "a playbook in one file: it cannot include, import or extend another template (write the "
+                     "part here, or a {% macro %} in this file)")
     # the template's own arithmetic and calls ({{ n // 0 }}) are the user's mistake too
     return Issue(_template_line(e, tpl), f"{type(e).__name__}: {e}", "a template that renders")
 

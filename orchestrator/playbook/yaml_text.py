@@ -125,7 +125,25 @@ class _Budgeted(_OneKeyOnce):
         if digits > sys.get_int_max_str_digits() > 0:
             raise OverBudget(f"an integer of {digits:,} digits", f"an integer of at most "
                              f"{sys.get_int_max_str_digits():,} digits", node.start_mark)
-        return super().construct_yaml_int(node)
+        value = super().construct_yaml_int(node)
+        return Sexagesimal(value, str(node.value)) if ":" in str(node.value) else value
+
+
+class Sexagesimal(int):
+    """An unquoted 1:30, which YAML 1.1 reads as the integer 90 (base 60): right for a clock
+    time or a duration, a slip anywhere else, where validation refuses it naming what it
+    was read as (``schema.sexagesimal_wanted``). It keeps the text written."""
+
+    def __new__(cls, value: int, text: str):
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+    def __getnewargs__(self):
+        return int(self), self.text
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 _Budgeted.add_constructor("tag:yaml.org,2002:int", _Budgeted.construct_yaml_int)

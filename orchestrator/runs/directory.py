@@ -243,8 +243,9 @@ class RunDirectory(RunWriter):
                 raise
             if cause.errno in (errno.ENOTEMPTY, errno.EEXIST):  # another process put its run there first
                 raise held_by_another(Path(out)) or e from None
+            space = "free some space, or " if cause.errno in (errno.ENOSPC, errno.EDQUOT) else ""
             raise WriteError(f"cannot create the run directory {out}: {os_error_text(cause)}; nothing was written "
-                             f"(free some space, or choose another {setting('out')})") from None
+                             f"({space}choose another {setting('out')})") from None
         except BaseException:
             self._let_go()
             raise

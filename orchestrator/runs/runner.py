@@ -18,7 +18,7 @@ from reports import rundir
 from reports.rundir import NotARunDirectory, RunData, load_run
 from orchestrator.engine.clock import PacedClock, SimulatedClock
 from orchestrator.errors import (HostingError, InternalError, InvalidPlaybook, Issue, RunDirectoryError, WriteError,
-                                 os_error_text, setting)
+                                 os_error_text, setting, shown)
 from orchestrator.hosting.host import Host, HostingOptions
 from orchestrator.hosting.inprocess import TickResult, build_agent
 from orchestrator.engine.journal import ScoreOnly, check_out_dir
@@ -26,7 +26,7 @@ from orchestrator.runs.directory import RunDirectory, interrupt_deferred, refuse
 from orchestrator.playbook.checks import timing_issues
 from orchestrator.playbook.format import MOST_SHARDS
 from orchestrator.playbook.loader import Playbook, load_playbook
-from orchestrator.playbook.template import Given
+from orchestrator.playbook.variables import Given
 from orchestrator.playbook.runbooks import load_runbook
 from orchestrator.playbook.hints import never_reached
 from orchestrator.playbook.files import runbook_files
@@ -372,39 +372,62 @@ def recording(run_dir: Path, duration_s: float | None = None) \
             f"it has no {rundir.META}" if run_dir.is_dir() else "no such directory"))
     try:
         meta = load_run(run_dir).meta
-        events = rundir.run_file(run_dir, rundir.EVENTS)
+        events = rundir.journal_file(run_dir, rundir.EVENTS, meta)
         first = rundir.run_file(run_dir, rundir.RUNBOOK_BEFORE_FORK if meta.get(TAKEOVERS) else rundir.RUNBOOK)
         playbook = rundir.run_file(run_dir, rundir.PLAYBOOK)
-    except NotARunDirectory as e:  # (a meta.json that is not JSON, a link out of the directory)
+        ticks, _ = recorded_ticks(run_dir, meta)
+        injections = _injections(events)
+    except NotARunDirectory as e:  # (a meta.json that is not JSON, a link out of the directory, an event that is not one)
         raise RunDirectoryError(str(e)) from None
-    missing = [k for k in ("seed", "tick_s") if not isinstance(meta.get(k), (int, float))]
-    if missing:
-        raise RunDirectoryError(f"{run_dir / rundir.META}: no {' nor '.join(missing)}; expected the seed and tick every "
-                                "run records")
-    injections: dict[int, list[dict]] = {}
-    try:
-        with open(events, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    break  # a killed run's last line may be cut short
-                if e.get("event") == "injected" or e.get("agent") == "session":
-                    injections.setdefault(int(e["tick"]), []).append(e)
-    except OSError as e:
-        raise RunDirectoryError(f"{events}: cannot be read ({e.strerror or e}); a replay plays what entered the world "
-                                "from it") from None
-    ticks = int(meta.get("ticks_done", 0))
+    seed = meta.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise RunDirectoryError(f"{run_dir / rundir.META}: seed is {shown(seed)}; expected the run's seed (an integer "
+                                ">= 0), which every run records")
     if ticks == 0:
         raise RunDirectoryError(f"{run_dir}: the run did not get through a single tick; nothing to play again")
     takeovers = {int(a["tick"]): a for a in meta.get(TAKEOVERS) or []}
     for rule in (r for a in takeovers.values() for r in a.get("rules") or []):
         if isinstance(rule.get("do"), dict):  # (a fork recorded before a rule's actions were a list)
             rule["do"] = [rule["do"]]
-    spec = RunSpec(playbook=str(playbook), runbook=str(first), seed=int(meta["seed"]),
+    spec = RunSpec(playbook=str(playbook), runbook=str(first), seed=seed,
                    duration=duration_s or ticks * float(meta["tick_s"]), tick=float(meta["tick_s"]),
                    shards=meta.get("shards_option"), console=meta.get("operator") == "console")
     return meta, injections, takeovers, spec
+
+
+def _injections(events: Path) -> dict[int, list[dict]]:
+    """Tick -> what entered the world from outside then, as a recording's events.jsonl says
+    (its whole lines: a killed run's last one may be cut short)."""
+    injections: dict[int, list[dict]] = {}
+    try:
+        with open(events, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.endswith("\n"):
+                    break
+                e = rundir.parse_event(line, n, events)
+                if e["event"] == "injected" or e.get("agent") == "session":
+                    injections.setdefault(e["tick"], []).append(e)
+    except (OSError, ValueError) as e:  # (ValueError: not UTF-8)
+        raise RunDirectoryError(f"{events}: cannot be read ({getattr(e, 'strerror', None) or e}); a replay plays what "
+                                "entered the world from it") from None
+    return injections
+
+
+def recorded_ticks(run_dir: Path, meta: dict | None = None) -> tuple[int, str]:
+    """The ticks a recording holds whole, which a replay plays and compares: metrics.csv's
+    whole rows (RunWriter.close counts them so; ``meta``: its meta.json as ``load_run`` reads
+    it); and why they are not all of it, if they are not ("": they are): its writer killed,
+    fewer rows than meta.json says, a last line cut short."""
+    run_dir = Path(run_dir)
+    meta = load_run(run_dir).meta if meta is None else meta
+    metrics = rundir.journal_file(run_dir, rundir.METRICS, meta)
+    ticks = rundir.complete_ticks(run_dir) if metrics.is_file() else 0
+    done = meta.get("ticks_done", ticks)
+    why = [f"its writer was killed: {rundir.META} still says {rundir.RUNNING}"] if meta.get(rundir.UNCLOSED) else \
+        [f"{rundir.META} says {done} ticks were done"] if done != ticks else []
+    why += [f"the last line of {name} is cut short" for name in REPLAYED_FILES
+            if (run_dir / name).is_file() and rundir.cut_short(run_dir / name)]
+    return ticks, "; ".join(why)
 
 
 def replay(run_dir: Path, out: Path) -> RunData:
@@ -423,19 +446,21 @@ def replay(run_dir: Path, out: Path) -> RunData:
 REPLAYED_FILES = (rundir.METRICS, rundir.EVENTS)
 
 
-def same_as_recording(recorded: Path, replayed: Path) -> list[str]:
+def same_as_recording(recorded: Path, replayed: Path, ticks: int | None = None) -> list[str]:
     """The files of ``REPLAYED_FILES`` that differ between a recording and its replay, each
     with where it first differs (``first_difference``); none if the replay is identical.
     The events that describe the hosting (``rundir.HOSTING_EVENTS``: an actor replaced
-    mid-run) are not results: they are left out of the comparison (``hosting_events``)."""
+    mid-run) are not results: they are left out of the comparison (``hosting_events``).
+    ``ticks``: a recording that stopped mid-tick (``recorded_ticks``) is compared on the
+    ticks it holds whole, its line cut short and the events of a tick it has no row of left out."""
     out = []
     for f in REPLAYED_FILES:
         a, b = Path(recorded) / f, Path(replayed) / f
-        if filecmp.cmp(a, b, shallow=False):
+        if ticks is None and filecmp.cmp(a, b, shallow=False):
             continue
-        if f == rundir.EVENTS and [x for _, x in _world_lines(a)] == [y for _, y in _world_lines(b)]:
-            continue  # (they differ in their hosting events alone)
-        out.append(f"{f} ({first_difference(a, b)})")
+        where = first_difference(a, b, ticks)
+        if where:
+            out.append(f"{f} ({where})")
     return out
 
 
@@ -465,18 +490,21 @@ def _lines(path: Path) -> list[tuple[int, str]]:
         return list(enumerate(f, 1))
 
 
-def _world_lines(events: Path) -> list[tuple[int, str]]:
-    """A journal's lines but for its hosting events, with their numbers in the file."""
-    return [(n, line) for n, line in _lines(events) if not _is_hosting(line)]
+def _world_lines(events: Path, ticks: int | None = None) -> list[tuple[int, str]]:
+    """A journal's lines but for its hosting events, with their numbers in the file;
+    ``ticks``: its whole lines of the first ``ticks`` ticks only."""
+    return [(n, line) for n, line in _lines(events) if not _is_hosting(line)
+            and (ticks is None or line.endswith("\n") and json.loads(line)["tick"] < ticks)]
 
 
-def first_difference(recorded: Path, replayed: Path) -> str:
+def first_difference(recorded: Path, replayed: Path, ticks: int | None = None) -> str | None:
     """Where two journal files first differ, as a person looks for it: the line, its tick,
     and for metrics.csv the columns that differ there (an events.jsonl's hosting events
-    are skipped, its lines numbered as in the recording)."""
+    are skipped, its lines numbered as in the recording); None where the lines compared are
+    the same (``ticks``: as ``same_as_recording``)."""
     if recorded.name == rundir.EVENTS:
-        ours = _world_lines(recorded)
-        for (n, x), (_, y) in itertools.zip_longest(ours, _world_lines(replayed), fillvalue=(None, None)):
+        ours = _world_lines(recorded, ticks)
+        for (n, x), (_, y) in itertools.zip_longest(ours, _world_lines(replayed, ticks), fillvalue=(None, None)):
             if x == y:
                 continue
             if x is None or y is None:
@@ -487,12 +515,13 @@ def first_difference(recorded: Path, replayed: Path) -> str:
             except (ValueError, AttributeError):
                 tick = "?"
             return f"first at line {n}, tick {tick}"
-        return "identical lines, different bytes"
+        return None
     with open(recorded, encoding="utf-8") as a, open(replayed, encoding="utf-8") as b:
         header = a.readline().rstrip("\n").split(",")
         if b.readline().rstrip("\n").split(",") != header:
             return "its columns differ"
-        for n, (x, y) in enumerate(itertools.zip_longest(a, b), 2):
+        rows = (lambda f: f) if ticks is None else (lambda f: itertools.islice(f, ticks))
+        for n, (x, y) in enumerate(itertools.zip_longest(rows(a), rows(b)), 2):
             if x == y:
                 continue
             if x is None or y is None:
@@ -502,7 +531,7 @@ def first_difference(recorded: Path, replayed: Path) -> str:
             more = f" and {len(cols) - 5} more" if len(cols) > 5 else ""
             when = f"tick {xs[0]} ({xs[2]})" if len(xs) > 2 else f"line {n}"
             return f"first at {when}: {', '.join(map(str, cols[:5]))}{more}"
-    return "identical lines, different bytes"
+    return None if ticks is not None else "identical lines, different bytes"
 
 
 def _progress(ticks: int, dt: float):
