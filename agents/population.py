@@ -704,8 +704,8 @@ class Population(PopulationControls, Agent):
         if n <= 0 or pool <= 0:
             return
         for sent, batch in self.inflight.items():
-            if failed_batch is None:
-                batch.holding -= batch.holding * n / pool
+            if failed_batch is None:  # (more leaving than were counted connected leave none holding)
+                batch.holding -= batch.holding * min(1.0, n / pool)
             elif sent > failed_batch:
                 batch.holding = max(0.0, batch.holding - n)
 

@@ -87,10 +87,15 @@ def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets:
 
     serving = serving or Serving()
     tls = serving.check()
-    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-session-"))
-    session = Session(out, list(teams), playbook, seed, Given.of(sets, vars_file),
-                      parse_duration(duration) if duration is not None else None,
-                      parse_duration(tick) if tick is not None else None, speed,
-                      HostingOptions(hosting, placement, address))
-    GameDay(session, serving, tls).play(start=start, announce=announce or (lambda game: None))
+    ports = serving.open()  # (a port in use is said before a session directory is written)
+    try:
+        out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-session-"))
+        session = Session(out, list(teams), playbook, seed, Given.of(sets, vars_file),
+                          parse_duration(duration) if duration is not None else None,
+                          parse_duration(tick) if tick is not None else None, speed,
+                          HostingOptions(hosting, placement, address))
+    except BaseException:
+        ports.close()
+        raise
+    GameDay(session, serving, tls, ports=ports).play(start=start, announce=announce or (lambda game: None))
     return session

@@ -136,3 +136,5 @@ LIVE_HTTP_NOTICE_EVERY_S = 60.0
 #: a session's journal.jsonl, in bytes, as `gameday serve --resume` reads it whole (a line of a
 #: few hundred bytes per control and team command: a long game day writes well under a MB)
 LIVE_JOURNAL_BYTES = 64 * 2**20
+#: the teams a live session plays (each is a world of its own, stepped every tick)
+LIVE_TEAMS = 64

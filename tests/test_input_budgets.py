@@ -278,3 +278,18 @@ def test_delays_over_a_fine_tick_times_many_attempts_are_refused_before_the_run(
     assert f"over the most the model keeps, {MOST_WHEEL_CELLS:,}" in err
     err = refused(tmp_path, playbook(tmp_path, body.replace("tick: 1s", "tick: 0.1s")))
     assert "clock.tick: got 0.1; expected a tick long enough for the delays of populations[0]" in err
+
+
+def test_a_rate_scaled_to_tens_of_thousands_of_requests_a_client_keeps_the_model_whole(tmp_path):
+    """(Found by setting every operation argument of the test worlds to extremes: a thousand
+    pooled clients asked for 86,400 requests each a second counted more clients leaving their
+    connections than were connected, and a draw got -1 of them.)"""
+    from tests.helpers import playbook_path
+
+    text = Path(playbook_path("flapping")).read_text(encoding="utf-8")
+    path = tmp_path / "flapping.yaml.j2"
+    path.write_text(text.replace("triggers:", 'triggers:\n  - {name: flood, at: "00:00:10", effects: [{target: '
+                                 'nlb-clients, op: scale_rate, args: {factor: 86400}}]}', 1), encoding="utf-8")
+    result = CliRunner().invoke(main, ["run", str(path), "--runbook", "none", "--duration", "1m", "--out",
+                                       str(tmp_path / "run"), "--no-progress", "--no-report", "--no-attribution"])
+    assert result.exit_code == 0, result.output

@@ -217,7 +217,7 @@ JOURNAL_CASES = {
                                 "line 4: text: got 'xxxx"),
     "a line that is a list": (lambda r: r + [[1, 2]], "line 4: got [1, 2]; expected a JSON object"),
     "teams that are not names": (lambda r: [r[0] | {"teams": ["red", "../x"]}] + r[1:],
-                                 "line 1: teams: got ['red', '../x']; expected a list of distinct team names"),
+                                 "line 1: teams: got ['red', '../x']; expected a list of 1 to 64 distinct team names"),
     "a hosting it does not know": (lambda r: [r[0] | {"hosting": "cloud"}] + r[1:], "line 1: hosting: got 'cloud'"),
     "options that are a list": (lambda r: [r[0] | {"options": []}] + r[1:], "line 1: options: got []"),
     "a duration that is text": (lambda r: [r[0] | {"options": r[0]["options"] | {"duration": "1h"}}] + r[1:],
@@ -324,6 +324,19 @@ def taken_port():
         yield s.getsockname()[1]
 
 
+@pytest.mark.parametrize("which", ["bind", "web_port"])
+def test_the_python_api_that_cannot_bind_leaves_no_session_directory(tmp_path, taken_port, which):
+    import orchestrator
+    from orchestrator.errors import GamedayError
+    from orchestrator.live.gameday import Serving
+
+    serving = Serving(bind=f"tcp://127.0.0.1:{taken_port}", web=False) if which == "bind" else \
+        Serving(bind="tcp://127.0.0.1:0", web_port=taken_port)
+    with pytest.raises(GamedayError, match="Address already in use"):
+        orchestrator.serve(["red"], duration="10m", out=tmp_path / "s", serving=serving)
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.slow  # (a real gameday serve each: the in-process journal checks stay in the fast subset)
 @pytest.mark.parametrize("which", ["--bind", "--web-port"])
 def test_a_serve_that_cannot_bind_leaves_no_session_directory(tmp_path, taken_port, which):
@@ -419,3 +432,12 @@ def test_a_real_error_of_the_pages_server_is_still_logged_whole(caplog):
     assert notice.name == "gameday.serve" and notice.exc_info is None and counters["malformed"] == 1
     assert notice.getMessage() == ("gameday serve: a malformed HTTP request was answered 400: Invalid header value "
                                    "char: b'Host: \\x1b[2J'")
+
+
+def test_more_teams_than_a_session_plays_are_refused_before_anything_is_built(tmp_path):
+    from orchestrator.errors import InvalidInput
+    from orchestrator.live.session import check_teams
+
+    check_teams([f"t{i}" for i in range(budgets.LIVE_TEAMS)])
+    with pytest.raises(InvalidInput, match=f"got '{budgets.LIVE_TEAMS + 1} teams'; expected at most {budgets.LIVE_TEAMS}"):
+        check_teams([f"t{i}" for i in range(budgets.LIVE_TEAMS + 1)])

@@ -55,6 +55,9 @@ def check_teams(teams: list[str]) -> None:
     issues = [Issue(setting("teams", t), t, "a name of 1-32 letters, digits, - or _") for t in teams if not TEAM_NAME.match(t)]
     if not teams:
         issues.append(Issue(setting("teams"), None, "at least one team"))
+    if len(teams) > budgets.LIVE_TEAMS:
+        issues.append(Issue(setting("teams"), f"{len(teams)} teams", f"at most {budgets.LIVE_TEAMS} (each is a world "
+                                                                     "stepped every tick)"))
     dupes = sorted({t for t in teams if teams.count(t) > 1})
     issues += [Issue(setting("teams", t), t, "a name given once") for t in dupes]
     if issues:
@@ -746,9 +749,10 @@ def _check_created(path: Path, c: dict):
     """The journal's first line, the session's creation: (playbook, plan) of its worlds,
     made as the rebuilt session makes them (``runner.prepare``; nothing is written)."""
     teams, o = c.get("teams"), c["options"]
-    if not (isinstance(teams, list) and teams and all(isinstance(t, str) and TEAM_NAME.match(t) for t in teams)
-            and len(set(teams)) == len(teams)):
-        raise _damaged(path, 1, "teams", teams, "a list of distinct team names of 1-32 letters, digits, - or _")
+    if not (isinstance(teams, list) and 0 < len(teams) <= budgets.LIVE_TEAMS
+            and all(isinstance(t, str) and TEAM_NAME.match(t) for t in teams) and len(set(teams)) == len(teams)):
+        raise _damaged(path, 1, "teams", teams, f"a list of 1 to {budgets.LIVE_TEAMS} distinct team names of 1-32 "
+                                                "letters, digits, - or _")
     if c.get("hosting") not in HOSTINGS:
         raise _damaged(path, 1, "hosting", c.get("hosting"), f"one of {', '.join(HOSTINGS)}")
     if c.get("placement") not in (None, *PLACEMENTS):
