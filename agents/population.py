@@ -482,10 +482,12 @@ class PopulationControls:
         every request is its own connection): that share of the clients send a request
         more, spread over ``duration``, plus the extra ones (after a network disruption,
         servers ask again for what they hold)."""
-        if reconnect_fraction * self.clients > LARGEST_NUMBER:  # (the model counts connections in 64-bit integers)
-            raise BadArgument(f"reconnect_fraction {reconnect_fraction:g}: {reconnect_fraction * self.clients:g} "
-                              f"reconnections of {self.clients:,} clients, over the most the model counts, "
-                              f"{LARGEST_NUMBER:g}")
+        # (pooled, a client reconnects at most once a tick; per request, the surge is requests the model counts)
+        asked = reconnect_fraction * self.clients / max(float(duration), self.world.dt)
+        if not self.pooled and asked > LARGEST_NUMBER:
+            raise BadArgument(f"reconnect_fraction {reconnect_fraction:g}: {self.clients:,} clients asking again that "
+                              f"many times each over {duration:g} s would send {asked:g} requests/s, over the most the "
+                              f"model counts, {LARGEST_NUMBER:g}/s")
         ticks = in_ticks(duration, self.world.dt)
         self.surges.append({"until": tick + ticks, "ticks": ticks, "fraction": float(reconnect_fraction),
                             "extra": float(extra_setups_per_second)})

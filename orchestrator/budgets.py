@@ -42,6 +42,9 @@ RENDERED_BYTES = 4 * FILE_BYTES
 # -- a run ------------------------------------------------------------------------------
 #: the slowest pace a paced run (--speed) may keep: simulated seconds per wall second
 SLOWEST_SPEED = 0.001
+#: the runs a comparison or a phase map plans (seeds x runbooks x sweep points): each is planned,
+#: and its playbook checked, before the first is played
+MOST_RUNS = 1_000_000
 
 # -- a run directory, as `report`, `replay`, `fork` and a comparison's cache read it ------
 # (written in reports/files.py, beside its readers: reports import nothing of orchestrator)

@@ -36,7 +36,8 @@ WINDOW_S = 60.0  # rates are reported per minute
 class Finding:
     title: str
     evidence: str
-    kind: str  # monitoring_blind | rule_never_fired | never_took_effect | collateral | loop_breaker | relapse | held_briefly
+    kind: str  # monitoring_blind | rule_never_fired | refused | never_took_effect | collateral | loop_breaker | relapse |
+    # held_briefly
 
 
 @dataclass
@@ -528,6 +529,7 @@ def _findings(r: _Reading) -> list[Finding]:
             findings.append(Finding(f"{who} turned away {n:,} attempts or requests",
                                     "attempts refused by its throttle (its callers' retries included) or requests held "
                                     "back by its lowered rate, for as long as it held", "collateral"))
+    findings += refused_operations(r.events, at)
     findings += _never_took_effect(r.events, at, r.until)
     findings += _instances_that_never_came(r.events, m, at, r.until)
     findings += _relapses(r.relapses, r.first_reached, r.milestones_reached, r.changes, at, r.until)
@@ -549,6 +551,23 @@ def _findings(r: _Reading) -> list[Finding]:
                 + ("fork: a fork's counterfactuals are not played)" if r.meta.get("forked_from")
                    else "run, see `gameday run --attribution`)"), "loop_breaker"))
     return findings
+
+
+def refused_operations(events: list[dict], at) -> list[Finding]:
+    """The operations the world refused when they came (``apply_rejected``: an argument past
+    what the model holds, a change its state could not take), one finding per part,
+    operation and asker: a trigger refused so changes the incident itself, and nothing else
+    would say it (the run goes on, and completes)."""
+    refused: dict[tuple, list[dict]] = {}
+    for e in events:
+        if e["event"] == "apply_rejected":
+            refused.setdefault((e["agent"], e.get("op"), e.get("by")), []).append(e)
+    out = []
+    for (agent, op, by), es in refused.items():
+        when = at(es[0]["tick"]) if len(es) == 1 else f"{len(es)} times, from {at(es[0]['tick'])} to {at(es[-1]['tick'])}"
+        out.append(Finding(f"{op} on {agent} was refused", f"asked by {by or 'the world'}, {when}: {es[0].get('reason')}; "
+                                                           "the run went on without it", "refused"))
+    return out
 
 
 def _never_took_effect(events: list[dict], at, until: str) -> list[Finding]:

@@ -343,7 +343,7 @@ def unlike(value, hint, where: str = "") -> str | None:
         fields = _hints(hint)
         missing = next((k for k in fields if k in hint.__required_keys__ and k not in value), None)
         if missing is not None:
-            return f"no {_at(where, missing)}; expected {_expected(fields[missing])}"
+            return f"no field {_at(where, missing)}; expected {_expected(fields[missing])}"
         return next((p for k, h in fields.items() if k in value and (p := unlike(value[k], h, _at(where, k)))), None)
     args = typing.get_args(hint)
     if not args:  # (a bare dict or list: any)

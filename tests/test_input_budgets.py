@@ -229,7 +229,8 @@ def test_a_timeout_longer_than_a_day_is_refused(tmp_path, field):
 
 @pytest.mark.parametrize("effect, said", [
     ("{target: clients, op: scale_rate, args: {factor: 1000000000000000}}", "over the most the model counts, 1e+15/s"),
-    ("{target: clients, op: surge, args: {reconnect_fraction: 1000000000000000}}", "over the most the model counts, 1e+15"),
+    ("{target: clients, op: set_mode, args: {mode: per_request}}, "
+     "{target: clients, op: surge, args: {reconnect_fraction: 1000000000000000}}", "over the most the model counts, 1e+15/s"),
     ("{target: clients, op: set_retry_policy, args: {cap: 86400, max_attempts: 1000}}",
      "cells of the clients' timing wheels, over the most the model keeps, 16,777,216"),
 ])
@@ -248,6 +249,7 @@ def test_an_operation_past_what_the_model_holds_is_refused_and_the_world_goes_on
     assert run.meta["status"] == "complete"
     rejected = run.events[run.events["event"] == "apply_rejected"]
     assert len(rejected) == 1 and said in rejected["reason"].iloc[0], run.events.tail()
+    assert f"warning: {rejected['op'].iloc[0]} on clients was refused: asked by flood, 07:01" in result.stderr
 
 
 @pytest.mark.parametrize("make, expected", [
@@ -293,3 +295,34 @@ def test_a_rate_scaled_to_tens_of_thousands_of_requests_a_client_keeps_the_model
     result = CliRunner().invoke(main, ["run", str(path), "--runbook", "none", "--duration", "1m", "--out",
                                        str(tmp_path / "run"), "--no-progress", "--no-report", "--no-attribution"])
     assert result.exit_code == 0, result.output
+
+
+def test_a_pooled_surge_of_any_size_is_played_and_a_refused_one_is_in_the_report(tmp_path):
+    """Pooled, a client reconnects at most once a tick whatever the fraction: a surge of 1e14
+    is played (it was, before the model's bounds). Per request it is requests the model
+    counts: refused, and the after-action report says so among its findings."""
+    from reports.rundir import load_run
+
+    def run(name: str, effects: str, *more: str):
+        body = BODY + f'triggers:\n  - {{name: surge, at: "07:01", effects: [{effects}]}}\n'
+        result = CliRunner().invoke(main, ["run", playbook(tmp_path, body), "--runbook", "none", "--duration", "3m",
+                                           "--out", str(tmp_path / name), "--no-progress", "--no-attribution", *more])
+        assert result.exit_code == 0, result.output
+        return load_run(tmp_path / name)
+
+    pooled = run("pooled", "{target: clients, op: surge, args: {reconnect_fraction: 100000000000000}}", "--no-report")
+    assert "apply_rejected" not in set(pooled.events["event"]) and pooled.metrics["clients.conn_attempts"].max() > 0
+    run("per-request", "{target: clients, op: set_mode, args: {mode: per_request}}, "
+                       "{target: clients, op: surge, args: {reconnect_fraction: 100000000000000}}")
+    report = (tmp_path / "per-request" / "report" / "report.md").read_text()
+    assert "surge on clients was refused" in report and "the run went on without it" in report
+
+
+def test_a_comparison_of_more_runs_than_its_budget_is_refused_before_any_is_planned(tmp_path):
+    """(A 2000 x 2000 phase map of 3 seeds planned 12 million runs, 4 GB, before its time limit said no.)"""
+    result = CliRunner().invoke(main, ["phasemap", str(VALID), "--x", "bridge_devices=" + ",".join(map(str, range(1, 2001))),
+                                       "--y", "device_cpu=" + ",".join(map(str, range(1000, 3001))),
+                                       "--out", str(tmp_path / "map")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"expected at most {budgets.MOST_RUNS:,} (gameday's budget for a comparison)" in result.stderr
+    assert "12,006,000 runs planned" in result.stderr and not (tmp_path / "map").exists()

@@ -207,10 +207,10 @@ def _append_event(run: Path, event: dict) -> None:
     (rundir.ATTRIBUTION, lambda run: (run / rundir.ATTRIBUTION).write_text('{"text": "t", "counterfactuals": "x"}'),
      "counterfactuals is 'x'; expected a list"),
     (rundir.ATTRIBUTION, lambda run: (run / rundir.ATTRIBUTION).write_text('{"breaker": [1]}'),
-     "no text; expected a text"),
+     "no field text; expected a text"),
     (rundir.COLUMNS, lambda run: (run / rundir.COLUMNS).write_text("[1, 2]"), "got [1, 2]; expected an object"),
     (rundir.COLUMNS, lambda run: _nested(run / rundir.COLUMNS, ("bridge.devices",), {"agent": "bridge"}),
-     "no ['bridge.devices'].unit; expected a text"),
+     "no field ['bridge.devices'].unit; expected a text"),
     (rundir.VALIDATED, lambda run: (run / rundir.VALIDATED).write_text("[]"), "got []; expected an object"),
     (rundir.VALIDATED, lambda run: _nested(run / rundir.VALIDATED, ("scoring", "loop", "devices"), "bridge"),
      "scoring.loop.devices is 'bridge'; expected a list"),
@@ -290,3 +290,14 @@ def test_a_comparison_plays_again_the_runs_whose_cached_rows_are_not_as_gameday_
                                   pd.read_csv(tmp_path / "second" / "results.csv"))
     third = gameday(*args, "--out", tmp_path / "third")
     assert "2 of 2 runs taken from the cache" in third.stdout and "warning" not in third.stderr
+
+
+def test_a_cached_row_that_is_a_directory_is_played_again_and_left_alone(tmp_path):
+    """(The row's place held a directory: the run was played again, then writing its row over
+    the directory failed as a full disk would, exit 1.)"""
+    cache = RunCache(tmp_path / "cache", COLUMNS)
+    key = "ab" + "0" * 62
+    cache._path(key).mkdir(parents=True)
+    assert cache.get(key) is None and cache.set_aside
+    cache.put(key, {"runbook": "none"})  # (nothing written through it, no error)
+    assert cache._path(key).is_dir() and list(cache._path(key).iterdir()) == []

@@ -24,6 +24,7 @@ import pandas as pd
 from reports import decide
 from reports.rundir import OUTCOMES, Score, outcome
 from reports.timefmt import format_duration, parse_duration
+from orchestrator import budgets
 from orchestrator.errors import InvalidInput, Issue, NotFound, closest_first, setting
 from orchestrator.batch.run_cache import RunCache, run_key
 from orchestrator.engine.world import WorldPlan
@@ -565,6 +566,12 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
     where not), or [] when done; the comparison plays round after round of them instead
     of every run (a phase map's refinement), a round counting whole or not at all."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
+    planned = (int(seeds) if isinstance(seeds, int) else len(seeds)) * max(1, len(runbooks)) \
+        * math.prod(len(v) for v in dict(sweeps or {}).values())
+    if planned > budgets.MOST_RUNS:  # (before a run, or a point, is planned: each takes memory)
+        raise InvalidInput("gameday compare", "options", [Issue(
+            setting("seeds"), f"{planned:,} runs planned (seeds x runbooks x sweep points)",
+            f"at most {budgets.MOST_RUNS:,} (gameday's budget for a comparison): fewer seeds or sweep points")])
     seeds = list(range(1, int(seeds) + 1)) if isinstance(seeds, int) else [int(s) for s in seeds]
     sets = Given.of(sets)
     ranges = _check_options(playbook, runbooks, seeds, dict(sweeps or {}), sets, cache, keep_runs, list(vary or []),

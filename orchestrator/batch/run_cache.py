@@ -82,6 +82,8 @@ class RunCache:
 
     def put(self, key: str, row: dict) -> None:
         path = self._path(key)
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            return  # (something else is there, set aside when it was read: left as it is, never written through)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(row))  # (NaN as Python's json writes and reads it: a time never reached)
 

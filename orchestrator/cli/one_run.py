@@ -8,10 +8,12 @@ from pathlib import Path
 import click
 
 from reports import rundir
+from reports.analysis import refused_operations
 from reports.build import FORMATS, write_report
 from reports.files import OutsideDirectory
 from reports.rundir import BadRunDirectory, NotARunDirectory, RunData, check_run, load_run
 from reports.summary import summary_table
+from reports.timefmt import format_clock, parse_clock
 from orchestrator.errors import NotFound, RunDirectoryError, WriteError, os_error_text
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs import attribution as counterfactual
@@ -74,6 +76,8 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
         raise
     for text in data.meta.get("never_reached", []):
         click.echo(f"warning: {text}", err=True)
+    for finding in _refused(data):
+        click.echo(f"warning: {finding.title}: {finding.evidence}", err=True)
     if as_json:
         click.echo(json.dumps(data.score, indent=2, sort_keys=True))
         click.echo(f"run directory: {data.dir}", err=True)  # (stdout is the score alone, for a pipe)
@@ -157,6 +161,17 @@ def report_command(run_dir, fmt, out):
     for path in written:
         if path.suffix in (".md", ".html"):
             click.echo(str(path))
+
+
+def _refused(data: RunData) -> list:
+    """The operations the world refused during the run (a trigger's surge past what the model
+    holds, say), as its report's findings say them: the run completes without them."""
+    events = data.events
+    if events.empty or "apply_rejected" not in set(events["event"]):
+        return []
+    start, dt = parse_clock(data.meta["start_clock"]), float(data.meta["tick_s"])
+    return refused_operations(events[events["event"] == "apply_rejected"].to_dict("records"),
+                              lambda tick: format_clock(start + float(tick) * dt))
 
 
 @main.command()
