@@ -326,3 +326,8 @@ def test_a_comparison_of_more_runs_than_its_budget_is_refused_before_any_is_plan
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"expected at most {budgets.MOST_RUNS:,} (gameday's budget for a comparison)" in result.stderr
     assert "12,006,000 runs planned" in result.stderr and not (tmp_path / "map").exists()
+
+
+def test_two_keys_yaml_reads_as_one_are_said_as_such(tmp_path):
+    err = refused(tmp_path, playbook(tmp_path, BODY + "incident:\n  1: one\n  true: yes\n"))
+    assert "found duplicate key True" in err and "the keys 1 and true are one key once YAML has read them" in err

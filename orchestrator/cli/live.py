@@ -126,7 +126,13 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
     elif not teams:
         raise click.UsageError("give at least one --team NAME (or --resume SESSION_DIR)")
     serving = Serving(bind, curve_secret, web, web_host, web_port, tls_cert, tls_key, linger)
-    tls = serving.check()  # (before any world is built)
+    try:
+        tls = serving.check()  # (before any world is built)
+    except GamedayError as e:
+        if resume:  # (the addresses were the session's, not options given now)
+            raise GamedayError(f"{e}\n(--resume serves the session where {Path(resume) / rundir.TOKENS} and "
+                               f"{Path(resume) / rundir.SESSION_INFO} say it was served)") from None
+        raise
     if resume:  # every file of the session read and checked: a refusal changes nothing in it
         checked = resumable(Path(resume), tokens)
     else:

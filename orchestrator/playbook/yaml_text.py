@@ -49,8 +49,11 @@ class _OneKeyOnce(yaml.SafeLoader):
                 except TypeError:  # (an unhashable key: PyYAML's own error follows)
                     continue
                 if earlier is not key_node:
+                    same = None if earlier.value == key_node.value else (  # (1 and true, 1 and 1.0)
+                        f"the keys {earlier.value} and {key_node.value} are one key once YAML has read them: quote "
+                        "them to keep them apart")
                     raise yaml.constructor.ConstructorError("while constructing a mapping", earlier.start_mark,
-                                                            f"{DUPLICATE_KEY} {key!r}", key_node.start_mark)
+                                                            f"{DUPLICATE_KEY} {key!r}", key_node.start_mark, same)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -180,7 +183,8 @@ def yaml_issue(e: yaml.YAMLError, first_line: int = 1) -> Issue:
     if isinstance(e, Refused):
         expected = e.expected
     elif str(getattr(e, "problem", "")).startswith(DUPLICATE_KEY) and mark:
-        expected = f"each key once in a mapping (it is first at line {mark.line + first_line}, column {mark.column + 1})"
+        expected = f"each key once in a mapping (it is first at line {mark.line + first_line}, column {mark.column + 1}" \
+                   + (f"; {e.note})" if getattr(e, "note", None) else ")")
     elif ctx and mark:
         expected += f" ({ctx} at line {mark.line + first_line}, column {mark.column + 1})"
     if getattr(e, "problem", "") == "mapping values are not allowed here":
