@@ -485,7 +485,7 @@ def _complete_lines(path: Path) -> str:
     return text[: cut + 1] if cut >= 0 else ""
 
 
-def _count(value) -> bool:
+def is_tick_count(value) -> bool:
     """``value`` is a count of ticks a run can have: an integer from 0 to MAX_TICKS."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TICKS
 
@@ -501,7 +501,7 @@ def journal_file(run_dir: Path, name: str, meta: dict) -> Path:
         size = path.stat().st_size
     except OSError:  # (none there: the reader says what that means)
         return path
-    ticks = max((meta.get(k) for k in ("ticks_planned", "ticks_done") if _count(meta.get(k))), default=MAX_TICKS)
+    ticks = max((meta.get(k) for k in ("ticks_planned", "ticks_done") if is_tick_count(meta.get(k))), default=MAX_TICKS)
     if name == METRICS:
         with open(path, "rb") as f:
             header = f.readline(JSON_BYTES)
@@ -546,7 +546,7 @@ def parse_event(line: str, n: int, path: Path) -> dict:
         raise BadRunDirectory(f"{path}: line {n} is not JSON ({type(e).__name__}: {str(e)[:200]}); expected an "
                               "event per line, as gameday writes it") from None
     problem = unlike(row, EventLine)
-    if problem is None and not _count(row["tick"]):
+    if problem is None and not is_tick_count(row["tick"]):
         problem = f"tick is {reprlib.repr(row['tick'])}; expected a tick of a run (0 to {MAX_TICKS:,})"
     if problem:
         raise BadRunDirectory(f"{path}: line {n}: {problem}; not an event as gameday writes it (an object with "
@@ -589,7 +589,7 @@ def meta_problem(meta: dict) -> str | None:
         return (f"start_clock is {reprlib.repr(start)}; expected the clock time the run starts at (a text HH:MM[:SS]), "
                 "which every run records")
     return next((f"{k} is {reprlib.repr(meta[k])}; expected a count of ticks (an integer from 0 to {MAX_TICKS:,})"
-                 for k in ("ticks_planned", "ticks_done") if k in meta and not _count(meta[k])), None)
+                 for k in ("ticks_planned", "ticks_done") if k in meta and not is_tick_count(meta[k])), None)
 
 
 def load_run(run_dir) -> RunData:

@@ -283,12 +283,7 @@ def test_a_session_refused_once_resumes_when_its_file_is_set_right_and_loses_not
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         address = json.loads((out / rundir.TOKENS).read_text())["server"]
-        fac = LiveClient(address, tokens["facilitator"], timeout_s=5.0)
-        try:
-            assert fac.call("status")["session"]["tick"] == 30
-            fac.call("end")
-        finally:
-            fac.close()
+        assert _status_then_end(address, tokens["facilitator"])["session"]["tick"] == 30
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -313,6 +308,17 @@ def test_a_port_out_of_range_is_refused_naming_the_option_before_anything_is_wri
     assert result.returncode == 2 and said in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert len(result.stderr) < 1000  # (the 5000 digits shown bounded)
     assert not (tmp_path / "s").exists()
+
+
+def _status_then_end(address: str, facilitator_token: str) -> dict:
+    """The session's status as the facilitator asks it, then the session ended by them."""
+    fac = LiveClient(address, facilitator_token, timeout_s=5.0)
+    try:
+        status = fac.call("status")
+        fac.call("end")
+        return status
+    finally:
+        fac.close()
 
 
 @pytest.fixture
@@ -402,12 +408,8 @@ def test_a_flood_of_malformed_http_requests_is_answered_400_and_said_in_a_few_li
             c.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             assert c.recv(12) == b"HTTP/1.1 200"
         tokens = json.loads((out / rundir.TOKENS).read_text())
-        fac = LiveClient(tokens["server"], tokens["facilitator"], timeout_s=5.0)
-        try:
-            assert fac.call("status")["counters"]["malformed"] == 300  # counted, for `facilitate status`
-            fac.call("end")
-        finally:
-            fac.close()
+        status = _status_then_end(tokens["server"], tokens["facilitator"])
+        assert status["counters"]["malformed"] == 300  # counted, for `facilitate status`
         _, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

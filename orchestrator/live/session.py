@@ -26,7 +26,7 @@ from reports.files import not_regular, write_json_atomic
 from orchestrator.hosting.host import HOSTINGS, PLACEMENTS, HostingOptions
 from orchestrator.playbook.names import agent_names
 from orchestrator.playbook.effects import normalised_params, param_problems
-from orchestrator.playbook.variables import Given
+from orchestrator.playbook.variables import Given, is_number
 from orchestrator.live.protocol import MAX_ID, MAX_TEXT, ProtocolError
 from orchestrator.runs.runner import RunSpec, WorldRun, prepare
 from reports.timefmt import format_clock
@@ -226,8 +226,8 @@ class Session:
                  _restarting: bool = False):
         check_teams(teams)
         sets = Given.of(sets)
-        if speed is not None and speed_problem(speed):
-            raise InvalidInput("gameday serve", "options", [Issue(setting("speed"), speed, f"{speed_problem(speed)}, or max")])
+        if speed is not None and (wanted := speed_problem(speed)):
+            raise InvalidInput("gameday serve", "options", [Issue(setting("speed"), speed, f"{wanted}, or max")])
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = _hold_lock(self.dir)
@@ -471,8 +471,8 @@ class Session:
 
     def set_speed(self, speed: float) -> dict:
         self._require(WAITING, RUNNING, PAUSED)
-        if speed_problem(speed):
-            raise ProtocolError("bad_request", f"speed: got {speed!r}; expected {speed_problem(speed)}")
+        if wanted := speed_problem(speed):
+            raise ProtocolError("bad_request", f"speed: got {speed!r}; expected {wanted}")
         self.clock.speed = float(speed)
         self._rebase()
         self._journal("speed", speed=speed)
@@ -737,14 +737,6 @@ def _damaged(path: Path, n: int, field: str, value, expected: str) -> NotResumab
     return NotResumable(f"{path}: line {n}: {Issue(field, value, expected)}; the journal is damaged")
 
 
-def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _check_created(path: Path, c: dict):
     """The journal's first line, the session's creation: (playbook, plan) of its worlds,
     made as the rebuilt session makes them (``runner.prepare``; nothing is written)."""
@@ -764,10 +756,10 @@ def _check_created(path: Path, c: dict):
     if not isinstance(o.get("sets"), dict):
         raise _damaged(path, 1, "options.sets", o.get("sets"), "a JSON object of variable -> value")
     for name in ("duration", "tick"):
-        if o.get(name) is not None and not _is_number(o[name]):
+        if o.get(name) is not None and not is_number(o[name]):
             raise _damaged(path, 1, f"options.{name}", o[name], "nothing, or a number of seconds")
-    if o.get("speed") is not None and speed_problem(o["speed"]):
-        raise _damaged(path, 1, "options.speed", o["speed"], f"nothing (as fast as the worlds go), or {speed_problem(o['speed'])}")
+    if o.get("speed") is not None and (wanted := speed_problem(o["speed"])):
+        raise _damaged(path, 1, "options.speed", o["speed"], f"nothing (as fast as the worlds go), or {wanted}")
     spec = RunSpec(playbook=o["playbook"], runbook="none", seed=c.get("seed"), sets=o["sets"], duration=o.get("duration"),
                    tick=o.get("tick"), console=True)
     try:
@@ -799,7 +791,7 @@ def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> N
             return _damaged(path, n, field, r.get(field), expected)
 
         tick, control = r.get("tick"), r.get("control")
-        if not (_is_count(tick) and last <= tick <= ticks):
+        if not (rundir.is_tick_count(tick) and last <= tick <= ticks):
             raise refuse("tick", f"a whole number from {last} (the tick of the line before) to {ticks} (the session's end)")
         last = tick
         if control not in _NEEDS or (control == "created") != (n == 1):
@@ -815,8 +807,8 @@ def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> N
         request = r.get("request")
         if request is not None and not _answerable(request, FACILITATOR_REQUESTS):
             raise refuse("request", f"{FACILITATOR_REQUESTS}:ID, an ID of 1 to {MAX_ID} characters")
-        if control == "speed" and speed_problem(r.get("speed")):
-            raise refuse("speed", speed_problem(r.get("speed")))
+        if control == "speed" and (wanted := speed_problem(r.get("speed"))):
+            raise refuse("speed", wanted)
         if control in ("inject", "message"):
             chosen = r.get("teams")
             if chosen is not None and not (isinstance(chosen, list) and chosen and all(t in teams for t in chosen)):

@@ -82,7 +82,7 @@ def resolve_variables(tpl: Template, given: "Given | dict", source: str) -> dict
                                 + (f" (did you mean default for {odd[0]}?)" if guess == "default" else "")))
             continue
         values[name] = decl["default"]
-        if _is_any_number(decl["default"]) and not _is_number(decl["default"], budgets.LARGEST_NUMBER):
+        if _is_any_number(decl["default"]) and not is_number(decl["default"], budgets.LARGEST_NUMBER):
             issues.append(Issue(f"variables.{name}.default", decl["default"], f"a finite {LARGEST_WANTED[2:]}"))
         if "range" in decl:
             issues += _range_issues(name, decl)
@@ -101,7 +101,7 @@ def resolve_variables(tpl: Template, given: "Given | dict", source: str) -> dict
         if default is not None and not same_type(default, value):
             issues.append(Issue(loc, value, type_wanted(default)))
             continue
-        if _is_any_number(value) and not _is_number(value, budgets.LARGEST_NUMBER):
+        if _is_any_number(value) and not is_number(value, budgets.LARGEST_NUMBER):
             issues.append(Issue(loc, value, f"a finite {LARGEST_WANTED[2:]}"))
             continue
         values[name] = value
@@ -120,7 +120,7 @@ def _is_any_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_number(value, largest: float = math.inf) -> bool:
+def is_number(value, largest: float = math.inf) -> bool:
     """A finite number (at most ``largest`` in size)."""
     return _is_any_number(value) and math.isfinite(value) and abs(value) <= largest
 
@@ -129,10 +129,10 @@ def _range_issues(name: str, decl: dict) -> list[Issue]:
     """A variable's ``range: [low, high]``: the values a team thinks plausible, which a
     comparison with ``--vary`` draws from; only for a numeric default."""
     rng, default = decl["range"], decl["default"]
-    if not _is_number(default):
+    if not is_number(default):
         return [Issue(f"variables.{name}.range", rng, f"no range: only a variable whose default is a number has one "
                                                       f"(its default is {default!r})")]
-    if not (isinstance(rng, list) and len(rng) == 2 and all(map(_is_number, rng)) and rng[0] < rng[1]):
+    if not (isinstance(rng, list) and len(rng) == 2 and all(map(is_number, rng)) and rng[0] < rng[1]):
         return [Issue(f"variables.{name}.range", rng, "[low, high]: two numbers, low < high")]
     return []
 
