@@ -9,7 +9,8 @@ from the finest tick (and from its reference, where there is one). A measurement
   hit ratio; the closed form for a store answering at once (tests/test_cache.random_replacement).
 - The cache stampede of tests/test_cache.py (flushed at 00:05, its store's queue outlasting the
   cache's timeout), with its runbooks at 00:08 (more capacity, a throttle): when each broke the
-  loop, and the clients' error-minutes.
+  loop, and the clients' error-minutes; and the keys the cache holds in the collapse, beside
+  the flush played lookup by lookup in continuous time (``flush_keys_held``).
 - ``--scenarios``: when the built-in scenarios' historical runbooks break the loop, each run
   for its playbook's duration (slow: tens of seconds at 1 s ticks, ten times that at 0.1 s).
 """
@@ -22,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,10 +72,47 @@ def stampede_figures(tick: float, out: Path) -> dict:
         w["scoring"] = {"loop": {"populations": ["clients"], "services": ["db"], "hold": "2m"}, "impact": {"clients": 1}}
         path = out.parent / f"{out.name}-{name}-runbook.yaml"
         path.write_text(yaml.safe_dump({"name": name, "rules": [{"when": {"at": "00:08"}, "do": "fix"}]}))
-        score = _play(w, tick, out.parent / f"{out.name}-{name}", runbook=str(path)).score
+        run = _play(w, tick, out.parent / f"{out.name}-{name}", runbook=str(path))
+        score = run.score
+        if name == "capacity":  # (the runbooks act at 00:08: before, both runs are the same collapse)
+            held = run.metrics["cache.cache_fill"].iloc[int(390 / tick)] * STAMPEDE_KEYS
+            out_["stampede: keys held at 00:06:30"] = float(held)
         out_[f"stampede, {name}: loop broken (min)"] = _broken_min(score)
         out_[f"stampede, {name}: error-minutes"] = score["impact"]["error_minutes"]["clients"]
     return out_
+
+
+STAMPEDE_KEYS = 100_000  # (tests/test_cache.stampede: a cache of every key, 5,000 lookups/s, a store of 1,000/s)
+
+
+def flush_keys_held(seed: int, keys: int = STAMPEDE_KEYS, s: float = 1.0, rate: float = 5000.0, capacity: float = 1000.0,
+                    limit: float = 3.0, timeout: float = 2.0, horizon: float = 6.0) -> int:
+    """The stampede's flush in continuous time, lookup by lookup (nothing of gameday used):
+    how many keys the cache holds once its store's queue has outgrown the cache's timeout.
+    Poisson lookups of Zipf keys from the flush on; a miss asks the store (uncoalesced), a
+    FIFO of deterministic service at ``capacity`` that refuses work beyond ``limit`` s; an
+    answer within ``timeout`` stores its key then; a request timed out deletes its key at
+    its timeout if the key was stored since it was asked (evict_on_error). Client retries
+    are left out (they come after the first half second, when the queue already outlasts
+    the timeout, and could only delete more keys): an upper bound."""
+    rng = np.random.default_rng(seed)
+    p = np.arange(1, keys + 1, dtype=float) ** -s
+    n = rng.poisson(rate * horizon)
+    times, picked = np.sort(rng.uniform(0.0, horizon, n)), rng.choice(keys, n, p=p / p.sum())
+    stored_at = np.full(keys, np.inf)
+    timed_out = []  # (heard at, key)
+    backlog, last = 0.0, 0.0
+    for t, k in zip(times.tolist(), picked.tolist()):
+        backlog, last = max(0.0, backlog - (t - last)), t
+        if stored_at[k] <= t or backlog > limit:  # a hit, or refused at once (nothing stored to delete)
+            continue
+        backlog += 1.0 / capacity
+        if backlog <= timeout:
+            stored_at[k] = min(stored_at[k], t + backlog)
+        else:
+            timed_out.append((t + timeout, k))
+    deleted = {k for heard, k in timed_out if heard - timeout <= stored_at[k] <= heard}
+    return int(np.isfinite(stored_at).sum()) - len(deleted)
 
 
 def scenario_landmarks(tick: float, out: Path) -> dict:
@@ -93,6 +132,8 @@ def main() -> None:
     ticks = [float(t) for t in args.ticks.split(",")]
     refs = {"M/M/1 mean wait (ms)": MM1_WAIT_MS,  # (the closed form of a cache whose store answers at once)
             "cache hit ratio": random_replacement(100_000, 1.0, 5000.0, 10_000, d=0)}
+    if "stampede" in args.only:  # (the mean over seeds of the lookup-by-lookup flush: an upper bound)
+        refs["stampede: keys held at 00:06:30"] = float(np.mean([flush_keys_held(seed) for seed in range(1, 6)]))
     worlds = {"mm1": mm1, "cache": cache_hits, "stampede": stampede_figures}
     measures = [worlds[w] for w in args.only.split(",") if w] + ([scenario_landmarks] if args.scenarios else [])
     figures: dict[str, dict[float, float]] = {}
