@@ -133,6 +133,9 @@ def test_parse_logs_post_and_plain_commands():
     assert parse_command("logs", CATALOGUE) == ("act", {"action": "query_logs", "params": {}})
     assert parse_command("post We are seeing errors; more at 08:30.", CATALOGUE) == \
         ("act", {"action": "post_status_update", "params": {"message": "We are seeing errors; more at 08:30."}})
+    assert parse_command("note bridge latency up; moving DNS off it", CATALOGUE) == \
+        ("note", {"text": "bridge latency up; moving DNS off it"})
+    assert parse_command('note "quoted, as typed"', CATALOGUE) == ("note", {"text": "quoted, as typed"})
     assert parse_command("help", CATALOGUE) == ("help", {})
     assert parse_command("list", CATALOGUE) == ("catalogue", {})
     assert parse_command("catalogue", CATALOGUE) == ("catalogue", {})
@@ -149,6 +152,7 @@ def test_parse_logs_post_and_plain_commands():
     ("act isolate_top_talker devices", ["param=value"]),
     ("act", ["act NAME"]),
     ("post", ["post MESSAGE"]),
+    ("note  ", ["note TEXT"]),
     ("logs now", ["logs takes nothing"]),
     ('act post_status_update message="open', ["quote"]),
     ("", ["empty", "help"]),

@@ -140,6 +140,9 @@ def refused(result: subprocess.CompletedProcess, *said: str) -> str:
 ACT = {"wall": "x", "tick": 25, "control": "act", "team": "red", "action": "enable_protection", "params": {},
        "by": "ana", "command": "red:2"}
 
+NOTE = {"wall": "x", "tick": 25, "control": "note", "team": "red", "text": "bridge latency up", "by": "ana",
+        "command": "red:3"}
+
 #: id -> (what is done to the session directory, what the refusal says: file, line, field, value, expected)
 CLI_CASES = {
     "journal a FIFO": (replace_with_fifo(rundir.SESSION_JOURNAL), ["journal.jsonl: a FIFO", "expected a regular file"]),
@@ -215,6 +218,9 @@ JOURNAL_CASES = {
                              "line 4: teams: got []; expected nothing (every team), or a list of the session's teams"),
     "a message of a megabyte": (lambda r: r + [{"wall": "x", "tick": 25, "control": "message", "text": "x" * 2**20}],
                                 "line 4: text: got 'xxxx"),
+    "a note of another team": (lambda r: r + [NOTE | {"command": "blue:3"}], "line 4: command: got 'blue:3'; expected red:ID"),
+    "an empty note": (lambda r: r + [NOTE | {"text": ""}], "line 4: text: got ''; expected a text of 1 to 500"),
+    "a note by a number": (lambda r: r + [NOTE | {"by": 7}], "line 4: by: got 7; expected a text of at most 500"),
     "a line that is a list": (lambda r: r + [[1, 2]], "line 4: got [1, 2]; expected a JSON object"),
     "teams that are not names": (lambda r: [r[0] | {"teams": ["red", "../x"]}] + r[1:],
                                  "line 1: teams: got ['red', '../x']; expected a list of 1 to 64 distinct team names"),

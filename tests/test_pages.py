@@ -190,6 +190,14 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             assert "devices=3" in shown_action(blue, "isolate_top_talker")["text"]
             assert shown_action(blue, "move_dns_off_bridge") is None  # red's world is not blue's
             assert requested(session, "blue", "isolate_top_talker")[0]["params"] == {"devices": 3}
+
+            # A member of red writes down why it acted: a note at the simulated clock, red's alone.
+            red.find_element("id", "who").send_keys("ana")
+            red.find_element("id", "note").send_keys("DNS rides on the congested bridge: moved it off")
+            red.find_element("css selector", "#note-form button").click()
+            wait_for(lambda: red.find_element("id", "note-result").text.startswith("noted at"))
+            assert red.find_element("id", "note").get_attribute("value") == ""
+            wait_for(lambda: any("ana: DNS rides on the congested bridge" in e["text"] for e in page(red, "t.feed")))
             points = page(red, "t.xs.length")
             wait_for(lambda: page(red, "t.xs.length") > points + 5)  # the charts follow the world
             assert page(red, "t.ys.every((ys) => ys.length === t.xs.length)")
@@ -225,6 +233,10 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
         finally:
             proxy.close()
     assert len(injected(tmp_path / "session" / "teams" / "red", "enable_protection")) == 1  # in the run, once
+    notes = {team: [json.loads(line) for line in (tmp_path / "session" / "teams" / team / "events.jsonl").open()
+                    if '"team_note"' in line] for team in ("red", "blue")}
+    assert [(n["by"], n["text"]) for n in notes["red"]] == [("ana", "DNS rides on the congested bridge: moved it off")]
+    assert notes["blue"] == []
 
 
 def test_a_wrong_or_another_teams_token_sees_nothing_and_the_scoreboard_ranks_by_score(tmp_path):

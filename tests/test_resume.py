@@ -27,12 +27,15 @@ pytestmark = pytest.mark.live
 #: (tick, control, arguments): what the facilitator and the teams do, at the ticks they do it
 SCRIPT = [
     (0, "start", {}),
+    (40, "note", {"team": "red", "text": "bridge latency is up, DNS rides on it", "by": "ana", "command_id": "red:n1"}),
     (40, "act", {"team": "red", "action": "move_dns_off_bridge", "params": {}, "by": "ana", "command_id": "red:1"}),
     (90, "pause", {}),
     (90, "message", {"text": "keep going", "teams": None}),
     (90, "resume", {}),
     (150, "inject", {"fault": "second_surge", "params": {"seconds": 120}, "teams": ["blue"]}),
     (300, "act", {"team": "blue", "action": "enable_protection", "params": {}, "by": "bo", "command_id": "blue:7"}),
+    (333, "note", {"team": "blue", "text": "protection asked: watch the bridge's setup success", "by": "bo",
+                   "command_id": "blue:n2"}),
     (420, "speed", {"speed": 120}),
     (500, "act", {"team": "red", "action": "restart_devices", "params": {"seconds": 60}, "by": "ana",
                   "command_id": "red:2"}),
@@ -61,7 +64,7 @@ def drive(session: Session, until: int, then_its_commands: bool = False, done_at
         while session.tick < tick:
             session._advance()
         {"start": session.start, "pause": session.pause, "resume": session.resume, "message": session.message,
-         "inject": session.inject, "speed": session.set_speed, "act": session.act}[control](**args)
+         "inject": session.inject, "speed": session.set_speed, "act": session.act, "note": session.note}[control](**args)
     while session.tick < min(until, TICKS) and session.state != "ended":
         session._advance()
 
@@ -117,6 +120,29 @@ def test_a_session_rebuilt_from_its_journal_ends_as_if_never_interrupted(uninter
     assert len(restarts) == 1 and restarts[0]["from_tick"] == killed_at
 
 
+def test_a_teams_notes_are_in_its_own_run_and_report_timeline_at_the_simulated_clock(uninterrupted):
+    """A note is its team's alone: in its run's events at the tick it was written, and in
+    its report's timeline with who wrote it, beside the action it explains."""
+    from reports.analysis import analyse
+    from reports.rundir import load_run
+
+    for team, other, by, text in (("red", "blue", "ana", "bridge latency is up, DNS rides on it"),
+                                  ("blue", "red", "bo", "protection asked: watch the bridge's setup success")):
+        events = [json.loads(line) for line in (uninterrupted / "teams" / team / rundir.EVENTS).read_text().splitlines()]
+        notes = [e for e in events if e["event"] == "team_note"]
+        assert [(e["text"], e["by"]) for e in notes] == [(text, by)]
+        assert notes[0]["tick"] == {"red": 40, "blue": 333}[team]
+        assert not any(e["event"] == "team_note" and e["text"] == text
+                       for e in map(json.loads, (uninterrupted / "teams" / other / rundir.EVENTS).read_text().splitlines()))
+        rows = analyse(load_run(uninterrupted / "teams" / team)).timeline
+        row = next(r for r in rows if r["what"] == f"note by {by}")
+        assert row["detail"] == text
+    red = analyse(load_run(uninterrupted / "teams" / "red")).timeline
+    whats = [r["what"] for r in red]
+    # written at the tick the action was asked: the note stands beside it
+    assert abs(whats.index("note by ana") - whats.index("asked: move_dns_off_bridge")) <= 2, whats
+
+
 def test_a_command_answered_before_the_restart_is_answered_again_not_run_again(tmp_path):
     out = tmp_path / "session"
     dead = make(out)
@@ -128,6 +154,7 @@ def test_a_command_answered_before_the_restart_is_answered_again_not_run_again(t
     server = LiveServer(s, "tcp://127.0.0.1:0", tokens={"facilitator": "f", "viewer": "v", "teams": {"red": "r", "blue": "b"}})
     try:
         assert s.answers["red:1"]["action"] == "move_dns_off_bridge" and s.answers["red:1"]["tick"] == 40
+        assert s.answers["red:n1"]["note"] == "bridge latency is up, DNS rides on it"  # a note resent is not written twice
         assert "1" in server.answered["r"]  # the resent request id "1" of red's token gets its first answer
         assert "f9" in server.answered["f"]  # and the facilitator's message is not sent twice
         assert [m["text"] for m in s.teams["blue"].view.messages] == ["the answer to this was lost"]
@@ -177,7 +204,8 @@ def same_commands(records: list[dict], out: Path) -> Path:
     calls = {"start": lambda r: s.start(), "pause": lambda r: s.pause(), "resume": lambda r: s.resume(),
              "speed": lambda r: s.set_speed(r["speed"]), "inject": lambda r: s.inject(r["fault"], r["params"], r["teams"]),
              "message": lambda r: s.message(r["text"], r["teams"]), "end": lambda r: s.end(r["reason"]),
-             "act": lambda r: s.act(r["team"], r["action"], r["params"], r["by"], r["command"])}
+             "act": lambda r: s.act(r["team"], r["action"], r["params"], r["by"], r["command"]),
+             "note": lambda r: s.note(r["team"], r["text"], r["by"], r["command"])}
     for r in records[1:]:
         if r["control"] in ("restarted", "created") or r.get("after_restart"):
             continue

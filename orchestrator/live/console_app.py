@@ -13,7 +13,7 @@ import sys
 import threading
 
 from orchestrator.live.console_view import (HELP, completion_words, parse_command, render_act_result, render_catalogue,
-                           render_feed_entry, render_status)
+                                            render_feed_entry, render_note_result, render_status)
 from orchestrator.live.client import RequestFailed, ServerUnreachable
 from orchestrator.live.protocol import for_terminal
 
@@ -69,7 +69,8 @@ class Console:
         if self.who:
             args["by"] = self.who
         try:
-            return [render_act_result(self.call(op, args))], False
+            result = self.call(op, args)
+            return [render_note_result(result) if op == "note" else render_act_result(result)], False
         except RequestFailed as e:
             return [f"refused: {e}"], False
         except ServerUnreachable:

@@ -18,7 +18,7 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "·"  # a sample the console did not get (no data, or stale)
 SPARK_WIDTH = 30
 DONE_SHOWN = 3  # finished actions shown below the ones in flight
-COMMANDS = ("help", "catalogue", "list", "act", "logs", "post", "quit")
+COMMANDS = ("help", "catalogue", "list", "act", "logs", "post", "note", "quit")
 
 HELP = """\
 commands:
@@ -27,6 +27,7 @@ commands:
   act NAME [param=value ...]    ask your operator for a mitigation (or just: NAME [param=value ...])
   logs                          query the logs for ground truth (answers arrive later)
   post MESSAGE...               post a customer status update
+  note TEXT...                  a note in your team's timeline: what you saw, why you acted
   quit                          leave the console (also Ctrl-C or Ctrl-D)
 values: numbers, true/false, or text (quote text with spaces: message="a b").
 keys: Tab completes, Up/Down recall commands, PageUp/PageDown scroll the feed, Ctrl-L redraws."""
@@ -239,6 +240,10 @@ def render_catalogue(catalogue: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render_note_result(result: dict) -> str:
+    return f"noted at {full_clock(result.get('clock'))}: {for_terminal(result.get('note'))}"
+
+
 def render_act_result(result: dict) -> str:
     params = _params_text(result.get("params"))
     return (f"requested {for_terminal(result.get('action'))}{' ' + params if params else ''} "
@@ -302,20 +307,22 @@ def _act(name: str, words: list[str], by_name: dict) -> tuple[str, dict]:
 
 
 def parse_command(line: str, catalogue: list[dict]) -> tuple[str, dict]:
-    """(op, args) for a typed line: op is help, catalogue, quit or act (args: action,
-    params). Raises ValueError saying what is wrong and what was expected."""
+    """(op, args) for a typed line: op is help, catalogue, quit, act (args: action,
+    params) or note (args: text). Raises ValueError saying what is wrong and what was expected."""
     by_name = {m["name"]: m for m in catalogue}
     text = line.strip()
     if not text:
         raise ValueError("empty command; type `help` for the commands")
     head, _, rest = text.partition(" ")
     cmd = head.lower()
-    if cmd == "post":  # the message is the rest of the line, as typed
+    if cmd in ("post", "note"):  # the text is the rest of the line, as typed
         message = rest.strip()
         if len(message) >= 2 and message[0] == message[-1] and message[0] in "'\"":
             message = message[1:-1]
         if not message:
-            raise ValueError("post needs a message: post MESSAGE...")
+            raise ValueError(f"{cmd} needs a text: {cmd} {'MESSAGE' if cmd == 'post' else 'TEXT'}...")
+        if cmd == "note":
+            return "note", {"text": message}
         if "post_status_update" not in by_name:
             raise ValueError("this scenario has no post_status_update action; type `catalogue` for the list")
         return "act", {"action": "post_status_update", "params": {"message": message}}

@@ -431,6 +431,8 @@ class LiveServer:
         if op == "act":
             return s.act(team, args["action"], args.get("params"), args.get("by") or conn.by or "console",
                          f"{team}:{req['id']}")
+        if op == "note":
+            return s.note(team, args["text"], args.get("by") or conn.by or "console", f"{team}:{req['id']}")
         if op == "scoreboard":
             board = s.scoreboard()
             board["consoles"] = self.connected()

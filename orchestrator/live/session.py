@@ -340,6 +340,8 @@ class Session:
             result = self.message(r["text"], r.get("teams"))
         elif c == "act":
             self.answers[r["command"]] = self.act(r["team"], r["action"], r["params"], r["by"], r["command"])
+        elif c == "note":
+            self.answers[r["command"]] = self.note(r["team"], r["text"], r["by"], r["command"])
         if r.get("request") and result is not None:
             self.answers[r["request"]] = result
 
@@ -519,6 +521,17 @@ class Session:
                             by=by)
         self._journal("act", team=team, action=action, params=params, by=by, command=command_id)  # before it is answered
         return {"command": command_id, "action": action, "params": params, "tick": tick, "clock": t.view.clock(tick)}
+
+    def note(self, team: str, text: str, by: str, command_id: str) -> dict:
+        """A team's note (what it saw, why it acted), at the simulated clock: journalled as
+        a command is (a resume keeps it, a resent one is answered again, not written
+        twice), in the team's run (its report's timeline) and on its consoles."""
+        self._require(WAITING, RUNNING, PAUSED)
+        t = self.teams[team]
+        self._journal("note", team=team, text=text, by=by, command=command_id)
+        t.run.note("team_note", text=text, by=by)
+        t.view.note(self.tick, "note", f"{by}: {text}")
+        return {"command": command_id, "note": text, "by": by, "tick": self.tick, "clock": self.clock_text()}
 
     # -- what is shown ----------------------------------------------------------------------------
     def summary(self) -> dict:
@@ -773,7 +786,7 @@ def _check_created(path: Path, c: dict):
 #: the controls a journal holds -> the states of the session each needs (None: any)
 _NEEDS = {"created": None, "start": (WAITING,), "pause": (RUNNING,), "resume": (PAUSED,),
           "speed": (WAITING, RUNNING, PAUSED), "inject": (WAITING, RUNNING, PAUSED), "act": (WAITING, RUNNING, PAUSED),
-          "message": None, "restarted": None}
+          "note": (WAITING, RUNNING, PAUSED), "message": None, "restarted": None}
 
 
 def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> None:
@@ -813,23 +826,24 @@ def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> N
             chosen = r.get("teams")
             if chosen is not None and not (isinstance(chosen, list) and chosen and all(t in teams for t in chosen)):
                 raise refuse("teams", f"nothing (every team), or a list of the session's teams ({', '.join(teams)})")
-        if control == "message" and not _is_text(r.get("text")):
+        if control in ("message", "note") and not _is_text(r.get("text")):
             raise refuse("text", f"a text of 1 to {MAX_TEXT} characters")
         owner = None
         if control == "inject":
             owner, what = faults.get(r.get("fault")), f"fault {r.get('fault')}"
             if owner is None:
                 raise refuse("fault", f"one of the playbook's faults ({', '.join(faults) or 'it has none'})")
-        if control == "act":
+        if control in ("act", "note"):  # a team's commands
             if r.get("team") not in teams:
                 raise refuse("team", f"one of the session's teams ({', '.join(teams)})")
-            owner, what = mitigations.get(r.get("action")), f"action {r.get('action')}"
-            if owner is None:
-                raise refuse("action", f"one of the playbook's actions ({', '.join(mitigations)})")
             if not (isinstance(r.get("by"), str) and len(r["by"]) <= MAX_TEXT):
                 raise refuse("by", f"a text of at most {MAX_TEXT} characters")
             if not _answerable(r.get("command"), r["team"]):
                 raise refuse("command", f"{r['team']}:ID, an ID of 1 to {MAX_ID} characters")
+        if control == "act":
+            owner, what = mitigations.get(r.get("action")), f"action {r.get('action')}"
+            if owner is None:
+                raise refuse("action", f"one of the playbook's actions ({', '.join(mitigations)})")
         if owner is not None:
             params = r.get("params")
             if not (isinstance(params, dict) and all(isinstance(k, str) for k in params)):

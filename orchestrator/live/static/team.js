@@ -126,6 +126,25 @@ function makeCatalogue(catalogue) {
   }
 }
 
+// -- notes: what the team saw and why it acted, in its timeline at the simulated clock -----------
+function makeNoteForm() {
+  const form = gd.$("note-form"), input = gd.$("note"), result = gd.$("note-result");
+  const button = form.querySelector("button");
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const text = input.value.trim();
+    if (!text) return;
+    const args = {text: text};
+    const who = gd.$("who").value.trim();
+    if (who) args.by = who;
+    button.disabled = true;
+    result.textContent = "sending";
+    result.className = "result";
+    const id = conn.request("note", args);
+    team.results[id] = {result, button, input};
+  });
+}
+
 function answered(msg) {
   const form = team.results[msg.id];
   if (!form) return;
@@ -133,7 +152,8 @@ function answered(msg) {
   delete team.results[msg.id];
   form.button.disabled = false;
   if (msg.ok) {
-    form.result.textContent = "requested at " + msg.result.clock;
+    form.result.textContent = (form.input ? "noted at " : "requested at ") + msg.result.clock;
+    if (form.input) form.input.value = "";
   } else {
     form.result.textContent = "refused: " + msg.error.message;
     form.result.className = "result error";
@@ -179,7 +199,7 @@ function render(st) {
   const speed = typeof s.speed === "number" ? s.speed + "x" : s.speed;
   gd.$("meta").textContent = s.playbook + ", seed " + s.seed + ", speed " + speed;
   gd.$("main").hidden = false;
-  if (!team.catalogue) { team.catalogue = st.catalogue; makeCatalogue(st.catalogue); }
+  if (!team.catalogue) { team.catalogue = st.catalogue; makeCatalogue(st.catalogue); makeNoteForm(); }
   chart(st);
   list("alerts", st.alarms.length ? st.alarms : ["none firing"],
        (a) => gd.el("li", a, st.alarms.length ? "alert" : "muted"));
