@@ -12,12 +12,15 @@ Keys are not tracked one by one: ranks are grouped into buckets of nearly equal 
 (each of the 64 most popular keys alone, then ranks growing by 15% a bucket), and the cache
 counts how many of each bucket's keys are fresh, stale, or being fetched. A lookup hits if
 its key is fresh; a miss is asked of the store and, when the store answers well, stores its
-key. A key is fetched for the store's latency (its last answers' delay), not for the ticks
-its answer takes to come back: of the lookups of a key in flight, those within that latency
-of its first miss miss again (they ask the store again, or with ``coalesce`` wait for the
-request in flight); those after it find the key stored with the chance that the store's
-last answers were good, and miss again otherwise (the lookups' times within a tick are
-those of Poisson arrivals: see ``_in_window``). The store's answer, when it comes, stores
+key. A key is fetched for the time its store request takes, not for the ticks its answer
+takes to come back: of the lookups of a key in flight, those before its request's answer
+miss again (they ask the store again, or with ``coalesce`` wait for the request in
+flight); those after it find the key stored if the store answered well (the lookups' times
+within a tick are those of Poisson arrivals: a hot key's first miss comes early in its
+tick). When the answer comes: a store without a queue, as its last answers' delay said; a
+store with one answers in the order asked, which the cache works out from the store's
+health and the requests it sent since (``Cache.answer_times``): a request sent while the
+queue fills waits longer than one sent before. The store's answer, when it comes, stores
 the key (the state the next lookups see).
 With ``evict_on_error`` (a latent behaviour of many cache clients) a failed answer deletes
 its key when the cache hears of it (a refusal at once, a timeout when the cache's timeout is
@@ -30,6 +33,8 @@ tests/test_cache.py, at 1, 0.25 and 0.1 s ticks.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -111,6 +116,60 @@ def _window_after(age: int, lat: float) -> float:
     return (x + 1.0) ** 2 / 2 if x <= 0 else 1.0 - (1.0 - x) ** 2 / 2
 
 
+@dataclass(frozen=True)
+class Answers:
+    """How a store answers the requests a cache sent in one tick: one sent at a share ``t``
+    of the tick meets a wait of ``wait + grow * t`` s (at least 0), is refused at once if
+    that is over ``limit`` s, and is otherwise answered ``overhead`` s after its wait: well
+    (with chance ``good``) if that is within the cache's ``timeout``."""
+    wait: float
+    grow: float
+    limit: float
+    overhead: float
+    good: float
+    timeout: float
+    dt: float
+
+    def at(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ticks until the answer, chance it stores the key) for requests sent at ``t``."""
+        w = self.wait + self.grow * t
+        admitted = w <= self.limit
+        took = np.where(admitted, np.maximum(w, 0.0) + self.overhead, 0.0)
+        return took / self.dt, np.where(admitted & (took <= self.timeout), self.good, 0.0)
+
+
+_POINTS = (np.arange(16) + 0.5) / 16  # quantiles at which a key's first miss in its tick is taken
+
+
+def _first_miss_times(x: np.ndarray) -> np.ndarray:
+    """Per bucket, 16 equally likely times (shares of the tick) of a key's first lookup in
+    a tick in which it is looked up, ``x`` lookups of it a tick on average (Poisson: the
+    first comes early for a hot key, anywhere for a rare one)."""
+    x = np.maximum(np.asarray(x, dtype=float), 1e-9)[:, None]
+    return -np.log1p(-_POINTS[None, :] * -np.expm1(-x)) / x
+
+
+def _after_answer(x: np.ndarray, age: int, answers: Answers) -> tuple[np.ndarray, np.ndarray]:
+    """Per bucket: of the lookups of a key in flight, first missed ``age`` ticks ago (0:
+    this tick, the lookups after the first), the share that come after its request's
+    answer, and the chance that answer stored it."""
+    if answers.grow == 0 and answers.wait <= answers.limit:  # one latency for all: closed forms
+        took, good = answers.at(np.zeros(1))
+        within = _window_after(age, float(took[0])) if age else _in_window(x, float(took[0]))
+        return np.broadcast_to(1.0 - within, (len(x),)), np.full(len(x), float(good[0]))
+    t = _first_miss_times(x)
+    took, good = answers.at(t)
+    if age == 0:  # lookups after the first miss, at Poisson times after it: evenly, as far as it goes
+        span = 1.0 - t
+        after = np.maximum(0.0, span - took)
+    else:  # this tick's lookups, evenly spread, age ticks after the tick of the first miss
+        span = np.ones_like(t)
+        after = 1.0 - np.clip(t + took - age, 0.0, 1.0)
+    share = after.sum(axis=1) / np.maximum(span.sum(axis=1), 1e-12)
+    chance = (after * good).sum(axis=1) / np.maximum(after.sum(axis=1), 1e-12)
+    return np.clip(share, 0.0, 1.0), np.clip(chance, 0.0, 1.0)
+
+
 def _first_misses(rng: np.random.Generator, idle: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Per bucket, how many of ``idle`` keys ``x`` lookups spread evenly over them reach (at
     most x: the others are further lookups of keys reached). Where the keys outnumber the
@@ -152,6 +211,10 @@ class Cache:
         # what the store's last answer said: how long it took (s) and the share answered well
         self.store_latency = 0.0
         self.store_good = 1.0
+        # what the store's last health said of its queue (a store without one: None): its wait
+        # when that tick began (s), the work it does a second, the wait beyond which it refuses
+        # work (s), and a fault's delay (s)
+        self.store_queue: tuple[float, float, float, float] | None = None
         # store requests timed out (evict_on_error): [ticks until the cache's timeout is up, the chance a
         # key absent then got one (per bucket), the keys absent then]
         self.timeouts: list[list] = []
@@ -206,8 +269,31 @@ class Cache:
             self.bad = kept
 
     # -- lookups ---------------------------------------------------------------------------
+    def answer_times(self, sent: dict[int, int]) -> defaultdict[int, "Answers"]:
+        """Per age of the store requests in flight (0: this tick's), when their answers come
+        and how (see ``Answers``). A store without a queue answers as its last answers did.
+        A store with one answers in the order it is asked: its last health gave its wait
+        when the tick two ticks ago began (the tick in which it worked on the requests sent
+        three ticks ago); the requests of each tick since arrive over the store's next tick,
+        adding their work to the wait as the store works it off, up to its limit, past
+        which it refuses them (the cache its only caller since: what others ask shows in
+        the next health)."""
+        heard = Answers(self.store_latency, 0.0, math.inf, 0.0, self.store_good, math.inf, self.dt)
+        out = defaultdict(lambda: heard)  # (older requests: as the last answers heard)
+        if self.store_queue is None:
+            return out
+        wait, pace, limit, extra = self.store_queue
+        if pace <= 0:
+            return defaultdict(lambda: Answers(0.0, 0.0, -1.0, 0.0, 0.0, self.timeout, self.dt))
+        w = wait
+        for age in (2, 1, 0):  # the store's tick the health came from (the requests sent two ticks ago), then on
+            grow = sent.get(age, 0) / pace - self.dt
+            out[age] = Answers(w, grow, limit, 1.0 / pace + extra, 1.0, self.timeout, self.dt)
+            w = min(limit, max(0.0, w + grow))
+        return out
+
     def lookup(self, rng: np.random.Generator, requests: int, unexpected: int,
-               flights: list[tuple[int, np.ndarray]] = ()) -> dict:
+               flights: list[tuple[int, np.ndarray]] = (), sent: dict[int, int] | None = None) -> dict:
         """``requests`` lookups, ``unexpected`` more answered with something unexpected (a fault;
         only asked with evict_on_error: their keys are deleted and asked of the store), with
         ``flights`` the keys in flight per bucket by the ticks since they were first missed
@@ -238,22 +324,28 @@ class Cache:
             misses = misses + odd
             asked = asked + odd
         absent = self.n - self.fresh
-        lat = self.store_latency / self.dt
-        # the misses of keys in flight, by how long they have been (the rest reach idle keys)
+        times = self.answer_times(sent or {})
+        x = asked / self.n
+        # the misses of keys in flight, by how long they have been (the rest reach idle keys); those
+        # after their request's answer came find the key stored, if the store answered well
         in_flight = np.minimum(self.pending, absent)
         left, flying = misses.copy(), in_flight.copy()
-        late = np.zeros_like(misses)  # after the store's latency: the key was stored, if the store answered well
+        late = []  # (lookups after the answer came, the chance it stored the key) by age
         for age, keys in flights:
             keys = np.minimum(keys, flying)
             these = rng.binomial(left, _share(keys, absent - (in_flight - flying)))
-            late += rng.binomial(these, 1.0 - _window_after(age, lat)) if age else \
-                rng.binomial(these, 1.0 - _in_window(asked / self.n, lat))
+            after, good = _after_answer(x, age, times[age])
+            late.append((rng.binomial(these, after), good))
             left -= these
             flying -= keys
         idle = absent - in_flight
         new = _first_misses(rng, idle, left)  # idle keys reached now have a request in flight
-        late += rng.binomial(np.maximum(left - new, 0), 1.0 - _in_window(asked / self.n, lat))
-        found = rng.binomial(late, self.store_good)  # stored by now
+        after, good = _after_answer(x, 0, times[0])
+        late.append((rng.binomial(np.maximum(left - new, 0), after), good))
+        if all(np.array_equal(g, late[0][1]) for _, g in late):  # (one chance for all: one draw)
+            found = rng.binomial(sum(n for n, _ in late), late[0][1])
+        else:
+            found = sum(rng.binomial(n, g) for n, g in late)
         hits, misses = hits + found, misses - found
         self.pending += new
         stale = rng.binomial(misses, _share(self.stale, absent))

@@ -145,6 +145,7 @@ class Service(Agent):
         self.cache = Cache(spec["cache"], world.dt) if spec.get("cache") else None
         self.store_asks: dict[int, _StoreAsk] = {}  # by the tick the store request was sent
         self._ask: _StoreAsk | None = None  # this tick's, being filled
+        self.asks_sent: dict[int, int] = {}  # the store requests sent in the last ticks, by tick
         self.last_hit_ratio = 0.0
         self.health: dict[str, float] = {d: 1.0 for d in self.depends_on}
         for extra in (self.rec_when, self.rec_needs, self.leases and self.leases.store, self.checks and self.checks.network):
@@ -357,6 +358,9 @@ class Service(Agent):
                 health.take(msg)
                 if self.checks is not None and msg.src == self.checks.network:
                     self.network_delay_s = float(msg.body["wait_s"])  # a service's health carries its queue wait
+                if self.cache is not None and msg.src == self.cache.store and msg.body.get("pace") is not None:
+                    self.cache.store_queue = (float(msg.body["wait_s"]), float(msg.body["pace"]),
+                                              float(msg.body["limit_s"]), float(msg.body["extra_s"]))
             elif msg.kind == "apply":
                 self.handle_apply(tick, msg.body)
         health.merge()
@@ -479,9 +483,11 @@ class Service(Agent):
     def _look_up(self, tick: int, b: dict, ok: int, odd: int, failed: int, rej: int, delay: float) -> None:
         """A cache's lookups: hits are answered, misses wait for this tick's store request."""
         flights = [(tick - sent, ask.new) for sent, ask in self.store_asks.items()]
+        sent = {tick - t: n for t, n in self.asks_sent.items()}
         if self._ask is not None:
             flights.append((0, self._ask.new))
-        found = self.cache.lookup(self.rng, ok, odd, flights)
+            sent[0] = int(self._ask.asks.sum())
+        found = self.cache.lookup(self.rng, ok, odd, flights, sent)
         hits, misses, bad = int(found["hits"].sum()), int(found["misses"].sum()), int(found["bad"].sum())
         self._lookups += ok + odd
         self._hits += hits + bad
@@ -517,6 +523,9 @@ class Service(Agent):
             ask.asks[int(np.argmax(ask.misses))] += 1
             k = 1
         self.store_asks[tick] = ask
+        self.asks_sent[tick] = k
+        for t in [t for t in self.asks_sent if t < tick - 2]:
+            del self.asks_sent[t]
         self.send_flow([self.cache.store], tick, k, rt=self.cache.timeout)
         return k
 
@@ -639,8 +648,13 @@ class Service(Agent):
             # service without capacity serves none (a store that only leases use can fail too).
             self.last_ratio = ready * (1.0 - self.fault_share) if cap > 0 else 0.0
         ratio = self.last_ratio * held
+        # (a queue's wait and the pace it works at, and a fault's delay: what a cache in front of it
+        # needs to tell when its answers to the requests in flight come)
+        health = {"ratio": ratio, "wait_s": wait_s, "extra_s": self.fault_latency + self.fault_jitter,
+                  "pace": cap / dt if self.queue is not None else None,
+                  "limit_s": self.queue.limit_s if self.queue is not None else None}
         for sub in self.wiring.health_subscribers:
-            self.send(sub, "health", {"ratio": ratio, "wait_s": wait_s}, tick)
+            self.send(sub, "health", health, tick)
         metrics = {
             "offered": offered,
             "success_ratio": ratio,

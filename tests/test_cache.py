@@ -226,6 +226,36 @@ def test_the_stampedes_runbooks_rank_the_same_at_every_tick(tmp_path):
             assert abs(broken[tick, name] - broken["0.1s", name]) <= 60, broken
 
 
+def test_a_key_in_flight_to_a_queued_store_is_answered_when_the_queue_reaches_its_request():
+    """A cache tells when its requests in flight are answered from its store's queue (its
+    health: wait, pace, limit) and the requests it sent since, in the order sent. After a
+    flush at 1 s ticks, 5,000 misses a tick into an idle store doing 1,000 a second and
+    queueing 3 s at most, with a cache timeout of 2 s: a request sent at share t of the
+    tick waits 4t s (refused past t = 0.75, timed out past t = 0.5). A hot key's first miss
+    comes at once, so its later lookups find it stored. A rare key's lookups after its
+    first miss at t find it only after 4t s: of the rest of that tick E[max(0, 1 - 5t)] /
+    E[1 - t] = 0.2; of the next tick's, those after 5t - 1 of it, if t <= 0.5: 0.3. The
+    next tick's own requests meet a full queue: nothing in flight of them is found."""
+    from agents.cache import Cache, _after_answer
+
+    def found(x: float, age: int, answers) -> float:
+        after, good = _after_answer(np.array([x]), age, answers)
+        return float(after[0] * good[0])
+
+    c = Cache({"store": "db", "keys": 1000, "zipf": 1.0, "timeout": 2.0, "coalesce": False, "serve_stale": False,
+               "evict_on_error": True, "start": "cold"}, 1.0)
+    c.store_queue = (0.0, 1000.0, 3.0, 0.0)  # its health: wait 0, 1,000 a second, at most 3 s of work, no fault
+    flush = c.answer_times({2: 0, 1: 0, 0: 5000})[0]
+    assert found(1000.0, 0, flush) > 0.99  # the hot key: stored almost at once
+    assert found(1e-3, 0, flush) == pytest.approx(0.2, abs=0.01)  # a rare one: after 4t s
+    after = c.answer_times({2: 0, 1: 5000, 0: 5000})
+    assert found(1000.0, 1, after[1]) > 0.99 and found(1e-3, 1, after[1]) == pytest.approx(0.3, abs=0.01)
+    assert found(1000.0, 0, after[0]) == found(1e-3, 0, after[0]) == 0.0  # the queue is full: refused
+    # a store without a queue: as its last answers said (one latency for every request)
+    c.store_queue, c.store_latency, c.store_good = None, 0.5, 0.9
+    assert found(1e-3, 1, c.answer_times({})[1]) == pytest.approx((1.0 - 0.5 ** 2 / 2) * 0.9)
+
+
 def test_a_failed_store_answer_deletes_its_key_when_it_comes_a_refusal_at_once_a_timeout_at_the_timeout():
     """evict_on_error: a key stored by one request is deleted by another's failure, when the
     cache hears of it: at once for a refusal, at its timeout (5 s: three ticks after the

@@ -95,7 +95,8 @@ def build_plan(pb: Playbook, runbook: dict | None, seed: int, duration: float | 
         deps = list(item.get("depends_on") or [])
         rec = item.get("recycling") or {}
         deps += [rec[k] for k in ("breaks_when", "needs") if rec.get(k)]
-        deps += [d for d in ((item.get("leases") or {}).get("store"), (item.get("health_checks") or {}).get("network")) if d]
+        deps += [d for d in ((item.get("leases") or {}).get("store"), (item.get("health_checks") or {}).get("network"),
+                             (item.get("cache") or {}).get("store")) if d]
         for d in dict.fromkeys(deps):
             subscribers.setdefault(d, []).extend(members.get(item["name"], [item["name"]]))
     every = max(1, round(mon["telemetry_every"] / dt))
