@@ -120,7 +120,7 @@ TIMELINE_ROWS = {
 }
 
 
-def _milestone_label(key: str) -> str:
+def milestone_label(key: str) -> str:
     """recovered:dns-lookups -> dns-lookups recovered; loop_broken -> loop broken."""
     return key[len("recovered:"):] + " recovered" if key.startswith("recovered:") else key.replace("_", " ")
 
@@ -395,17 +395,17 @@ def _measures(r: _Reading) -> list[dict]:
         measure("demand restored", "demand_restored",
                 round(restored["seconds_after_start"] / r.dt) if restored["reached"] else None, "still held back")
     for key, tick in sorted(r.milestones_reached.items(), key=lambda kv: kv[1]):
-        measure(_milestone_label(key), key, tick)
-    scored = _scored_milestones(r.score)
+        measure(milestone_label(key), key, tick)
+    scored = scored_milestones(r.score)
     for key in dict.fromkeys([*r.relapses, *r.par_s, *scored]):
         if key not in r.milestones_reached and key not in MEASURES and key not in r.actions:
             m = scored.get(key) or {}
             missing = "loop never formed" if key == "loop_broken" and r.score.get("loop_formed") is False else not_reached(m)
-            measure(_milestone_label(key), key, None, missing)
+            measure(milestone_label(key), key, None, missing)
     return measures
 
 
-def _scored_milestones(score: dict) -> dict[str, dict]:
+def scored_milestones(score: dict) -> dict[str, dict]:
     """Every milestone of a finished run's score, by its key (recovered:NAME for recoveries)."""
     out = {k: score[k] for k in ("loop_broken", "devices_healthy", "backlog_drained") if k in score}
     out.update({f"recovered:{name}": m for name, m in (score.get("recovered") or {}).items()})
@@ -497,11 +497,11 @@ def _timeline(r: _Reading) -> list[dict]:
     for e in r.events:
         if e["event"] == "milestone":
             final = r.milestones_reached.get(e["milestone"]) == e["at_tick"]
-            add(e["at_tick"], f"milestone: {_milestone_label(e['milestone'])}",
+            add(e["at_tick"], f"milestone: {milestone_label(e['milestone'])}",
                 "" if final or r.relapses.get(e["milestone"]) is None else "it did not hold", e["milestone"] if final else None)
         elif e["event"] == "relapse":
             before = _last_before(r.changes, e["at_tick"])
-            add(e["at_tick"], f"relapse: {_milestone_label(e['milestone'])} no longer",
+            add(e["at_tick"], f"relapse: {milestone_label(e['milestone'])} no longer",
                 f"{_relapse_what(e['milestone'])}" + (f", after {before['what']} ({r.at(before['tick'])})" if before else ""))
     timeline.sort(key=lambda row: row["tick"])
     return timeline
@@ -695,7 +695,7 @@ def _relapses(relapses, first, final, changes, at, until) -> list[Finding]:
     and after what (an action, a trigger or a fault), and whether it came back."""
     out = []
     for key, ticks in relapses.items():
-        label = _milestone_label(key)
+        label = milestone_label(key)
         before = _last_before(changes, ticks[-1])
         after = f" after {before['what']} at {at(before['tick'])}" if before else ""
         end = (f"it held again from {at(final[key])} to the end" if key in final
@@ -714,7 +714,7 @@ def _held_briefly(score: dict, changes: list[dict], dt: float, at, until: str) -
     which no relapse names (it was never confirmed); what changed while it held, if anything,
     and whether the milestone was reached in the end."""
     out = []
-    for key, m in _scored_milestones(score).items():
+    for key, m in scored_milestones(score).items():
         held = m.get("held_briefly") or []
         if not held:
             continue
@@ -725,7 +725,7 @@ def _held_briefly(score: dict, changes: list[dict], dt: float, at, until: str) -
             said.append(f"from {at(start)} for {format_wait(h['for_s'])}, until {at(failed)}"
                         + (f" (after {during[-1]['what']} at {at(during[-1]['tick'])})" if during else ""))
         end = f"it was reached at {m['clock']}" if m.get("reached") else f"it was not reached by {until}"
-        last, label = held[-1], _milestone_label(key)
+        last, label = held[-1], milestone_label(key)
         out.append(Finding(
             f"{label if key.startswith('recovered:') else label.capitalize()} held for {format_wait(last['for_s'])} "
             f"from {at(round(last['seconds_after_start'] / dt))}, short of its {format_wait(last['hold_s'])} hold",

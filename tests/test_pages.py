@@ -179,6 +179,9 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             facilitator = LiveClient(server.address, server.token_of("facilitator"))
             facilitator.call("start")
             facilitator.close()
+            trigger = 'tr[data-milestone="trigger"]'  # (its own score: nothing reached before the trigger at 07:30)
+            wait_for(lambda: red.find_elements("css selector", trigger))
+            assert red.find_element("css selector", trigger).text == "trigger not yet par 07:30"
 
             # Each team acts through its page's forms and follows its action to the end.
             request_action(red, "move_dns_off_bridge")
@@ -228,6 +231,12 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             assert xs == [x for x, _ in session.teams["red"].view.series[:len(xs)]]
             assert all(b > a for a, b in zip(xs, xs[1:]))
             screenshot(red, "team-console-after-reconnecting")
+
+            # Each team sees its own score: the trigger reached at 07:30 beside its par, impact so far.
+            for d in (red, blue):
+                wait_for(lambda: d.find_element("css selector", trigger).text.split()[1] == "07:30", timeout=60)
+                assert "on par" in d.find_element("css selector", trigger).text
+                assert "impact so far" in d.find_element("id", "score").text
             no_console_errors(red, network_cut=True)
             no_console_errors(blue)
         finally:

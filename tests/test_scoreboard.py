@@ -213,3 +213,37 @@ def test_a_port_in_use_is_said_as_the_flag_by_the_command_line(tmp_path):
             WebServer("tcp://127.0.0.1:1", lambda: "{}", "127.0.0.1", taken.getsockname()[1])
     finally:
         taken.close()
+
+
+# -- a team's own score, as its consoles see it ------------------------------------------------------
+def test_a_team_sees_its_own_score_as_it_stands_milestones_beside_par_and_impact_so_far(tmp_path):
+    """The team's state carries its score as the scorer has it at that tick: before the
+    trigger nothing is reached; after it the trigger's clock (par where the playbook has
+    one: the browser test plays the flagship's), the loop as
+    the scoreboard words it, impact so far growing with the outage; the console says it."""
+    from pathlib import Path
+
+    from orchestrator.hosting.host import HostingOptions
+    from orchestrator.live.console_view import render_status
+    from orchestrator.live.session import Session
+
+    playbook = str(Path(__file__).parent / "playbooks" / "mini_loop.yaml.j2")
+    s = Session(tmp_path / "session", ["red", "blue"], playbook, duration=600, speed=None, hosting=HostingOptions())
+    try:
+        s.start()
+        for _ in range(120):
+            s._advance()
+        before = s.team_state("red")["score"]
+        assert [m["name"] for m in before["milestones"]][:2] == ["trigger", "first customer update"]
+        assert all(m["clock"] is None for m in before["milestones"]) and before["impact"] == 0
+        for _ in range(240):  # past the surge at 00:03
+            s._advance()
+        after = s.team_state("red")["score"]
+        trigger = next(m for m in after["milestones"] if m["name"] == "trigger")
+        assert trigger["clock"] == "00:03" and trigger["par"] is None  # (mini_loop has no par)
+        assert after["loop"] == "not yet" and after["impact"] > 0
+        assert after == s.team_state("red")["score"]  # (worked out once a tick)
+        assert "SCORE    loop not yet · impact so far" in render_status(s.team_state("red")) \
+            and "reached: trigger 00:03:00" in render_status(s.team_state("red"))
+    finally:
+        s.close()

@@ -203,8 +203,8 @@ def _pack(items: list[str], width: int, indent: str = "  ") -> list[str]:
 
 
 def render_status(state: dict | None, disconnected: bool = False, width: int = 120) -> str:
-    """The top pane: header, observed metrics, alerts, actions, facilitator messages,
-    the last log query."""
+    """The top pane: header, observed metrics, alerts, actions, the team's score,
+    facilitator messages, the last log query."""
     lines = [render_header(state, disconnected)]
     if not state:
         return "\n".join(lines)
@@ -213,6 +213,12 @@ def render_status(state: dict | None, disconnected: bool = False, width: int = 1
     alarms = state.get("alarms") or []
     lines.append("ALERTS   " + ("  ".join(f"[{for_terminal(a)}]" for a in alarms) if alarms else "none"))
     lines += _action_lines(state.get("actions") or [], now)
+    score = state.get("score")
+    if score:  # the team's own score as it stands
+        reached = [f"{for_terminal(m['name'])} {full_clock(m['clock'])}" for m in score.get("milestones") or []
+                   if m.get("clock")]
+        lines.append(f"SCORE    loop {for_terminal(score.get('loop'))} · impact so far {float(score.get('impact', 0)):,.1f}"
+                     + (f" · reached: {', '.join(reached)}" if reached else ""))
     for m in state.get("messages") or []:
         lines.append(f"FACILITATOR {full_clock(m.get('clock'))}: {for_terminal(m.get('text', ''))}")
     logs = state.get("logs") or []

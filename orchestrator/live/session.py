@@ -240,6 +240,7 @@ class Session:
         self.replaying = False  # rebuilding from the journal: nothing is journalled again
         self.restarted = False  # paused by a restart: going on leaves no trace in the teams' runs
         self.answers: dict[str, dict] = {}  # a resumed session's requests: who:request id -> the answer given
+        self._scores: dict[str, tuple[int, dict]] = {}  # team -> (the tick, its score as it stood then)
         self.request: str | None = None  # the request being answered (see ``answering``)
         try:
             for name in teams:
@@ -543,7 +544,16 @@ class Session:
 
     def team_state(self, team: str, since: int = 0, series_since: int | None = None) -> dict:
         t = self.teams[team]
-        return {"session": self.summary(), "catalogue": t.view.catalogue, **t.view.state(self.tick, since, series_since)}
+        return {"session": self.summary(), "catalogue": t.view.catalogue, "score": self.team_score(team),
+                **t.view.state(self.tick, since, series_since)}
+
+    def team_score(self, team: str) -> dict:
+        """The team's own score as it stands (``team_score``), worked out once a tick."""
+        kept = self._scores.get(team)
+        if kept is None or kept[0] != self.tick:
+            t = self.teams[team]
+            kept = self._scores[team] = (self.tick, team_score(t.run.scorer.score(), t.run.scorer.last_tick >= 0))
+        return kept[1]
 
     def scoreboard(self) -> dict:
         """The ranking, with each team's loop health over time and the marks on it (its
@@ -600,6 +610,20 @@ def _mark(e: dict) -> tuple[str, str] | None:
     if e["event"] in ("relapse", "milestone") and e.get("milestone") == "loop_broken":
         return e["event"], "loop re-formed" if e["event"] == "relapse" else "loop broken"
     return None
+
+
+def team_score(sc: dict, started: bool) -> dict:
+    """What a team sees of its own score as it stands: its loop (as the scoreboard words
+    it), the trigger, its first customer update and every milestone, each when reached
+    (None: not yet) beside par, and its impact so far."""
+    from reports.analysis import milestone_label, scored_milestones
+
+    marks = [("trigger", sc["trigger"]), ("first customer update", sc["first_customer_update"]),
+             *((milestone_label(k), m) for k, m in scored_milestones(sc).items())]
+    return {"loop": team_row("", sc, started)["loop"], "impact": round(float(sc["impact"]["weighted_total"]), 1),
+            "milestones": [{"name": name, "clock": m.get("clock") if m.get("reached") else None,
+                            "par": m.get("par_clock"), "vs_par_s": m.get("vs_par_s") if m.get("reached") else None}
+                           for name, m in marks]}
 
 
 def team_row(team: str, sc: dict, started: bool) -> dict:

@@ -189,6 +189,31 @@ function actionItem(a) {
   return li;
 }
 
+// -- the team's own score as it stands: its loop, impact so far, milestones beside par ------------
+function vsPar(s) {
+  const minutes = Math.round(Math.abs(s) / 60);
+  return minutes === 0 ? "on par" : minutes + " min " + (s < 0 ? "ahead of" : "behind") + " par";
+}
+
+function renderScore(score) {
+  if (!score) return;
+  const root = gd.$("score");
+  root.textContent = "";
+  root.appendChild(gd.el("p", "loop " + score.loop + " · impact so far " +
+                              score.impact.toLocaleString("en", {maximumFractionDigits: 1}), "score-head"));
+  const table = gd.el("table", null, "milestones");
+  for (const m of score.milestones) {
+    const tr = gd.el("tr", null, m.clock ? "reached" : "pending");
+    tr.dataset.milestone = m.name;
+    tr.appendChild(gd.el("td", m.name));
+    tr.appendChild(gd.el("td", m.clock || "not yet"));
+    tr.appendChild(gd.el("td", m.par ? "par " + m.par + (m.vs_par_s === null || m.vs_par_s === undefined ? "" :
+                                                          " · " + vsPar(m.vs_par_s)) : "", "muted"));
+    table.appendChild(tr);
+  }
+  root.appendChild(table);
+}
+
 function render(st) {
   team.state = st;
   const s = st.session;
@@ -201,6 +226,7 @@ function render(st) {
   gd.$("main").hidden = false;
   if (!team.catalogue) { team.catalogue = st.catalogue; makeCatalogue(st.catalogue); makeNoteForm(); }
   chart(st);
+  renderScore(st.score);
   list("alerts", st.alarms.length ? st.alarms : ["none firing"],
        (a) => gd.el("li", a, st.alarms.length ? "alert" : "muted"));
   list("actions", st.actions.slice().reverse(), actionItem);
