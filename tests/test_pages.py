@@ -237,8 +237,24 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
                 wait_for(lambda: d.find_element("css selector", trigger).text.split()[1] == "07:30", timeout=60)
                 assert "on par" in d.find_element("css selector", trigger).text
                 assert "impact so far" in d.find_element("id", "score").text
+
+            # The facilitator ends it: each page says so with the team's own result, and asks nothing more.
+            facilitator = LiveClient(server.address, server.token_of("facilitator"))
+            facilitator.call("end")
+            facilitator.close()
+            for d, name in ((red, "red"), (blue, "blue")):
+                result = d.find_element("id", "result")
+                wait_for(lambda: result.is_displayed())
+                loop = session.team_score(name)["loop"]
+                assert result.text.startswith(f"The game day is over. Your result: loop {loop} · impact "), result.text
+                assert d.find_element("css selector", "#note-form button").get_attribute("disabled") is not None
+            # Its server closing after the end is the end, not a cut: the page does not say it reconnects.
+            web.shutdown()
+            wait_for(lambda: "the game day is over and its server has closed" in blue.find_element("id", "status").text)
+            time.sleep(1.0)
+            assert "reconnecting" not in blue.find_element("id", "status").text
             no_console_errors(red, network_cut=True)
-            no_console_errors(blue)
+            no_console_errors(blue, network_cut=True)
         finally:
             proxy.close()
     assert len(injected(tmp_path / "session" / "teams" / "red", "enable_protection")) == 1  # in the run, once

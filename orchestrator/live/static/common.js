@@ -6,6 +6,9 @@ const gd = {};
 
 gd.$ = (id) => document.getElementById(id);
 
+// Whether the page has seen its game day end: its server closing then is the end, not a cut.
+gd.over = false;
+
 gd.el = function (tag, text, cls) {
   const e = document.createElement(tag);
   if (text !== undefined && text !== null) e.textContent = text;
@@ -105,7 +108,7 @@ gd.Connection = class {
     ws.onclose = () => {
       if (this.ws !== ws) return;
       this.onState(false);
-      if (!this.denied) {
+      if (!this.denied && !gd.over) {  // (a game day over: its server has closed for good)
         setTimeout(() => this.connect(), this.delay);
         this.delay = Math.min(this.delay * 2, 4000);
       }
@@ -144,8 +147,8 @@ gd.rolePage = function (role, hello, push, render, answered, texts) {
       answered(msg);
     },
     (up) => {
-      document.body.classList.toggle("lost", !up);
-      gd.$("status").textContent = up ? "" : texts.lost;
+      document.body.classList.toggle("lost", !up && !gd.over);
+      gd.$("status").textContent = up ? "" : gd.over ? "the game day is over and its server has closed" : texts.lost;
     });
   if (!token) refuse(texts.none);
   return conn;

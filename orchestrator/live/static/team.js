@@ -150,7 +150,7 @@ function answered(msg) {
   if (!form) return;
   if (gd.unanswered(msg)) { form.result.textContent = "no answer from the session yet; asking again"; return; }
   delete team.results[msg.id];
-  form.button.disabled = false;
+  form.button.disabled = gd.over;
   if (msg.ok) {
     form.result.textContent = (form.input ? "noted at " : "requested at ") + msg.result.clock;
     if (form.input) form.input.value = "";
@@ -214,6 +214,16 @@ function renderScore(score) {
   root.appendChild(table);
 }
 
+// The game day is over: the team's result, and nothing left to ask for.
+function over(score) {
+  gd.over = true;
+  const result = gd.$("result");
+  result.textContent = "The game day is over. Your result: loop " + score.loop + " · impact " +
+    score.impact.toLocaleString("en", {maximumFractionDigits: 1});
+  result.hidden = false;
+  for (const button of document.querySelectorAll("#catalogue button, #note-form button")) button.disabled = true;
+}
+
 function render(st) {
   team.state = st;
   const s = st.session;
@@ -227,6 +237,7 @@ function render(st) {
   if (!team.catalogue) { team.catalogue = st.catalogue; makeCatalogue(st.catalogue); makeNoteForm(); }
   chart(st);
   renderScore(st.score);
+  if (s.state === "ended" && !gd.over) over(st.score);
   list("alerts", st.alarms.length ? st.alarms : ["none firing"],
        (a) => gd.el("li", a, st.alarms.length ? "alert" : "muted"));
   list("actions", st.actions.slice().reverse(), actionItem);
