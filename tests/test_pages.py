@@ -316,8 +316,14 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         time.sleep(1.0)
         assert ticks() == paused_at  # both worlds stand still
         wait_for(lambda: blue.find_element("id", "state").text == "paused")
+        request_action(blue, "enable_protection")  # asked while paused: shown queued at once, not nowhere
+        queued = 'li[data-state="queued until the game day runs"]'
+        wait_for(lambda: blue.find_elements("css selector", queued))
+        assert "enable_protection" in blue.find_element("css selector", queued).text
         fac.find_element("id", "resume").click()
         wait_for(lambda: all(now > then + 60 for now, then in zip(ticks(), paused_at)))
+        wait_for(lambda: not blue.find_elements("css selector", queued))  # requested once the clock runs
+        assert len(blue.find_elements("css selector", '#actions li')) == 1
 
         # A fault for red only, with its parameter changed, and a message for everyone.
         Select = __import__("selenium.webdriver.support.select", fromlist=["Select"]).Select

@@ -247,3 +247,33 @@ def test_a_team_sees_its_own_score_as_it_stands_milestones_beside_par_and_impact
             and "reached: trigger 00:03:00" in render_status(s.team_state("red"))
     finally:
         s.close()
+
+
+def test_an_action_asked_while_paused_shows_queued_at_once_and_then_as_the_operator_requests_it(tmp_path):
+    """A command sent while the game day is paused (or not started) reaches the world only
+    when the clock runs: until then the team sees it queued, not nothing; once its operator
+    requests it, that entry gives way to the request (one entry, not two)."""
+    from pathlib import Path
+
+    from orchestrator.hosting.host import HostingOptions
+    from orchestrator.live.console_view import render_status
+    from orchestrator.live.session import Session
+
+    playbook = str(Path(__file__).parent / "playbooks" / "mini_loop.yaml.j2")
+    s = Session(tmp_path / "session", ["red"], playbook, duration=600, speed=None, hosting=HostingOptions())
+    try:
+        s.act("red", "fix_backoff", {}, "ana", "red:1")  # (not started yet)
+        shown = s.team_state("red")["actions"]
+        assert [(a["action"], a["state"], a["by"], a["command"]) for a in shown] == \
+            [("fix_backoff", "queued until the game day runs", "ana", "red:1")]
+        assert "fix_backoff (ana) asked 00:00:00: queued until the game day runs" in render_status(s.team_state("red"))
+        s.start()
+        for _ in range(3):
+            s._advance()
+        shown = s.team_state("red")["actions"]
+        assert len(shown) == 1 and shown[0]["command"] == "red:1" and shown[0]["state"] != "queued until the game day runs"
+        assert shown[0]["id"] is not None  # the operator's request
+        s.act("red", "fix_backoff", {}, "ana", "red:2")  # running: asked, and requested at the next tick
+        assert [a["state"] for a in s.team_state("red")["actions"]] == [shown[0]["state"], "asked"]
+    finally:
+        s.close()

@@ -82,6 +82,9 @@ class LiveClock:
         return self.base_wall + (tick - self.base_tick) * self.dt / self.speed
 
 
+_ASKED = "asked:"  # a team view's key for a command not yet requested by its operator
+
+
 class TeamView:
     """What a team's consoles show, built from the messages its world sends out and the
     team's own events. Every change also goes into a numbered feed, so that a console
@@ -116,6 +119,15 @@ class TeamView:
     def clock(self, tick: int) -> str:
         return format_clock(self.start_s + tick * self.dt)
 
+    def asked(self, tick: int, command: str, action: str, params: dict, by: str, paused: bool) -> None:
+        """A command the team sent, shown at once (until its operator's request replaces it):
+        queued while the game day is paused or not started (it goes out when the clock
+        runs), else asked (it reaches the operator at the next tick)."""
+        self.actions[_ASKED + command] = {
+            "id": None, "action": action, "params": params, "command": command, "by": by,
+            "state": "queued until the game day runs" if paused else "asked", "asked": self.clock(tick),
+            "steps": None, "steps_done": 0, "failed_steps": 0, "ready": None, "effective": None}
+
     def _feed(self, tick: int, kind: str, text: str) -> None:
         self.feed.append({"n": len(self.feed), "tick": tick, "clock": self.clock(tick), "kind": kind, "text": text})
 
@@ -129,6 +141,7 @@ class TeamView:
             if mark is not None:  # a milestone or relapse, at the tick it holds or failed from
                 self.marks.append([self.start_s + e.get("at_tick", tick) * self.dt, *mark])
             if e["agent"] == OPERATOR and e["event"] == "action_requested":
+                self.actions.pop(_ASKED + str(e.get("command")), None)  # (what the team was shown meanwhile)
                 a = {"id": e["id"], "action": e["action"], "params": e["params"], "command": e.get("command"),
                      "by": e.get("reason", "").removeprefix("console ").strip(), "state": "requested",
                      "asked": self.clock(tick), "steps": None, "steps_done": 0, "failed_steps": 0,
@@ -521,6 +534,7 @@ class Session:
         tick = t.run.inject("console_command", OPERATOR, {"id": command_id, "action": action, "params": params, "by": by},
                             by=by)
         self._journal("act", team=team, action=action, params=params, by=by, command=command_id)  # before it is answered
+        t.view.asked(self.tick, command_id, action, params, by, paused=self.state != RUNNING)
         return {"command": command_id, "action": action, "params": params, "tick": tick, "clock": t.view.clock(tick)}
 
     def note(self, team: str, text: str, by: str, command_id: str) -> dict:
