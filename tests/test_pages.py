@@ -118,7 +118,11 @@ def page(driver, script: str):
 
 
 def request_action(driver, action: str, **params) -> None:
-    form = driver.find_element("css selector", f'form[data-action="{action}"]')
+    """Open the mitigation's line of the list, fill in its form, ask for it."""
+    item = driver.find_element("css selector", f'details[data-action="{action}"]')
+    if item.get_attribute("open") is None:
+        item.find_element("css selector", "summary").click()
+    form = item.find_element("css selector", f'form[data-action="{action}"]')
     for name, value in params.items():
         field = form.find_element("css selector", f'input[name="{name}"]')
         field.clear()
@@ -182,6 +186,17 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             trigger = 'tr[data-milestone="trigger"]'  # (its own score: nothing reached before the trigger at 07:30)
             wait_for(lambda: red.find_elements("css selector", trigger))
             assert red.find_element("css selector", trigger).text == "trigger not yet par 07:30"
+            # On a 1,400 x 900 window the score, the alerts and the feed are in view without scrolling,
+            # beside the charts; the mitigations are a list of closed lines below them.
+            red.set_window_size(1400, 900)
+            inner = red.execute_script("return window.innerHeight")
+            tops = red.execute_script("""return Object.fromEntries(['score', 'alerts', 'feed', 'charts'].map(
+                (id) => [id, document.getElementById(id).getBoundingClientRect().top]))""")
+            assert all(0 < top < inner - 60 for top in tops.values()), (inner, tops)
+            assert red.execute_script("return document.getElementById('feed').getBoundingClientRect().left") > \
+                red.execute_script("return document.getElementById('charts').getBoundingClientRect().right")
+            assert not red.find_elements("css selector", "details.mitigation[open]")
+            red.set_window_size(1400, 1000)
 
             # Each team acts through its page's forms and follows its action to the end.
             request_action(red, "move_dns_off_bridge")

@@ -188,7 +188,7 @@ class TeamView:
         for a in sorted(set(alarms) - set(self.alarms)):
             self._feed(tick, "alert", f"ALERT {a}")
         for a in sorted(set(self.alarms) - set(alarms)):
-            self._feed(tick, "alert", f"cleared {a}")
+            self._feed(tick, "cleared", f"cleared {a}")
         self.alarms = alarms
 
     def note(self, tick: int, kind: str, text: str) -> None:

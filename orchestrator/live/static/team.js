@@ -65,16 +65,29 @@ function makeCharts(metrics) {
       scales: {x: {time: false}, y: ratio ? {range: (u, lo, hi) => [0, Math.max(1, hi || 0)]} : {}},
       axes: [
         {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, values: gd.clockAxis},
-        {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, size: 55,
+        {stroke: "#a8b3bd", grid: {stroke: "#242c34"}, size: m.unit === "ms" ? 72 : 55,
          values: (u, vals) => vals.map((v) => ratio ? Math.round(v * 100) + "%" : m.unit === "ms" ? formatValue(m, v)
                                                                                       : COMPACT.format(v))},
       ],
-      series: [{}, {stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, points: {show: false}}],
+      // a sample with no neighbour (one that came through a monitoring blackout) is drawn as a point
+      series: [{}, {stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false,
+                    points: {show: true, size: 6, fill: COLORS[i % COLORS.length], filter: isolated}}],
     };
     team.ys.push([]);
     const plot = new uPlot(opts, [team.xs, team.ys[i]], plotBox);
     team.charts.push({plot, panel, value});
   });
+}
+
+// uPlot's point filter: the indices of the samples with no sample on either side (an empty
+// list: none; null would draw every point)
+function isolated(u, seriesIdx) {
+  const ys = u.data[seriesIdx], out = [];
+  for (let j = 0; j < ys.length; j++) {
+    if (ys[j] !== null && ys[j] !== undefined && (j === 0 || ys[j - 1] === null) &&
+        (j === ys.length - 1 || ys[j + 1] === null)) out.push(j);
+  }
+  return out;
 }
 
 function chart(st) {
@@ -97,14 +110,19 @@ function chart(st) {
 function makeCatalogue(catalogue) {
   const root = gd.$("catalogue");
   for (const m of catalogue) {
-    const form = gd.el("form", null, "mitigation");
-    form.dataset.action = m.name;
-    form.appendChild(gd.el("h3", m.name));
-    form.appendChild(gd.el("p", m.description, "muted"));
+    // a compact list: each mitigation a line (name, lead time, steps, risk) that opens to its form
+    const item = gd.el("details", null, "mitigation");
+    item.dataset.action = m.name;
     const how = ["lead time " + formatAge(m.lead_time_s)];
     how.push(m.deploy ? m.steps + " deployment steps" : "no deployment");
     if (m.risk) how.push("risk: " + (typeof m.risk === "object" ? JSON.stringify(m.risk) : m.risk));
-    form.appendChild(gd.el("p", how.join(" · "), "muted"));
+    const summary = gd.el("summary");
+    summary.appendChild(gd.el("strong", m.name));
+    summary.appendChild(gd.el("span", " · " + how.join(" · "), "muted"));
+    item.appendChild(summary);
+    const form = gd.el("form", null, "mitigation");
+    form.dataset.action = m.name;
+    form.appendChild(gd.el("p", m.description, "muted"));
     for (const [name, dflt] of Object.entries(m.params || {})) form.appendChild(gd.paramInput(name, dflt));
     const button = gd.el("button", "Request");
     button.type = "submit";
@@ -122,7 +140,8 @@ function makeCatalogue(catalogue) {
       const id = conn.request("act", args);
       team.results[id] = {result, button};
     });
-    root.appendChild(form);
+    item.appendChild(form);
+    root.appendChild(item);
   }
 }
 
@@ -161,6 +180,32 @@ function answered(msg) {
 }
 
 // -- the rest of the state ------------------------------------------------------------------------
+// how a feed entry stands out: an alert firing in red, one cleared in green, a team's note in blue
+const FEED_CLASS = {alert: "alert", cleared: "cleared", note: "note"};
+
+// A log query's answer as a table: each metric, its value (as monitoring would show it), its age.
+function logItem(l) {
+  const li = gd.el("li");
+  li.appendChild(gd.el("div", "asked " + l.asked + ", answered " + l.arrived + " (ground truth)", "muted"));
+  const table = gd.el("table", null, "log");
+  for (const [metric, v] of Object.entries(l.values)) {
+    const tr = gd.el("tr");
+    tr.appendChild(gd.el("td", metric));
+    tr.appendChild(gd.el("td", logValue(metric, v.value), "num"));
+    tr.appendChild(gd.el("td", "age " + formatAge(v.age_s), "muted"));
+    table.appendChild(tr);
+  }
+  li.appendChild(table);
+  return li;
+}
+
+function logValue(metric, v) {
+  if (typeof v !== "number") return v === null || v === undefined ? "no data" : String(v);
+  const name = metric.split(".").pop();
+  if (/ratio|utilisation|share|fraction/.test(name) && Math.abs(v) <= 1.5) return (v * 100).toFixed(1) + "%";
+  return v.toLocaleString("en", {maximumSignificantDigits: 4});
+}
+
 function list(id, items, make) {
   const ul = gd.$(id);
   const fresh = ul.cloneNode(false);
@@ -242,13 +287,12 @@ function render(st) {
        (a) => gd.el("li", a, st.alarms.length ? "alert" : "muted"));
   list("actions", st.actions.slice().reverse(), actionItem);
   list("messages", st.messages.slice().reverse(), (m) => gd.el("li", m.clock + "  " + m.text));
-  list("logs", st.logs.slice().reverse(), (l) => gd.el("li", "asked " + l.asked + ", answered " + l.arrived + ": " +
-    Object.entries(l.values).map(([k, v]) => k + " " + v.value + " (age " + formatAge(v.age_s) + ")").join(", ")));
+  list("logs", st.logs.slice(-2).reverse(), logItem);
   const feed = gd.$("feed");
   for (const e of st.feed) {
     if (e.n !== team.feed.length) continue;  // had it already
     team.feed.push(e);
-    const li = gd.el("li", e.clock + "  " + e.text, e.kind === "alert" ? "alert" : "");
+    const li = gd.el("li", e.clock + "  " + e.text, FEED_CLASS[e.kind] || "");
     li.dataset.n = String(e.n);
     feed.insertBefore(li, feed.firstChild);
   }
