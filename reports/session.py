@@ -10,8 +10,35 @@ from .analysis import analyse
 from .build import data_uri, environment
 from .files import write_atomic
 from .rundir import RANKING, SESSION_INFO, SESSION_JOURNAL, TEAMS, load_run
+from .timefmt import format_clock, parse_clock
 
 CHARTS_PER_TEAM = ("loop", "backlog")  # the two that tell the story; each team's own report has them all
+
+#: a facilitator's control (a journal record's control) -> what it says beyond its name, from the
+#: record (the facilitator's page lists them so as it plays, the session report so after it)
+CONTROL_TEXT = {
+    "start": lambda d: "", "pause": lambda d: "",
+    "resume": lambda d: "after the server's restart" if d.get("after_restart") else "",
+    "speed": lambda d: f"{d['speed']:g}x",
+    "inject": lambda d: d["fault"] + "".join(f" {k}={v}" for k, v in (d.get("params") or {}).items())
+                        + f" into {', '.join(d['teams'])}",
+    "message": lambda d: f"to {', '.join(d['teams'])}: {d['text'][:80]}", "end": lambda d: d["reason"],
+    "restarted": lambda d: "the server restarted"}
+
+
+def session_controls(journal: list[dict], start_s: float, tick_s: float) -> list[dict]:
+    """The facilitator's controls of a session's journal at the simulated clock, each said
+    as ``CONTROL_TEXT`` says it (the teams' commands are in their own sections)."""
+    return [{"clock": format_clock(start_s + int(j["tick"]) * tick_s, with_seconds=True), "control": j["control"],
+             "detail": CONTROL_TEXT[j["control"]](j)} for j in journal if j.get("control") in CONTROL_TEXT]
+
+
+def speeds(info: dict, controls: list[dict]) -> str:
+    """The session's speed as it went: its first, and each change at its clock."""
+    changes = [f"{c['detail']} from {c['clock']}" for c in controls if c["control"] == "speed"]
+    first = info.get("speed")
+    first = f"{first:g}x" if isinstance(first, (int, float)) else str(first)
+    return first + (f", then {', '.join(changes)}" if changes else "")
 
 
 def read_session(session_dir: Path) -> tuple[dict, dict, list[dict]]:
@@ -45,11 +72,11 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
         a = analyse(run)
         uris = {k: data_uri(v) for k, v in run_charts(run, a, CHARTS_PER_TEAM).items()}
         teams.append({"name": name, "a": a, "charts": uris, "report": f"../teams/{name}/report/report.md"})
-    controls = [j for j in journal if j.get("control") not in ("created", "act")]  # the teams' commands: their sections
+    controls = session_controls(journal, parse_clock(info["start_clock"]), float(info["tick_s"]))
     env = environment()
-    md = env.get_template("session.md.j2").render(info=info, ranking=ranking.get("teams", []), controls=controls, teams=teams)
-    html = env.get_template("session.html.j2").render(info=info, ranking=ranking.get("teams", []), controls=controls,
-                                                      teams=teams)
+    said = dict(info=info, ranking=ranking.get("teams", []), controls=controls, teams=teams, speeds=speeds(info, controls))
+    md = env.get_template("session.md.j2").render(**said)
+    html = env.get_template("session.html.j2").render(**said)
     write_atomic(out / "session.md", md)
     write_atomic(out / "session.html", html)
     return [out / "session.md", out / "session.html"]

@@ -6,6 +6,7 @@ scores say. Screenshots of the pages go to tests/screenshots/ for people to look
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -356,6 +357,12 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         assert fac.find_element("id", "end").get_attribute("data-armed") == "1"
         assert not fac.execute_script("return Object.values(window.gamedayFacilitator.results).some((r) => r.op === 'end')")
         assert "end" not in [json.loads(x)["control"] for x in (session.dir / "journal.jsonl").read_text().splitlines()]
+        wait_for(lambda: fac.find_element("id", "end").get_attribute("data-armed") is None, timeout=10)  # disarmed
+        # its history of controls, at the simulated clock, newest first
+        history = fac.execute_script("return [...document.querySelectorAll('#history li')].map((li) => li.textContent)")
+        assert [h.split("  ", 1)[1].split(":")[0] for h in history] == ["message", "inject", "resume", "pause", "start"]
+        assert re.search(r"inject: second_surge .* into red$", history[1]) and history[0].endswith("to red, blue: the status page is down too")
+        assert all(re.fullmatch(r"\d\d:\d\d(:\d\d)?", h.split("  ")[0]) for h in history), history
         screenshot(fac, "facilitator")
 
         blue.get(web.scoreboard_link(server.token_of("viewer")))  # each team's loop health over time, with its marks
@@ -366,6 +373,8 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         assert "fault second_surge" in red_panel.text
         screenshot(blue, "scoreboard-with-health")
         fac.find_element("id", "end").click()
+        fac.find_element("id", "end").click()
         wait_for(lambda: session.state == "ended")
+        wait_for(lambda: fac.find_element("id", "end").get_attribute("disabled") is not None)  # nothing left to end
         no_console_errors(fac)
         no_console_errors(blue)

@@ -620,3 +620,22 @@ def test_a_rule_without_a_name_is_named_as_the_journal_names_it(tmp_path):
     assert list(run.events[run.events["event"] == "rule_fired"]["rule"]) == ["rule 1"]
     never = [f.title for f in analyse(load_run(run.dir)).findings if f.kind == "rule_never_fired"]
     assert never == ['Runbook rule "rule 2" never fired']
+
+
+def test_a_session_report_gives_the_facilitators_controls_at_the_simulated_clock_and_the_speed_as_it_changed():
+    """Not ticks and request ids: each control at its clock time, said as the facilitator's
+    page says it; the teams' commands left to their sections; the speed first and as changed."""
+    from reports.session import session_controls, speeds
+    from reports.timefmt import parse_clock
+
+    journal = [{"tick": 0, "control": "created"}, {"tick": 0, "control": "start", "request": "_facilitator:a1"},
+               {"tick": 120, "control": "speed", "speed": 120.0},
+               {"tick": 130, "control": "inject", "fault": "second_surge", "params": {"seconds": 60}, "teams": ["red"]},
+               {"tick": 131, "control": "act", "team": "red", "action": "x", "params": {}, "by": "ana", "command": "red:1"},
+               {"tick": 200, "control": "end", "reason": "ended by the facilitator"}]
+    controls = session_controls(journal, parse_clock("07:00"), 0.5)
+    assert [(c["clock"], c["control"], c["detail"]) for c in controls] == [
+        ("07:00:00", "start", ""), ("07:01:00", "speed", "120x"), ("07:01:05", "inject", "second_surge seconds=60 into red"),
+        ("07:01:40", "end", "ended by the facilitator")]
+    assert speeds({"speed": 60.0}, controls) == "60x, then 120x from 07:01:00"
+    assert speeds({"speed": "max"}, []) == "max"

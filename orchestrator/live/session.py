@@ -23,6 +23,7 @@ from reports import rundir
 from orchestrator import budgets
 from orchestrator.errors import GamedayError, InvalidInput, Issue, printable, setting, shown, speaking
 from reports.files import not_regular, write_json_atomic
+from reports.session import CONTROL_TEXT
 from orchestrator.hosting.host import HOSTINGS, PLACEMENTS, HostingOptions
 from orchestrator.playbook.names import agent_names
 from orchestrator.playbook.effects import normalised_params, param_problems
@@ -83,6 +84,8 @@ class LiveClock:
 
 
 _ASKED = "asked:"  # a team view's key for a command not yet requested by its operator
+
+MAX_CONTROLS_SHOWN = 50
 
 
 class TeamView:
@@ -254,6 +257,7 @@ class Session:
         self.restarted = False  # paused by a restart: going on leaves no trace in the teams' runs
         self.answers: dict[str, dict] = {}  # a resumed session's requests: who:request id -> the answer given
         self._scores: dict[str, tuple[int, dict]] = {}  # team -> (the tick, its score as it stood then)
+        self.controls: list[dict] = []  # the facilitator's controls so far (the latest), at the simulated clock
         self.request: str | None = None  # the request being answered (see ``answering``)
         try:
             for name in teams:
@@ -422,6 +426,9 @@ class Session:
             self.request = None
 
     def _journal(self, control: str, **data) -> None:
+        if control in CONTROL_TEXT:  # (a resumed session's too: the facilitator's history is whole)
+            self.controls.append({"clock": self.clock_text(), "control": control, "detail": CONTROL_TEXT[control](data)})
+            del self.controls[:-MAX_CONTROLS_SHOWN]
         if self.replaying:
             return
         if self.request is not None:
@@ -591,6 +598,7 @@ class Session:
             r["last_feed"] = view.feed[-1]["clock"] + " " + view.feed[-1]["text"] if view.feed else ""
         board["faults"] = [{"name": f["name"], "description": f["description"], "params": f["params"]}
                            for f in self.faults.values()]
+        board["controls"] = list(self.controls)
         return board
 
     # -- the end ------------------------------------------------------------------------------------

@@ -58,8 +58,10 @@ function setUp(ov) {
   gd.$("set-speed").addEventListener("click", (ev) => send("speed", {speed: Number(gd.$("speed").value)}, out, ev.target));
   const end = gd.$("end");
   end.addEventListener("click", () => {  // twice, so that one slip of the hand does not end a game day
-    if (end.dataset.armed) send("end", {}, out, end);
-    else { end.dataset.armed = "1"; end.textContent = "Really end it? Click again"; }
+    if (end.dataset.armed) { send("end", {}, out, end); disarm(); return; }
+    end.dataset.armed = "1";
+    end.textContent = "Really end it? Click again";
+    fac.disarming = setTimeout(disarm, END_ARMED_MS);  // (a second click much later is not the same intent)
   });
   gd.$("inject").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -75,6 +77,15 @@ function setUp(ov) {
   });
 }
 
+const END_ARMED_MS = 5000;  // how long the End button waits for its second click
+
+function disarm() {
+  const end = gd.$("end");
+  clearTimeout(fac.disarming);
+  delete end.dataset.armed;
+  end.textContent = "End the game day";
+}
+
 function render(ov) {
   if (!fac.overview) setUp(ov);
   fac.overview = ov;
@@ -86,6 +97,16 @@ function render(ov) {
   gd.$("meta").textContent = s.playbook + ", seed " + s.seed + ", speed " + speed +
     (s.pace ? ", really " + Math.round(s.pace) + "x" : "");
   gd.$("main").hidden = false;
+  if (s.state === "ended") { disarm(); gd.$("end").disabled = true; }  // (ended, by the facilitator or the clock)
+  const history = gd.el("ol", null, "history");
+  history.id = "history";
+  history.reversed = true;
+  for (const c of (ov.controls || []).slice().reverse()) {
+    const li = gd.el("li", c.clock + "  " + c.control + (c.detail ? ": " + c.detail : ""));
+    li.dataset.control = c.control;
+    history.appendChild(li);
+  }
+  gd.$("history").replaceWith(history);
   const body = gd.el("tbody");
   body.id = "rows";
   for (const t of ov.teams) {
@@ -94,8 +115,12 @@ function render(ov) {
     const cells = [[String(t.rank), "num"], [t.team, "team"], [t.loop], [t.backlog],
                    [typeof t.impact === "number" ? t.impact.toFixed(1) : "-", "num"], [String(t.actions), "num"],
                    [t.in_flight.join(", ") || "-"], [t.alarms.join(", ") || "-", t.alarms.length ? "alert" : ""],
-                   [String((ov.consoles || {})[t.team] || 0), "num"], [t.last_feed || "-"]];
-    for (const [text, cls] of cells) tr.appendChild(gd.el("td", text, cls || undefined));
+                   [String((ov.consoles || {})[t.team] || 0), "num"], [t.last_feed || "-", "latest"]];
+    for (const [text, cls] of cells) {
+      const td = gd.el("td", text, cls || undefined);
+      if (cls === "latest") td.title = text;  // (cut to its column; the whole of it on hover)
+      tr.appendChild(td);
+    }
     body.appendChild(tr);
   }
   gd.$("rows").replaceWith(body);
