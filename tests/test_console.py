@@ -94,7 +94,7 @@ def test_status_shows_header_metrics_alerts_actions_logs_messages():
     assert "81,234" in rows["event-delivery.backlog"] and "stale 4m" in rows["event-delivery.backlog"]
     assert GAP in rows["bridge.utilisation"]
     assert "[bridge-hot]" in text
-    assert "isolate_top_talker devices=2 (alice) asked 07:40:00: lead time, ready at 07:50:00" in text
+    assert "isolate_top_talker devices=2 (alice) asked 07:40:00: lead time, ready at 07:50:00 (in 7m50s)" in text
     assert "enable_protection (bob) asked 07:30:00: deploying, step 1/2 done, 3 failed steps retried" in text
     assert "✓ disable_scaling_automation (alice) asked 07:31:00: in effect since 07:33:01" in text
     assert "LOG QUERY asked 07:20:00, answered 07:30:00" in text and "bridge.utilisation 99.0%" in text

@@ -204,6 +204,7 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             request_action(blue, "isolate_top_talker", devices=3)
             red_action = wait_for(lambda: (a := shown_action(red, "move_dns_off_bridge")) and a["state"] == "started" and a)
             assert red_action["steps"] == 2 and "ready" in red_action["text"]
+            assert re.search(r"ready in (\d+m)?\d+s", red_action["text"]), red_action["text"]  # its countdown
             wait_for(lambda: (shown_action(red, "move_dns_off_bridge") or {}).get("state") == "effective")
             wait_for(lambda: (shown_action(blue, "isolate_top_talker") or {}).get("state") == "effective")
             assert "devices=3" in shown_action(blue, "isolate_top_talker")["text"]

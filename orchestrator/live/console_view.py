@@ -155,7 +155,7 @@ def action_progress(a: dict, now: str | None) -> str:
     elif st in ("started", "stepping") and a.get("steps"):
         ready = a.get("ready")
         if st == "started" and ready and now and _secs(now) is not None and _secs(now) < (_secs(ready) or 0):
-            text = f"lead time, ready at {full_clock(ready)}"
+            text = f"lead time, ready at {full_clock(ready)} (in {format_duration(_secs(ready) - _secs(now))})"
         else:
             text = f"deploying, step {a.get('steps_done', 0)}/{a['steps']} done"
     else:

@@ -213,7 +213,7 @@ function list(id, items, make) {
   ul.replaceWith(fresh);
 }
 
-function actionItem(a) {
+function actionItem(a, now) {
   const li = gd.el("li");
   li.dataset.command = a.command || "";
   li.dataset.state = a.state;
@@ -230,8 +230,22 @@ function actionItem(a) {
                           (a.failed_steps ? ", " + a.failed_steps + " failed" : "")));
   }
   if (a.ready) li.appendChild(gd.el("span", " · ready " + a.ready, "muted"));
+  const left = a.state === "started" && a.ready && now ? seconds(a.ready) - seconds(now) : 0;
+  if (left > 0) li.appendChild(gd.el("span", " · ready in " + formatLeft(left), "countdown"));  // in simulated time
   if (a.effective) li.appendChild(gd.el("span", " · in effect " + a.effective));
   return li;
+}
+
+// HH:MM[:SS] as seconds after midnight; a span of seconds as 1h02m, 4m05s or 35s
+function seconds(clock) {
+  const [h, m, s] = clock.split(":").map(Number);
+  return h * 3600 + m * 60 + (s || 0);
+}
+
+function formatLeft(s) {
+  s = Math.round(s);
+  if (s >= 3600) return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+  return s >= 60 ? Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s" : s + "s";
 }
 
 // -- the team's own score as it stands: its loop, impact so far, milestones beside par ------------
@@ -285,7 +299,7 @@ function render(st) {
   if (s.state === "ended" && !gd.over) over(st.score);
   list("alerts", st.alarms.length ? st.alarms : ["none firing"],
        (a) => gd.el("li", a, st.alarms.length ? "alert" : "muted"));
-  list("actions", st.actions.slice().reverse(), actionItem);
+  list("actions", st.actions.slice().reverse(), (a) => actionItem(a, s.clock));
   list("messages", st.messages.slice().reverse(), (m) => gd.el("li", m.clock + "  " + m.text));
   list("logs", st.logs.slice(-2).reverse(), logItem);
   const feed = gd.$("feed");
