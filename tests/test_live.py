@@ -24,7 +24,7 @@ from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs.runner import replay
 from orchestrator.live.session import Session
 from reports.rundir import load_run
-from tests.helpers import interrupt_when, serve, stop
+from tests.helpers import built_in_from, interrupt_when, serve, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.live]  # live game days over real sockets
 
@@ -66,12 +66,17 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
     """`gameday serve` with each team's world on a Ray actor; a scripted console for each
     team over real sockets: `good` cuts the surge and turns protection on once the
     trigger has fired, `idle` only watches. The scoreboard ranks good first, every run
-    directory is complete, and the good team's run replays identically in process."""
+    directory is complete, and the good team's run replays identically in process.
+
+    The built-in scenario from 07:25 (its clock started five minutes before the trigger,
+    rather than its half-hour prologue: the same world in its steady state) to 08:10."""
     out = tmp_path / "session"
     gcs = ray_session.get_runtime_context().gcs_address
     clients = []
-    proc, toks = serve(["--team", "good", "--team", "idle", "--hosting", "ray", "--placement", "single", "--address", gcs,
-                        "--bind", "tcp://127.0.0.1:0", "--no-web", "--duration", "70m", "--speed", "800", "--linger", "2"], out)
+    playbook = built_in_from(tmp_path, "us-east-1-2021", "07:25")
+    proc, toks = serve([playbook, "--team", "good", "--team", "idle", "--hosting", "ray", "--placement", "single",
+                        "--address", gcs, "--bind", "tcp://127.0.0.1:0", "--no-web", "--duration", "45m",
+                        "--speed", "60", "--linger", "2"], out)
     try:
         # (patient clients: the server answers between ticks of worlds on niced Ray actors, which a
         # busy machine, such as the other test worker's, can hold back for seconds)
@@ -79,16 +84,13 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
                                                 timeout_s=5.0, retries=5) for k in ("facilitator", "good", "idle")]
         assert good.call("hello", {"team": "good", "role": "alice"})["team"] == "good"
         assert fac.call("start")["state"] == "running"
-        slowed = acted = False
+        acted = False
         while True:
             st = good.call("state", {"since": 0})
             idle.call("state", {"since": 0})
-            if not slowed and st["session"]["clock"] >= "07:20":
-                # At 800x ten simulated minutes pass in 0.75 s, and protection asked for after
-                # about 07:42 no longer breaks the loop by the end: the facilitator slows the
-                # session down around the team's move, so a busy machine cannot make it late.
-                fac.call("speed", {"speed": 60})
-                slowed = True
+            # At 800x ten simulated minutes pass in 0.75 s, and protection asked for after
+            # about 07:42 no longer breaks the loop by the end: the session plays at 60x
+            # until the team's move, so a busy machine cannot make it late, then at 800x.
             if not acted and st["session"]["clock"] >= "07:32":
                 good.call("act", {"action": "disable_scaling_automation"})
                 good.call("act", {"action": "enable_protection"})
@@ -109,14 +111,17 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
     assert first["impact"] < second["impact"] and first["actions"] == 2 and second["actions"] == 0
     for team in ("good", "idle"):
         run = load_run(out / "teams" / team)
-        assert run.meta["status"] == "complete" and run.meta["ticks_done"] == 4200 == len(run.metrics)
+        assert run.meta["status"] == "complete" and run.meta["ticks_done"] == 2700 == len(run.metrics)
         assert run.meta["hosting"] == "ray" and run.meta["operator"] == "console"
         assert (out / "teams" / team / "report" / "report.html").is_file()
     assert [e["body"]["action"] for e in injected(out / "teams" / "good")] == ["disable_scaling_automation",
                                                                                "enable_protection"]
     assert injected(out / "teams" / "idle") == []
     report = (out / "report" / "session.md").read_text()
-    assert "## Team good" in report and "## Team idle" in report and "start" in report
+    assert "## Team good" in report and "## Team idle" in report
+    # the facilitator's controls at the simulated clock, and the speed as it changed
+    assert "| 07:25:00 | start |  |" in report and "| speed | 800x |" in report, report[:3000]
+    assert "(speed 60x, then 800x from 07:3" in report, report[:600]
     assert "final ranking" in stdout
     again = replay(out / "teams" / "good", tmp_path / "replayed")
     for name in ("metrics.csv", "events.jsonl"):

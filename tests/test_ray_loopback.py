@@ -1,7 +1,8 @@
 """A Ray that gameday starts listens on loopback only, and so do gameday's own sockets
-(README: a session binds loopback): every listening TCP socket of a `gameday run` and a
-`gameday serve` on Ray, and of every process below them (the Ray each starts: its GCS,
-raylet, agents and the actors), read from /proc while they play; and the tests' shared Ray."""
+(README: a session binds loopback): every listening TCP socket of a `gameday serve` on a
+Ray of its own (which starts its Ray, actors and tick barriers as a `gameday run` does) and
+of a `gameday run` joining a Ray, and of every process below them (the Ray it starts: its
+GCS, raylet, agents and the actors), read from /proc while they play; and the tests' shared Ray."""
 from __future__ import annotations
 
 import ipaddress
@@ -134,20 +135,16 @@ def check_all_on_loopback(seen: dict) -> None:
     print(f"\n{len(seen)} listening sockets, all on {sorted({address for _, address, _ in seen})}")
 
 
-def test_a_run_on_ray_listens_on_loopback_only(tmp_path):
-    """`gameday run --hosting ray`, an actor per kind of agent, paced so that it plays for
-    some seconds after its actors are up."""
-    seen, commands, done = watch(["run", PLAYBOOK, "--runbook", "none", "--duration", "2m", "--speed", "20",
-                                  "--hosting", "ray", "--placement", "kind", "--no-progress", "--no-report",
-                                  "--out", str(tmp_path / "run")])
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "gcs_server" in commands  # the command's own Ray, below it (not the tests' shared one)
-    check_all_on_loopback(seen)
-    assert held_by(seen, "orchestrator.cli") >= 2  # Ray's driver and the tick barrier's ROUTER
-
-
 def test_a_served_game_day_on_ray_listens_on_loopback_only(tmp_path):
-    """`gameday serve --hosting ray`, two teams and the pages, started at once and left to end."""
+    """`gameday serve --hosting ray`, two teams and the pages, started at once and left to end.
+
+    It stands for `gameday run --hosting ray` on a Ray of its own too (one Ray start-up
+    instead of two): a session builds each team's world as a run does (``WorldRun`` ->
+    ``HostingOptions.make`` -> ``RayHost``, whose ``ensure_ray`` starts the Ray with
+    ``start_local_ray``; the same ``GroupHost`` actors; the same tick barrier ROUTER per
+    world), so a run's own Ray, actors and barrier are the ones seen here. A run's own
+    sockets are checked when it joins a Ray (below), and one actor per kind of agent on
+    the tests' shared Ray (the last test)."""
     seen, commands, done = watch(["serve", PLAYBOOK, "--team", "red", "--team", "blue", "--hosting", "ray",
                                   "--bind", "tcp://127.0.0.1:0", "--web-port", "0", "--start", "--speed", "20",
                                   "--duration", "2m", "--linger", "1", "--no-report", "--out", str(tmp_path / "s")])
