@@ -88,6 +88,8 @@ def _clock(seconds_after_midnight: float) -> str:
     return format_clock(seconds_after_midnight % 86400, with_seconds=True)
 
 
+FLAPPING = 4  # an alarm raised this many times or more is one line of the timeline (its firings counted)
+
 #: event -> its timeline row's (what, detail), for the events whose row needs nothing but the event
 #: (trigger, customer updates and actions taking effect are compared with par in ``analyse``)
 TIMELINE_ROWS = {
@@ -469,9 +471,20 @@ def _timeline(r: _Reading) -> list[dict]:
 
     history = {k: v for k, v in r.par_s.items() if k in r.actions}  # the real team's actions
     repeated: dict[str, list] = {}  # a trigger -> [its row, its firings, the last]: a repeating one is one row
+    raised: dict[str, list[int]] = {}
+    for e in r.events:
+        if e["event"] == "alarm_raised":
+            raised.setdefault(e["alarm"], []).append(e["tick"])
+    # an alarm that fires and clears again and again is one line, not two a time
+    flapping = {alarm: ticks for alarm, ticks in raised.items() if len(ticks) >= FLAPPING}
     for e in r.events:
         ev, tick = e["event"], e["tick"]
-        if ev in TIMELINE_ROWS:
+        if ev in ("alarm_raised", "alarm_cleared") and e["alarm"] in flapping:
+            ticks = flapping[e["alarm"]]
+            if ev == "alarm_raised" and tick == ticks[0]:
+                add(tick, f"alarm flapping: {e['alarm']}", f"on {e.get('metric', '')}: fired {len(ticks)} times from "
+                                                           f"{r.at(ticks[0])} to {r.at(ticks[-1])}, clearing in between")
+        elif ev in TIMELINE_ROWS:
             add(tick, *TIMELINE_ROWS[ev](e))
         elif ev == "trigger" and e.get("trigger") in repeated:
             fired = repeated[e["trigger"]]

@@ -44,6 +44,29 @@ def test_the_report_figures_are_those_of_the_score_and_the_metrics(historical):
     check_score_record(score)  # the 2021 world's score has devices_healthy and recoveries too
 
 
+def test_an_alarm_that_flaps_is_one_timeline_line_with_its_count(historical):
+    """The flagship's debrief once read as a wall: one alarm firing and clearing every ten
+    minutes for hours, two rows a time. An alarm raised FLAPPING times or more is one row
+    (how often, from when to when); one raised fewer times keeps a row per change."""
+    from reports.analysis import FLAPPING
+
+    a = analyse(historical)
+    ev = historical.events
+    raised = ev[ev["event"] == "alarm_raised"].groupby("alarm")["tick"].count().to_dict()
+    flapping = {alarm: n for alarm, n in raised.items() if n >= FLAPPING}
+    assert flapping, raised  # (the flagship has one: the test has substance)
+    for alarm, n in raised.items():
+        rows = [row for row in a.timeline if row["what"] in (f"alarm: {alarm}", f"alarm cleared: {alarm}",
+                                                             f"alarm flapping: {alarm}")]
+        if alarm in flapping:
+            assert [row["what"] for row in rows] == [f"alarm flapping: {alarm}"], rows
+            first = ev[(ev["event"] == "alarm_raised") & (ev["alarm"] == alarm)]["tick"]
+            assert f"fired {n} times from {rows[0]['clock']} to " in rows[0]["detail"]
+            assert rows[0]["tick"] == first.iloc[0]
+        else:
+            assert sum(row["what"] == f"alarm: {alarm}" for row in rows) == n
+
+
 def test_par_written_without_quotes_is_read_as_the_clock_time_it_says(historical, tmp_path):
     """YAML 1.1 reads an unquoted 07:30 as 450 (sexagesimal minutes); the playbook accepts it,
     and so must the report (it once read 450 as seconds: par at 00:07:30)."""
