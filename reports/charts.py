@@ -9,8 +9,10 @@ import matplotlib
 matplotlib.use("Agg")  # no display: reports are built in batch and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from .analysis import Analysis, amplification, loop_signals, populations, useful_share  # noqa: E402
+from .timefmt import format_clock, parse_clock  # noqa: E402
 
 MAX_POINTS = 1500  # a 12-hour run at 1 s ticks is thinned to this many points per line
 
@@ -58,10 +60,21 @@ def _finish(fig, ax, analysis: Analysis, dt: float, start_label: str) -> bytes:
     for x, text in action_labels(marks, hi - lo):
         ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="tab:red",
                     va="top", ha="left", linespacing=1.0)
-    ax.set_xlabel(f"hours after {start_label}")
+    start_s = parse_clock(start_label)  # the x axis in hours after the start, labelled with the simulated clock
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_clock((start_s + x * 3600.0) % 86400)))
+    ax.set_xlabel("simulated clock")
+    if ax.get_yscale() == "linear":  # whole numbers with thousands separators, never an offset (1e7) above the axis
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: readable(v)))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return png(fig)
+
+
+def readable(v: float) -> str:
+    """An axis value as people read it: 12,500, 3.5, 0.25 (no scientific notation)."""
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.3g}" if v != int(v) else f"{v:.0f}"
 
 
 def png(fig) -> bytes:

@@ -169,6 +169,31 @@ def test_the_html_report_renders_in_headless_chromium_with_its_charts(run_2021, 
     assert blue > 1000 and orange > 500 and purple > 500  # line colours of the charts: drawn, not blank
 
 
+@pytest.mark.browser
+def test_the_flagships_html_report_opens_with_the_loops_picture_above_its_tables(historical, tmp_path):
+    """The debrief opens with the loop's chart, not a wall of tables: at 1,400 px the loop's
+    chart stands below the summary and above the measures, the impact and the timeline (a
+    browser reading positions, not pixels), and the other charts keep their section."""
+    from helpers import webdriver
+
+    write_report(historical.dir, "html", tmp_path / "report")
+    with webdriver(tmp_path) as d:
+        d.set_window_size(1400, 900)
+        d.get((tmp_path / "report" / "report.html").as_uri())
+        top = d.execute_script("""
+            const at = (el) => el.getBoundingClientRect().top + window.scrollY;
+            const heading = (text) => [...document.querySelectorAll('h2')].find((h) => h.textContent === text);
+            return {loop: at(document.querySelector('img[alt="loop"]')), summary: at(heading('Summary')),
+                    impact: at(heading('Impact')), timeline: at(heading('Timeline')), charts: at(heading('Charts')),
+                    measures: at(document.querySelector('h2 ~ table')),
+                    loops: document.querySelectorAll('img[alt="loop"]').length,
+                    others: [...document.querySelectorAll('img.chart')].filter((i) => i.alt !== 'loop')
+                              .map((i) => at(i))}""")
+    assert top["loops"] == 1 and top["summary"] < top["loop"] < min(top["measures"], top["impact"], top["timeline"]), top
+    assert top["others"] and all(y > top["charts"] for y in top["others"]), top
+    assert top["loop"] < 900  # (in view as the report opens)
+
+
 def test_on_the_historical_run_the_counterfactual_names_the_capacity_addition(historical):
     """AWS's summary: congestion improved once capacity was added and the top talkers were
     isolated, while moving DNS fixed DNS but not the loop (DESIGN.md 2.1, mechanisms d and
