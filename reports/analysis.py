@@ -107,6 +107,7 @@ TIMELINE_ROWS = {
     "fault_lifted": lambda e: (f"fault lifted: {e['agent']}", "its duration was over"),
     "readmitted": lambda e: (f"readmitted: {e['agent']}", f"{float(e['share']):.0%} of its traffic let back"),
     "facilitator_message": lambda e: ("facilitator's message", e["text"]),
+    "hint_released": lambda e: ("hint from the facilitator", e["text"]),
     "team_note": lambda e: (f"note by {e['by']}", e["text"]),
     "session_paused": lambda e: ("game day paused", "simulated time stood still meanwhile"),
     "session_resumed": lambda e: ("game day resumed", ""),

@@ -23,6 +23,7 @@ CONTROL_TEXT = {
     "inject": lambda d: d["fault"] + "".join(f" {k}={v}" for k, v in (d.get("params") or {}).items())
                         + f" into {', '.join(d['teams'])}",
     "message": lambda d: f"to {', '.join(d['teams'])}: {d['text'][:80]}", "end": lambda d: d["reason"],
+    "hint": lambda d: f"to {', '.join(d['teams'])}: " + (d.get("name") or d["text"][:80]),
     "restarted": lambda d: "the server restarted"}
 
 

@@ -165,6 +165,9 @@ CASES = [
              "(the default of variable device_cpu, in the file's variables header)"),
     playbook("variable_default_misspelt.yaml.j2", "(variables)", "variables.bridge_devices: got {'defualt': 2, ",
              "expected a mapping with 'default' and 'description' (did you mean default for defualt?)"),
+    playbook("hint_errors.yaml.j2", "(validate)",
+             "hints[1].text: got 'xxxx", "expected a text of 1 to 500 characters (what a console shows)",
+             "hints[1].name: got 'look_at_the_bridge'; expected a name used by no other of the hints", header="2 errors"),
     # runbooks, against the valid playbook
     runbook("runbook_do_key_misspelt.yaml",
             "rules[0].do.parms: got {'devices': 4}; expected only action and params (did you mean params?)"),

@@ -221,6 +221,12 @@ JOURNAL_CASES = {
     "a note of another team": (lambda r: r + [NOTE | {"command": "blue:3"}], "line 4: command: got 'blue:3'; expected red:ID"),
     "an empty note": (lambda r: r + [NOTE | {"text": ""}], "line 4: text: got ''; expected a text of 1 to 500"),
     "a note by a number": (lambda r: r + [NOTE | {"by": 7}], "line 4: by: got 7; expected a text of at most 500"),
+    "a hint the playbook lacks": (lambda r: r + [{"wall": "x", "tick": 25, "control": "hint", "name": "nosuch",
+                                                  "text": "x", "teams": ["red"]}],
+                                  "line 4: name: got 'nosuch'; expected nothing (a hint written live), or one of the "
+                                  "playbook's hints (what_crosses_the_bridge"),
+    "a hint of no text": (lambda r: r + [{"wall": "x", "tick": 25, "control": "hint", "text": "", "teams": ["red"]}],
+                          "line 4: text: got ''; expected a text of 1 to 500"),
     "a line that is a list": (lambda r: r + [[1, 2]], "line 4: got [1, 2]; expected a JSON object"),
     "teams that are not names": (lambda r: [r[0] | {"teams": ["red", "../x"]}] + r[1:],
                                  "line 1: teams: got ['red', '../x']; expected a list of 1 to 64 distinct team names"),

@@ -351,6 +351,14 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         fac.find_element("id", "message-text").send_keys("the status page is down too")
         fac.find_element("css selector", "#message button").click()
         wait_for(lambda: "the status page is down too" in blue.find_element("id", "messages").text)
+        # A prepared hint for blue only: on blue's page, in blue's run, not red's.
+        Select(fac.find_element("id", "hint-name")).select_by_value("retries_are_load")
+        assert fac.find_element("id", "hint-text-shown").text.startswith("Clients retry failed connections")
+        fac.find_element("css selector", '.teams[data-for="hint"] input[value="red"]').click()
+        fac.find_element("css selector", "#hint button").click()
+        wait_for(lambda: fac.find_element("css selector", "#hint .result").text == "hint: done")
+        wait_for(lambda: "Clients retry failed connections at once" in blue.find_element("id", "hints").text)
+        assert session.teams["red"].view.hints == []
         wait_for(lambda: any(m[1] == "fault" for m in session.teams["red"].view.marks))
         assert not any(m[1] == "fault" for m in session.teams["blue"].view.marks)
 
@@ -361,8 +369,10 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         wait_for(lambda: fac.find_element("id", "end").get_attribute("data-armed") is None, timeout=10)  # disarmed
         # its history of controls, at the simulated clock, newest first
         history = fac.execute_script("return [...document.querySelectorAll('#history li')].map((li) => li.textContent)")
-        assert [h.split("  ", 1)[1].split(":")[0] for h in history] == ["message", "inject", "resume", "pause", "start"]
-        assert re.search(r"inject: second_surge .* into red$", history[1]) and history[0].endswith("to red, blue: the status page is down too")
+        assert [h.split("  ", 1)[1].split(":")[0] for h in history] == ["hint", "message", "inject", "resume", "pause",
+                                                                        "start"]
+        assert history[0].endswith("hint: to blue: retries_are_load")
+        assert re.search(r"inject: second_surge .* into red$", history[2]) and history[1].endswith("to red, blue: the status page is down too")
         assert all(re.fullmatch(r"\d\d:\d\d(:\d\d)?", h.split("  ")[0]) for h in history), history
         screenshot(fac, "facilitator")
 

@@ -50,6 +50,8 @@ NOT_FOR_A_SCHEMA = {
     "several_service_errors.yaml.j2": "lease periods, queues and chains across services",
     "set_work_without_dispatch_rate.yaml.j2": "the population's max_rate is elsewhere in the file",
     "cache_errors.yaml.j2": "a cache's store defined elsewhere, its size against its keys, chains across services",
+    "hint_errors.yaml.j2": "names unique among the hints, and a hint's text within what a console shows (500 "
+                           "characters: the schema's texts may be longer)",
     "non_finite_number.yaml.j2": "YAML's .nan is a number to JSON Schema, and NaN passes every range",
     "runbook_unknown_metric.yaml": "the metric must be observed by the playbook",
     "runbook_unknown_mitigation.yaml": "the action must be a mitigation of the playbook",

@@ -277,3 +277,43 @@ def test_an_action_asked_while_paused_shows_queued_at_once_and_then_as_the_opera
         assert [a["state"] for a in s.team_state("red")["actions"]] == [shown[0]["state"], "asked"]
     finally:
         s.close()
+
+
+def test_a_hint_released_reaches_only_the_teams_it_is_for_and_is_in_their_runs(tmp_path):
+    """A prepared hint (by name) to red, one written live to both: each in the journal, in
+    the chosen teams' runs (their reports' timelines) and consoles, nowhere else; a name
+    the playbook lacks, or a name and a text at once, refused naming what is expected."""
+    import json
+
+    from orchestrator.hosting.host import HostingOptions
+    from orchestrator.live.protocol import ProtocolError
+    from orchestrator.live.session import Session
+    from reports.analysis import analyse
+    from reports.rundir import load_run
+
+    s = Session(tmp_path / "session", ["red", "blue"], duration=120, speed=None, hosting=HostingOptions())
+    try:
+        s.start()
+        for _ in range(10):
+            s._advance()
+        prepared = s.hint("what_crosses_the_bridge", teams=["red"])
+        assert prepared["teams"] == ["red"] and prepared["text"].startswith("Which of your services")
+        s.hint(text="look at the setup success", teams=None)
+        with pytest.raises(ProtocolError, match=r"name: got 'nosuch'; expected one of the playbook's hints "
+                                                r"\(what_crosses_the_bridge, retries_are_load"):
+            s.hint("nosuch")
+        with pytest.raises(ProtocolError, match="name or text: give one"):
+            s.hint("what_crosses_the_bridge", "and a text")
+        assert [h["text"] for h in s.team_state("red")["hints"]] == [prepared["text"], "look at the setup success"]
+        assert [h["text"] for h in s.team_state("blue")["hints"]] == ["look at the setup success"]
+        for _ in range(5):
+            s._advance()
+    finally:
+        s.close()
+    journal = [json.loads(line) for line in (tmp_path / "session" / "journal.jsonl").read_text().splitlines()]
+    assert [(j.get("name"), j["teams"]) for j in journal if j["control"] == "hint"] == \
+        [("what_crosses_the_bridge", ["red"]), (None, ["red", "blue"])]
+    for team, n in (("red", 2), ("blue", 1)):
+        rows = [r for r in analyse(load_run(tmp_path / "session" / "teams" / team)).timeline
+                if r["what"] == "hint from the facilitator"]
+        assert len(rows) == n and rows[-1]["detail"] == "look at the setup success"

@@ -331,6 +331,17 @@ def facilitate_message(client, text, teams):
     _print_result(client.call("message", {"text": text, "teams": list(teams)} if teams else {"text": text}))
 
 
+@facilitate.command("hint")
+@click.argument("name", required=False)
+@click.option("--text", help="A hint of your own instead of one the playbook prepared.")
+@click.option("--team", "teams", multiple=True, help="Only these teams (repeatable) [default: every team].")
+@click.pass_obj
+def facilitate_hint(client, name, text, teams):
+    """Release the playbook's hint NAME (`gameday playbooks show` lists them), or --text, to the teams."""
+    args = {"name": name} if name is not None else {"text": text} if text is not None else {}
+    _print_result(client.call("hint", args | ({"teams": list(teams)} if teams else {})))
+
+
 @facilitate.command("status")
 @click.pass_obj
 def facilitate_status(client):

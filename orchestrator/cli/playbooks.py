@@ -50,6 +50,10 @@ def playbooks_show(name):
         for f in info["faults"]:
             params = ", ".join(f"{k}={v!r}" for k, v in f["params"].items())
             click.echo(f"  {f['name']:28s} {f['description']}" + (f"; params {params}" if params else ""))
+    if info["hints"]:
+        click.echo("\nhints (a live game day's facilitator releases them: gameday facilitate hint NAME):")
+        for h in info["hints"]:
+            click.echo(f"  {h['name']:28s} {h['text']}")
     if info["par"]:
         click.echo("\npar (the historical response):")
         for k, v in info["par"].items():

@@ -36,6 +36,7 @@ ROLES = {
     "speed": ("facilitator",),
     "inject": ("facilitator",),
     "message": ("facilitator",),
+    "hint": ("facilitator",),
     "end": ("facilitator",),
 }
 
@@ -55,6 +56,7 @@ ARGS: dict[str, dict[str, tuple[str, bool]]] = {
     "speed": {"speed": ("number", True)},
     "inject": {"fault": ("str", True), "params": ("map", False), "teams": ("strs", False)},
     "message": {"text": ("str", True), "teams": ("strs", False)},
+    "hint": {"name": ("str", False), "text": ("str", False), "teams": ("strs", False)},
     "end": {},
 }
 

@@ -460,6 +460,8 @@ class LiveServer:
             return s.inject(args["fault"], args.get("params"), args.get("teams"))
         if op == "message":
             return s.message(args["text"], args.get("teams"))
+        if op == "hint":
+            return s.hint(args.get("name"), args.get("text"), args.get("teams"))
         if op == "end":
             return s.end()
         raise lp.ProtocolError("malformed", f"op {op!r}")  # (parse_request refuses unknown ops first)

@@ -118,6 +118,7 @@ class TeamView:
         self.logs: list[dict] = []
         self.feed: list[dict] = []
         self.messages: list[dict] = []
+        self.hints: list[dict] = []  # the hints released to this team
 
     def clock(self, tick: int) -> str:
         return format_clock(self.start_s + tick * self.dt)
@@ -195,8 +196,8 @@ class TeamView:
         self.alarms = alarms
 
     def note(self, tick: int, kind: str, text: str) -> None:
-        if kind == "message":
-            self.messages.append({"clock": self.clock(tick), "text": text})
+        if kind in ("message", "hint"):  # (the facilitator's words: kept for the consoles beside the feed)
+            (self.messages if kind == "message" else self.hints).append({"clock": self.clock(tick), "text": text})
         self._feed(tick, kind, text)
 
     def metrics(self, tick: int) -> list[dict]:
@@ -213,6 +214,7 @@ class TeamView:
         ``series_since``: the first view not yet charted (None: no series)."""
         out = {"team": self.team, "metrics": self.metrics(tick), "alarms": self.alarms,
                "actions": list(self.actions.values()), "logs": self.logs[-5:], "messages": self.messages[-5:],
+               "hints": self.hints[-10:],
                "feed": self.feed[since:], "feed_next": len(self.feed)}
         if series_since is not None:
             out |= {"series": self.series[series_since:], "series_next": len(self.series)}
@@ -275,6 +277,7 @@ class Session:
         self.dt, self.start_s, self.ticks = first.plan.info.dt, first.plan.info.start_s, first.plan.ticks
         self.faults = {f["name"]: f for f in self.pb.data["faults"]}
         self.mitigations = {m["name"]: m for m in self.pb.data["mitigations"]}
+        self.hints = {h["name"]: h for h in self.pb.data["hints"]}
         self.kinds = agent_names(self.pb.data)
         self.clock = LiveClock(self.dt, speed)
         self.tick = 0  # the next tick every world steps
@@ -356,6 +359,8 @@ class Session:
             result = self.inject(r["fault"], r["params"], r.get("teams"))  # (None: every team)
         elif c == "message":
             result = self.message(r["text"], r.get("teams"))
+        elif c == "hint":
+            result = self.hint(r.get("name"), None if r.get("name") else r["text"], r.get("teams"))
         elif c == "act":
             self.answers[r["command"]] = self.act(r["team"], r["action"], r["params"], r["by"], r["command"])
         elif c == "note":
@@ -522,6 +527,25 @@ class Session:
         self._note_all("facilitator_message", text, [t.name for t in chosen], text=text)
         return {"teams": [t.name for t in chosen], "tick": self.tick}
 
+    def hint(self, name: str | None = None, text: str | None = None, teams=None) -> dict:
+        """A hint released to some or all teams: one the playbook prepared (``name``) or one
+        the facilitator writes now (``text``); journalled, in each chosen team's run (its
+        report's timeline) and on its consoles, and nowhere else."""
+        if (name is None) == (text is None):
+            raise ProtocolError("bad_request", "name or text: give one, a prepared hint's name "
+                                               f"({', '.join(self.hints) or 'the playbook has none'}) or a text")
+        if name is not None:
+            if name not in self.hints:
+                raise ProtocolError("bad_request", f"name: got {name!r}; expected one of the playbook's hints "
+                                                   f"({', '.join(self.hints) or 'it has none'})")
+            text = self.hints[name]["text"]
+        chosen = self._teams(teams)
+        self._journal("hint", name=name, text=text, teams=[t.name for t in chosen])
+        for t in chosen:
+            t.run.note("hint_released", name=name, text=text)
+            t.view.note(self.tick, "hint", text)
+        return {"name": name, "text": text, "teams": [t.name for t in chosen], "tick": self.tick}
+
     def end(self, reason: str = "ended by the facilitator") -> dict:
         if self.state != ENDED:
             self.state = ENDED
@@ -599,6 +623,7 @@ class Session:
         board["faults"] = [{"name": f["name"], "description": f["description"], "params": f["params"]}
                            for f in self.faults.values()]
         board["controls"] = list(self.controls)
+        board["hints"] = [{"name": h["name"], "text": h["text"]} for h in self.hints.values()]
         return board
 
     # -- the end ------------------------------------------------------------------------------------
@@ -832,7 +857,7 @@ def _check_created(path: Path, c: dict):
 #: the controls a journal holds -> the states of the session each needs (None: any)
 _NEEDS = {"created": None, "start": (WAITING,), "pause": (RUNNING,), "resume": (PAUSED,),
           "speed": (WAITING, RUNNING, PAUSED), "inject": (WAITING, RUNNING, PAUSED), "act": (WAITING, RUNNING, PAUSED),
-          "note": (WAITING, RUNNING, PAUSED), "message": None, "restarted": None}
+          "note": (WAITING, RUNNING, PAUSED), "message": None, "hint": None, "restarted": None}
 
 
 def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> None:
@@ -843,6 +868,7 @@ def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> N
     teams = records[0]["teams"]
     faults = {f["name"]: f for f in data["faults"]}
     mitigations = {m["name"]: m for m in data["mitigations"]}
+    hints = [h["name"] for h in data["hints"]]  # (in the playbook's order, as said)
     kinds = agent_names(data)
     state, last = WAITING, 0
     for n, r in enumerate(records, 1):
@@ -868,12 +894,15 @@ def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> N
             raise refuse("request", f"{FACILITATOR_REQUESTS}:ID, an ID of 1 to {MAX_ID} characters")
         if control == "speed" and (wanted := speed_problem(r.get("speed"))):
             raise refuse("speed", wanted)
-        if control in ("inject", "message"):
+        if control in ("inject", "message", "hint"):
             chosen = r.get("teams")
             if chosen is not None and not (isinstance(chosen, list) and chosen and all(t in teams for t in chosen)):
                 raise refuse("teams", f"nothing (every team), or a list of the session's teams ({', '.join(teams)})")
-        if control in ("message", "note") and not _is_text(r.get("text")):
+        if control in ("message", "note", "hint") and not _is_text(r.get("text")):
             raise refuse("text", f"a text of 1 to {MAX_TEXT} characters")
+        if control == "hint" and r.get("name") is not None and r["name"] not in hints:
+            raise refuse("name", f"nothing (a hint written live), or one of the playbook's hints "
+                                 f"({', '.join(hints) or 'it has none'})")
         owner = None
         if control == "inject":
             owner, what = faults.get(r.get("fault")), f"fault {r.get('fault')}"

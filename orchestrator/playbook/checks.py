@@ -11,6 +11,7 @@ from agents.population import spec_wheel_cells
 from agents.shards import SHARD_SEP
 from orchestrator import budgets
 from orchestrator.errors import InvalidPlaybook, Issue, closest_first, setting
+from orchestrator.live.protocol import MAX_TEXT
 from orchestrator.playbook.format import PLAYBOOK
 from orchestrator.playbook.format import milestone_keys
 from reports.rundir import MAX_TICK_S, MAX_TICKS, MEASURES, MIN_TICK_S
@@ -316,14 +317,19 @@ def _check_triggers(data: dict, n: Names) -> None:
 
 
 def _check_actions(data: dict, n: Names) -> None:
-    """Mitigations and faults: unique names, and effects their targets and operations accept."""
-    for section in ("mitigations", "faults"):
+    """Mitigations, faults and hints: unique names, effects their targets and operations
+    accept, hints a console can show."""
+    for i, h in enumerate(data.get("hints") or []):
+        if not 0 < len(h["text"]) <= MAX_TEXT:
+            n.issues.append(Issue(f"hints[{i}].text", h["text"], f"a text of 1 to {MAX_TEXT} characters (what a "
+                                                                 "console shows)"))
+    for section in ("mitigations", "faults", "hints"):
         seen = set()
         for i, m in enumerate(data[section]):
             if m["name"] in seen:
                 n.issues.append(Issue(f"{section}[{i}].name", m["name"], f"a name used by no other of the {section}"))
             seen.add(m["name"])
-            for j, e in enumerate(m["effects"]):
+            for j, e in enumerate(m.get("effects") or ()):  # (a hint has none)
                 check_effect(e, f"{section}[{i}].effects[{j}]", n, m["params"])
 
 

@@ -604,6 +604,13 @@ PLAYBOOK = M(
                                 "refer to them as $NAME"),
                effects=L(EFFECT, doc="the operations applied when it is injected", required=True)),
              doc="extra faults a facilitator can inject during a live game day", default=list),
+    hints=L(M("a hint a facilitator can release to some or all teams during a live game day (teams see it on their "
+              "consoles; it is journalled and in their reports' timelines)",
+              name=Field("str", required=True, example="look_at_the_bridge", doc="the hint's name"),
+              text=Field("str", required=True, example="Which of your dependencies cross the bridge?",
+                         doc="what the teams are shown (at most 500 characters)")),
+            doc="hints prepared for the facilitator of a live game day (a facilitator can also write one live)",
+            default=list),
     scoring=M("how runs are scored, from ground truth; each milestone must first have been false after the trigger, "
               "then hold for its `hold` (it holds from the start of that window; failing again as long is a relapse)",
               default=dict,

@@ -87,5 +87,5 @@ def describe(tpl: Template) -> dict:
     values = resolve_variables(tpl, {}, tpl.source)
     data = validate_playbook(parse_yaml(render(tpl, values), tpl.source, first_line=tpl.body_line), tpl.source)
     return {"name": data["name"], "title": data["title"], "description": data["description"],
-            "variables": tpl.header, "mitigations": data["mitigations"], "faults": data["faults"], "par": {k: format_clock(v) for k, v in data["par"].items()},
+            "variables": tpl.header, "mitigations": data["mitigations"], "faults": data["faults"], "hints": data["hints"], "par": {k: format_clock(v) for k, v in data["par"].items()},
             "runbooks": sorted(set(runbook_files(data["name"], tpl.source)) | {"none"})}

@@ -69,6 +69,22 @@ function setUp(ov) {
     send("inject", {fault: select.value, params: gd.readParams(gd.$("fault-params")), teams: chosenTeams(ev.target)},
          ev.target.querySelector(".result"), ev.target.querySelector("button"));
   });
+  const hints = gd.$("hint-name");  // the playbook's hints, or one written here
+  for (const h of ov.hints || []) hints.appendChild(gd.el("option", h.name)).value = h.name;
+  const shown = () => {
+    const h = (ov.hints || []).find((x) => x.name === hints.value);
+    gd.$("hint-text-shown").textContent = h ? h.text : "";
+    gd.$("hint-text").disabled = !!h;
+  };
+  hints.addEventListener("change", shown);
+  shown();
+  gd.$("hint").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (!chosenTeams(ev.target).length) { ev.target.querySelector(".result").textContent = "tick at least one team"; return; }
+    const args = hints.value ? {name: hints.value} : {text: gd.$("hint-text").value};
+    send("hint", {...args, teams: chosenTeams(ev.target)}, ev.target.querySelector(".result"),
+         ev.target.querySelector("button"));
+  });
   gd.$("message").addEventListener("submit", (ev) => {
     ev.preventDefault();
     if (!chosenTeams(ev.target).length) { ev.target.querySelector(".result").textContent = "tick at least one team"; return; }

@@ -180,8 +180,9 @@ function answered(msg) {
 }
 
 // -- the rest of the state ------------------------------------------------------------------------
-// how a feed entry stands out: an alert firing in red, one cleared in green, a team's note in blue
-const FEED_CLASS = {alert: "alert", cleared: "cleared", note: "note"};
+// how a feed entry stands out: an alert firing in red, one cleared in green, a team's note in blue,
+// a facilitator's hint in gold
+const FEED_CLASS = {alert: "alert", cleared: "cleared", note: "note", hint: "hint"};
 
 // A log query's answer as a table: each metric, its value (as monitoring would show it), its age.
 function logItem(l) {
@@ -301,6 +302,8 @@ function render(st) {
        (a) => gd.el("li", a, st.alarms.length ? "alert" : "muted"));
   list("actions", st.actions.slice().reverse(), (a) => actionItem(a, s.clock));
   list("messages", st.messages.slice().reverse(), (m) => gd.el("li", m.clock + "  " + m.text));
+  list("hints", st.hints.length ? st.hints.slice().reverse() : [null],
+       (h) => h ? gd.el("li", h.clock + "  " + h.text, "hint") : gd.el("li", "none released", "muted"));
   list("logs", st.logs.slice(-2).reverse(), logItem);
   const feed = gd.$("feed");
   for (const e of st.feed) {
