@@ -281,6 +281,41 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
     assert notes["blue"] == []
 
 
+def test_a_page_turned_away_for_now_says_refused_and_why_not_reconnecting_then_comes_in(tmp_path):
+    """A token's pages at their cap: one more is refused for now, and says so with the
+    server's reason, not 'connection lost'; a page of the token closes, and it comes in."""
+    import asyncio
+
+    import aiohttp
+
+    from orchestrator import budgets
+
+    with served(tmp_path) as (session, server, web), webdriver(tmp_path, "red") as red:
+        token = server.token_of("team", "red")
+
+        async def go():
+            async with aiohttp.ClientSession() as http:
+                pages = []
+                for _ in range(budgets.LIVE_PAGES_PER_TOKEN):
+                    ws = await http.ws_connect(f"ws://127.0.0.1:{web.port}/ws")
+                    await ws.send_str(json.dumps({"id": "h", "op": "hello", "token": token, "args": {"team": "red"}}))
+                    while json.loads((await ws.receive(timeout=30)).data).get("id") != "h":
+                        pass
+                    pages.append(ws)
+                red.get(web.link("red", token))
+                status = red.find_element("id", "status")
+                await asyncio.to_thread(wait_for, lambda: status.text.startswith("refused: "))
+                assert f"the most one token may have ({budgets.LIVE_PAGES_PER_TOKEN})" in status.text
+                assert "reconnecting" not in status.text
+                await pages.pop().close()
+                await asyncio.to_thread(wait_for, lambda: red.find_element("id", "status").text == "" and
+                                        page(red, "t.state !== null"), 60)
+                for ws in pages:
+                    await ws.close()
+
+        asyncio.run(go())
+
+
 def test_a_wrong_or_another_teams_token_sees_nothing_and_the_scoreboard_ranks_by_score(tmp_path):
     with served(tmp_path) as (session, server, web), webdriver(tmp_path) as d:
         facilitator = LiveClient(server.address, server.token_of("facilitator"))

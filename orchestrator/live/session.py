@@ -85,7 +85,7 @@ class LiveClock:
 
 _ASKED = "asked:"  # a team view's key for a command not yet requested by its operator
 
-MAX_CONTROLS_SHOWN = 50
+MAX_CONTROLS_SHOWN = 50  # the facilitator's controls its page lists (the latest)
 
 
 class TeamView:

@@ -123,6 +123,10 @@ gd.Connection = class {
   deny() { this.denied = true; if (this.ws) this.ws.close(); }
 };
 
+// The server's refusals of a page that it will take later (the page tries again by itself): said
+// as refused, with the server's reason, not as a lost connection.
+const TRY_AGAIN = ["too_many_pages", "rate_limited"];
+
 // The connection of a page for one role: pushed messages of type ``push`` go to
 // ``render``, replies to ``answered``. A token refused, or another role's, closes the
 // page with ``texts.wrong`` or ``texts.other`` (and is not tried again); no token at all,
@@ -130,6 +134,7 @@ gd.Connection = class {
 gd.rolePage = function (role, hello, push, render, answered, texts) {
   const token = gd.token();
   let conn = null;
+  let refused = null;  // why the server turned this page away for now (it tries again by itself)
   const refuse = (text) => {
     conn.deny();
     sessionStorage.removeItem("gameday-token:" + location.pathname);
@@ -140,15 +145,17 @@ gd.rolePage = function (role, hello, push, render, answered, texts) {
   conn = new gd.Connection(
     () => hello(token),
     (msg) => {
-      if (msg.type === push) { render(msg.result); return; }
+      if (msg.type === push) { refused = null; render(msg.result); return; }
       if (msg.type !== "reply") return;
       if (!msg.ok && (msg.error.code === "unauthorized" || msg.error.code === "forbidden")) { refuse(texts.wrong); return; }
+      if (!msg.ok && TRY_AGAIN.includes(msg.error.code)) refused = msg.error.message;
       if (msg.result && msg.result.role && msg.result.role !== role) { refuse(texts.other); return; }
       answered(msg);
     },
     (up) => {
       document.body.classList.toggle("lost", !up && !gd.over);
-      gd.$("status").textContent = up ? "" : gd.over ? "the game day is over and its server has closed" : texts.lost;
+      gd.$("status").textContent = up ? "" : gd.over ? "the game day is over and its server has closed" :
+        refused ? "refused: " + refused : texts.lost;
     });
   if (!token) refuse(texts.none);
   return conn;
