@@ -173,6 +173,29 @@ def test_the_page_updates_itself_from_the_json(web, tmp_path):
 
 
 @pytest.mark.browser
+def test_the_table_fits_a_1400_px_projector_with_its_longest_texts(web, tmp_path):
+    """A loop that broke, re-formed and broke again, and a team with a long name: the
+    table wraps its texts rather than running off the right edge (its last column cut)."""
+    from helpers import wait_for, webdriver
+
+    def long_board() -> str:
+        b = board()
+        b["teams"][0].update(team="site-reliability-blue", loop="broken 13:22:10 (after re-forming 12:10:05)",
+                             backlog="drained 18:40:12", first_update="08:22:31")
+        return json.dumps(b)
+
+    _, url = web(long_board)
+    with webdriver(tmp_path) as d:
+        d.set_window_size(1400, 900)
+        d.get(url + "#v")
+        wait_for(lambda: d.find_elements("css selector", "tbody tr"))
+        right, width = d.execute_script(
+            "return [document.querySelector('thead th:last-child').getBoundingClientRect().right, "
+            "document.documentElement.clientWidth]")
+    assert right <= width, (right, width)
+
+
+@pytest.mark.browser
 def test_the_page_stops_polling_at_the_end_and_keeps_the_final_ranking(web, tmp_path):
     browser = chromium()
     fake = FakeBoard(end_at=3)
