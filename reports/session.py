@@ -24,6 +24,7 @@ CONTROL_TEXT = {
                         + f" into {', '.join(d['teams'])}",
     "message": lambda d: f"to {', '.join(d['teams'])}: {d['text'][:80]}", "end": lambda d: d["reason"],
     "hint": lambda d: f"to {', '.join(d['teams'])}: " + (d.get("name") or d["text"][:80]),
+    "ranks": lambda d: "shown to the teams" if d["shown"] else "hidden from the teams",
     "restarted": lambda d: "the server restarted"}
 
 

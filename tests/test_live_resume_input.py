@@ -225,6 +225,8 @@ JOURNAL_CASES = {
                                                   "text": "x", "teams": ["red"]}],
                                   "line 4: name: got 'nosuch'; expected nothing (a hint written live), or one of the "
                                   "playbook's hints (what_crosses_the_bridge"),
+    "ranks shown as text": (lambda r: r + [{"wall": "x", "tick": 25, "control": "ranks", "shown": "yes"}],
+                            "line 4: shown: got 'yes'; expected true or false"),
     "a hint of no text": (lambda r: r + [{"wall": "x", "tick": 25, "control": "hint", "text": "", "teams": ["red"]}],
                           "line 4: text: got ''; expected a text of 1 to 500"),
     "a line that is a list": (lambda r: r + [[1, 2]], "line 4: got [1, 2]; expected a JSON object"),

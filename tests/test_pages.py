@@ -394,6 +394,9 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         wait_for(lambda: fac.find_element("css selector", "#hint .result").text == "hint: done")
         wait_for(lambda: "Clients retry failed connections at once" in blue.find_element("id", "hints").text)
         assert session.teams["red"].view.hints == []
+        assert not blue.find_element("css selector", "#score .score-head").text.startswith("rank")
+        fac.find_element("id", "ranks").click()  # the teams see their ranks from now on
+        wait_for(lambda: re.match(r"rank [12] of 2 · loop ", blue.find_element("css selector", "#score .score-head").text))
         wait_for(lambda: any(m[1] == "fault" for m in session.teams["red"].view.marks))
         assert not any(m[1] == "fault" for m in session.teams["blue"].view.marks)
 
@@ -404,10 +407,10 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         wait_for(lambda: fac.find_element("id", "end").get_attribute("data-armed") is None, timeout=10)  # disarmed
         # its history of controls, at the simulated clock, newest first
         history = fac.execute_script("return [...document.querySelectorAll('#history li')].map((li) => li.textContent)")
-        assert [h.split("  ", 1)[1].split(":")[0] for h in history] == ["hint", "message", "inject", "resume", "pause",
-                                                                        "start"]
-        assert history[0].endswith("hint: to blue: retries_are_load")
-        assert re.search(r"inject: second_surge .* into red$", history[2]) and history[1].endswith("to red, blue: the status page is down too")
+        assert [h.split("  ", 1)[1].split(":")[0] for h in history] == ["ranks", "hint", "message", "inject", "resume",
+                                                                        "pause", "start"]
+        assert history[0].endswith("ranks: shown to the teams") and history[1].endswith("hint: to blue: retries_are_load")
+        assert re.search(r"inject: second_surge .* into red$", history[3]) and history[2].endswith("to red, blue: the status page is down too")
         assert all(re.fullmatch(r"\d\d:\d\d(:\d\d)?", h.split("  ")[0]) for h in history), history
         screenshot(fac, "facilitator")
 

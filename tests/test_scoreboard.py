@@ -302,7 +302,7 @@ def test_an_action_asked_while_paused_shows_queued_at_once_and_then_as_the_opera
         s.close()
 
 
-def test_a_hint_released_reaches_only_the_teams_it_is_for_and_is_in_their_runs(tmp_path):
+def test_a_hint_released_reaches_only_the_teams_it_is_for_and_ranks_only_when_shown(tmp_path):
     """A prepared hint (by name) to red, one written live to both: each in the journal, in
     the chosen teams' runs (their reports' timelines) and consoles, nowhere else; a name
     the playbook lacks, or a name and a text at once, refused naming what is expected."""
@@ -328,6 +328,14 @@ def test_a_hint_released_reaches_only_the_teams_it_is_for_and_is_in_their_runs(t
         with pytest.raises(ProtocolError, match="name or text: give one"):
             s.hint("what_crosses_the_bridge", "and a text")
         assert [h["text"] for h in s.team_state("red")["hints"]] == [prepared["text"], "look at the setup success"]
+        # a team's rank: hidden until the facilitator shows ranks
+        assert "rank" not in s.team_state("red")["score"]
+        s.show_ranks(True)
+        ranks = {t: s.team_state(t)["score"] for t in ("red", "blue")}
+        assert sorted(r["rank"] for r in ranks.values()) == [1, 2] and {r["of"] for r in ranks.values()} == {2}
+        assert [r["team"] for r in s.scoreboard()["teams"]][ranks["red"]["rank"] - 1] == "red"
+        s.show_ranks(False)
+        assert "rank" not in s.team_state("blue")["score"]
         assert [h["text"] for h in s.team_state("blue")["hints"]] == ["look at the setup success"]
         for _ in range(5):
             s._advance()
@@ -336,6 +344,7 @@ def test_a_hint_released_reaches_only_the_teams_it_is_for_and_is_in_their_runs(t
     journal = [json.loads(line) for line in (tmp_path / "session" / "journal.jsonl").read_text().splitlines()]
     assert [(j.get("name"), j["teams"]) for j in journal if j["control"] == "hint"] == \
         [("what_crosses_the_bridge", ["red"]), (None, ["red", "blue"])]
+    assert [j["shown"] for j in journal if j["control"] == "ranks"] == [True, False]
     for team, n in (("red", 2), ("blue", 1)):
         rows = [r for r in analyse(load_run(tmp_path / "session" / "teams" / team)).timeline
                 if r["what"] == "hint from the facilitator"]

@@ -331,6 +331,14 @@ def facilitate_message(client, text, teams):
     _print_result(client.call("message", {"text": text, "teams": list(teams)} if teams else {"text": text}))
 
 
+@facilitate.command("ranks")
+@click.argument("shown", type=click.Choice(["on", "off"]))
+@click.pass_obj
+def facilitate_ranks(client, shown):
+    """Show each team its rank on its own consoles (on), or not (off: the start)."""
+    _print_result(client.call("ranks", {"shown": shown == "on"}))
+
+
 @facilitate.command("hint")
 @click.argument("name", required=False)
 @click.option("--text", help="A hint of your own instead of one the playbook prepared.")

@@ -217,7 +217,8 @@ def render_status(state: dict | None, disconnected: bool = False, width: int = 1
     if score:  # the team's own score as it stands
         reached = [f"{for_terminal(m['name'])} {full_clock(m['clock'])}" for m in score.get("milestones") or []
                    if m.get("clock")]
-        lines.append(f"SCORE    loop {for_terminal(score.get('loop'))} · impact so far {float(score.get('impact', 0)):,.1f}"
+        rank = f"rank {score['rank']} of {score['of']} · " if score.get("rank") else ""
+        lines.append(f"SCORE    {rank}loop {for_terminal(score.get('loop'))} · impact so far {float(score.get('impact', 0)):,.1f}"
                      + (f" · reached: {', '.join(reached)}" if reached else ""))
     for m in state.get("messages") or []:
         lines.append(f"FACILITATOR {full_clock(m.get('clock'))}: {for_terminal(m.get('text', ''))}")

@@ -37,10 +37,11 @@ ROLES = {
     "inject": ("facilitator",),
     "message": ("facilitator",),
     "hint": ("facilitator",),
+    "ranks": ("facilitator",),
     "end": ("facilitator",),
 }
 
-#: op -> argument -> (type, required); types: str, int, number, map, strs (a list of str)
+#: op -> argument -> (type, required); types: str, int, number, map, strs (a list of str), bool
 ARGS: dict[str, dict[str, tuple[str, bool]]] = {
     "hello": {"team": ("str", False), "role": ("str", False)},
     "ping": {},
@@ -57,6 +58,7 @@ ARGS: dict[str, dict[str, tuple[str, bool]]] = {
     "inject": {"fault": ("str", True), "params": ("map", False), "teams": ("strs", False)},
     "message": {"text": ("str", True), "teams": ("strs", False)},
     "hint": {"name": ("str", False), "text": ("str", False), "teams": ("strs", False)},
+    "ranks": {"shown": ("bool", True)},
     "end": {},
 }
 
@@ -66,6 +68,7 @@ _CHECKS = {
     "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v, "a number"),
     "map": (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v), "a mapping of name -> value"),
     "strs": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 

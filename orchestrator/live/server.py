@@ -456,6 +456,8 @@ class LiveServer:
             return s.resume()
         if op == "speed":
             return s.set_speed(args["speed"])
+        if op == "ranks":
+            return s.show_ranks(args["shown"])
         if op == "inject":
             return s.inject(args["fault"], args.get("params"), args.get("teams"))
         if op == "message":

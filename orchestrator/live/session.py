@@ -260,6 +260,8 @@ class Session:
         self.answers: dict[str, dict] = {}  # a resumed session's requests: who:request id -> the answer given
         self._scores: dict[str, tuple[int, dict]] = {}  # team -> (the tick, its score as it stood then)
         self.controls: list[dict] = []  # the facilitator's controls so far (the latest), at the simulated clock
+        self.ranks_shown = False  # whether the teams see their ranks (the facilitator's choice)
+        self._ranking: tuple[int, list[str]] = (-1, [])  # (the tick, the teams in rank order then)
         self.request: str | None = None  # the request being answered (see ``answering``)
         try:
             for name in teams:
@@ -355,6 +357,8 @@ class Session:
             result = self.resume()
         elif c == "speed":
             result = self.set_speed(r["speed"])
+        elif c == "ranks":
+            result = self.show_ranks(r["shown"])
         elif c == "inject":
             result = self.inject(r["fault"], r["params"], r.get("teams"))  # (None: every team)
         elif c == "message":
@@ -497,6 +501,15 @@ class Session:
             return self.summary()
         return self._move(PAUSED, RUNNING, "resume", "session_resumed", "resumed")
 
+    def show_ranks(self, shown: bool) -> dict:
+        """Whether each team sees its rank on its own consoles (the facilitator's choice: off
+        until it is turned on, so that a game day can be played without a race)."""
+        self.ranks_shown = bool(shown)
+        self._journal("ranks", shown=self.ranks_shown)
+        for t in self.teams.values():
+            t.view.note(self.tick, "session", "your rank is shown" if shown else "your rank is hidden")
+        return self.summary()
+
     def set_speed(self, speed: float) -> dict:
         self._require(WAITING, RUNNING, PAUSED)
         if wanted := speed_problem(speed):
@@ -584,7 +597,7 @@ class Session:
         return {"state": self.state, "clock": self.clock_text(), "tick": self.tick, "speed": self.clock.speed or "max",
                 "end_clock": self.info["end_clock"], "lag_s": round(self.lag_s, 3), "fell_behind": self.behind,
                 "pace": None if self.pace() is None else round(self.pace(), 1), "stepped_at": self.stepped_at,
-                "playbook": self.pb.name,
+                "playbook": self.pb.name, "ranks_shown": self.ranks_shown,
                 "seed": self.seed, "teams": list(self.teams)}
 
     def team_state(self, team: str, since: int = 0, series_since: int | None = None) -> dict:
@@ -593,12 +606,18 @@ class Session:
                 **t.view.state(self.tick, since, series_since)}
 
     def team_score(self, team: str) -> dict:
-        """The team's own score as it stands (``team_score``), worked out once a tick."""
+        """The team's own score as it stands (``team_score``), worked out once a tick; with
+        its rank among the teams when the facilitator shows ranks."""
         kept = self._scores.get(team)
         if kept is None or kept[0] != self.tick:
             t = self.teams[team]
             kept = self._scores[team] = (self.tick, team_score(t.run.scorer.score(), t.run.scorer.last_tick >= 0))
-        return kept[1]
+        if not self.ranks_shown:
+            return kept[1]
+        if self._ranking[0] != self.tick:
+            self._ranking = (self.tick, [r["team"] for r in self.scoreboard()["teams"]])
+        ranked = self._ranking[1]
+        return kept[1] | {"rank": ranked.index(team) + 1, "of": len(ranked)}
 
     def scoreboard(self) -> dict:
         """The ranking, with each team's loop health over time and the marks on it (its
@@ -857,7 +876,7 @@ def _check_created(path: Path, c: dict):
 #: the controls a journal holds -> the states of the session each needs (None: any)
 _NEEDS = {"created": None, "start": (WAITING,), "pause": (RUNNING,), "resume": (PAUSED,),
           "speed": (WAITING, RUNNING, PAUSED), "inject": (WAITING, RUNNING, PAUSED), "act": (WAITING, RUNNING, PAUSED),
-          "note": (WAITING, RUNNING, PAUSED), "message": None, "hint": None, "restarted": None}
+          "note": (WAITING, RUNNING, PAUSED), "message": None, "hint": None, "ranks": None, "restarted": None}
 
 
 def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> None:
@@ -894,6 +913,8 @@ def _check_journal(path: Path, records: list[dict], data: dict, ticks: int) -> N
             raise refuse("request", f"{FACILITATOR_REQUESTS}:ID, an ID of 1 to {MAX_ID} characters")
         if control == "speed" and (wanted := speed_problem(r.get("speed"))):
             raise refuse("speed", wanted)
+        if control == "ranks" and not isinstance(r.get("shown"), bool):
+            raise refuse("shown", "true or false")
         if control in ("inject", "message", "hint"):
             chosen = r.get("teams")
             if chosen is not None and not (isinstance(chosen, list) and chosen and all(t in teams for t in chosen)):

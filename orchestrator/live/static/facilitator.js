@@ -56,6 +56,7 @@ function setUp(ov) {
   const out = gd.$("control-result");
   for (const op of ["start", "pause", "resume"]) gd.$(op).addEventListener("click", (ev) => send(op, {}, out, ev.target));
   gd.$("set-speed").addEventListener("click", (ev) => send("speed", {speed: Number(gd.$("speed").value)}, out, ev.target));
+  gd.$("ranks").addEventListener("change", (ev) => send("ranks", {shown: ev.target.checked}, out));
   const end = gd.$("end");
   end.addEventListener("click", () => {  // twice, so that one slip of the hand does not end a game day
     if (end.dataset.armed) { send("end", {}, out, end); disarm(); return; }
@@ -113,7 +114,8 @@ function render(ov) {
   gd.$("meta").textContent = s.playbook + ", seed " + s.seed + ", speed " + speed +
     (s.pace ? ", really " + Math.round(s.pace) + "x" : "");
   gd.$("main").hidden = false;
-  if (s.state === "ended") { disarm(); gd.$("end").disabled = true; }  // (ended, by the facilitator or the clock)
+  if (s.state === "ended") { disarm(); gd.$("end").disabled = true; }
+  gd.$("ranks").checked = !!s.ranks_shown;  // (ended, by the facilitator or the clock)
   const history = gd.el("ol", null, "history");
   history.id = "history";
   history.reversed = true;

@@ -259,7 +259,8 @@ function renderScore(score) {
   if (!score) return;
   const root = gd.$("score");
   root.textContent = "";
-  root.appendChild(gd.el("p", "loop " + score.loop + " · impact so far " +
+  root.appendChild(gd.el("p", (score.rank ? "rank " + score.rank + " of " + score.of + " · " : "") +
+                              "loop " + score.loop + " · impact so far " +
                               score.impact.toLocaleString("en", {maximumFractionDigits: 1}), "score-head"));
   const table = gd.el("table", null, "milestones");
   for (const m of score.milestones) {
@@ -278,7 +279,8 @@ function renderScore(score) {
 function over(score) {
   gd.over = true;
   const result = gd.$("result");
-  result.textContent = "The game day is over. Your result: loop " + score.loop + " · impact " +
+  result.textContent = "The game day is over. Your result: " + (score.rank ? "rank " + score.rank + " of " +
+    score.of + " · " : "") + "loop " + score.loop + " · impact " +
     score.impact.toLocaleString("en", {maximumFractionDigits: 1});
   result.hidden = false;
   for (const button of document.querySelectorAll("#catalogue button, #note-form button")) button.disabled = true;
