@@ -254,12 +254,12 @@ def test_a_team_sees_its_own_score_as_it_stands_milestones_beside_par_and_impact
     s = Session(tmp_path / "session", ["red", "blue"], playbook, duration=600, speed=None, hosting=HostingOptions())
     try:
         s.start()
-        for _ in range(120):
+        for _ in range(100):
             s._advance()
         before = s.team_state("red")["score"]
         assert [m["name"] for m in before["milestones"]][:2] == ["trigger", "first customer update"]
         assert all(m["clock"] is None for m in before["milestones"]) and before["impact"] == 0
-        for _ in range(240):  # past the surge at 00:03
+        for _ in range(110):  # past the surge at 00:03
             s._advance()
         after = s.team_state("red")["score"]
         trigger = next(m for m in after["milestones"] if m["name"] == "trigger")
