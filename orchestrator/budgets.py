@@ -109,6 +109,8 @@ LIVE_FORGET_S = 60.0
 #: connections (or sources) whose state is kept at once, the longest silent forgotten first:
 #: a few hundred bytes each, so a flood of new connections holds at most a few MB
 LIVE_CONNECTIONS_KEPT = 10_000
+#: a text a live console shows as one line (a message, a note, a hint, a parameter), in characters
+LIVE_TEXT_CHARS = 500
 #: pages (WebSockets) open at once with one token: a team's people with a tab or two each;
 #: past it a page is refused and tries again by itself (each holds a ZeroMQ socket)
 LIVE_PAGES_PER_TOKEN = 16

@@ -400,7 +400,10 @@ def test_a_flood_of_wrong_tokens_over_zeromq_does_not_slow_another_team_down(tmp
           f"round trip {median_ms(before):.2f} ms before, {median_ms(during):.2f} ms during (median)")
     assert len(during) >= 10
     assert median_ms(during) <= max(20 * median_ms(before), 500), (median_ms(before), median_ms(during))
-    assert refused >= 0.9 * (refused + let_in) and refused + let_in >= 0.5 * sent
+    # (what the server read of the flood, it mostly refused unread; how much of the flood it got to
+    # read in those seconds depends on the machine: a loaded CI machine read 47% of it once, the
+    # rest dropped at ZeroMQ's high-water mark, which is the socket doing its job)
+    assert refused >= 0.9 * (refused + let_in) and refused + let_in >= 0.2 * sent
     assert let_in <= budgets.LIVE_ALL_FAILURE_BURST + budgets.LIVE_ALL_FAILURES_PER_S * (flood_s + 1)
 
 

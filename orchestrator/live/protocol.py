@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import msgpack
 
+from orchestrator import budgets
 from orchestrator.errors import printable
 
 VERSION = 1
 MAX_FRAME = 64 * 1024  # a request bigger than this is refused unread
 MAX_ID = 64
-MAX_TEXT = 500
+MAX_TEXT = budgets.LIVE_TEXT_CHARS
 
 #: who may use an op: "team" (a team's token), "facilitator", "viewer" (scoreboard only)
 ROLES = {

@@ -11,7 +11,6 @@ from agents.population import spec_wheel_cells
 from agents.shards import SHARD_SEP
 from orchestrator import budgets
 from orchestrator.errors import InvalidPlaybook, Issue, closest_first, setting
-from orchestrator.live.protocol import MAX_TEXT
 from orchestrator.playbook.format import PLAYBOOK
 from orchestrator.playbook.format import milestone_keys
 from reports.rundir import MAX_TICK_S, MAX_TICKS, MEASURES, MIN_TICK_S
@@ -320,9 +319,9 @@ def _check_actions(data: dict, n: Names) -> None:
     """Mitigations, faults and hints: unique names, effects their targets and operations
     accept, hints a console can show."""
     for i, h in enumerate(data.get("hints") or []):
-        if not 0 < len(h["text"]) <= MAX_TEXT:
-            n.issues.append(Issue(f"hints[{i}].text", h["text"], f"a text of 1 to {MAX_TEXT} characters (what a "
-                                                                 "console shows)"))
+        if not 0 < len(h["text"]) <= budgets.LIVE_TEXT_CHARS:
+            n.issues.append(Issue(f"hints[{i}].text", h["text"], f"a text of 1 to {budgets.LIVE_TEXT_CHARS} characters "
+                                                                 "(what a console shows)"))
     for section in ("mitigations", "faults", "hints"):
         seen = set()
         for i, m in enumerate(data[section]):

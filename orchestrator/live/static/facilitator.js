@@ -114,8 +114,8 @@ function render(ov) {
   gd.$("meta").textContent = s.playbook + ", seed " + s.seed + ", speed " + speed +
     (s.pace ? ", really " + Math.round(s.pace) + "x" : "");
   gd.$("main").hidden = false;
-  if (s.state === "ended") { disarm(); gd.$("end").disabled = true; }
-  gd.$("ranks").checked = !!s.ranks_shown;  // (ended, by the facilitator or the clock)
+  if (s.state === "ended") { disarm(); gd.$("end").disabled = true; }  // (ended, by the facilitator or the clock)
+  gd.$("ranks").checked = !!s.ranks_shown;
   const history = gd.el("ol", null, "history");
   history.id = "history";
   history.reversed = true;
