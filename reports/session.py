@@ -28,11 +28,16 @@ CONTROL_TEXT = {
     "restarted": lambda d: "the server restarted"}
 
 
+def control_row(record: dict, clock: str) -> dict:
+    """A facilitator's control (a journal record) as its history lists it, at ``clock``."""
+    return {"clock": clock, "control": record["control"], "detail": CONTROL_TEXT[record["control"]](record)}
+
+
 def session_controls(journal: list[dict], start_s: float, tick_s: float) -> list[dict]:
     """The facilitator's controls of a session's journal at the simulated clock, each said
     as ``CONTROL_TEXT`` says it (the teams' commands are in their own sections)."""
-    return [{"clock": format_clock(start_s + int(j["tick"]) * tick_s, with_seconds=True), "control": j["control"],
-             "detail": CONTROL_TEXT[j["control"]](j)} for j in journal if j.get("control") in CONTROL_TEXT]
+    return [control_row(j, format_clock(start_s + int(j["tick"]) * tick_s, with_seconds=True))
+            for j in journal if j.get("control") in CONTROL_TEXT]
 
 
 def speeds(info: dict, controls: list[dict]) -> str:

@@ -23,7 +23,8 @@ from reports import rundir
 from orchestrator import budgets
 from orchestrator.errors import GamedayError, InvalidInput, Issue, printable, setting, shown, speaking
 from reports.files import not_regular, write_json_atomic
-from reports.session import CONTROL_TEXT
+from reports.analysis import milestone_label, scored_milestones
+from reports.session import CONTROL_TEXT, control_row
 from orchestrator.hosting.host import HOSTINGS, PLACEMENTS, HostingOptions
 from orchestrator.playbook.names import agent_names
 from orchestrator.playbook.effects import normalised_params, param_problems
@@ -436,7 +437,7 @@ class Session:
 
     def _journal(self, control: str, **data) -> None:
         if control in CONTROL_TEXT:  # (a resumed session's too: the facilitator's history is whole)
-            self.controls.append({"clock": self.clock_text(), "control": control, "detail": CONTROL_TEXT[control](data)})
+            self.controls.append(control_row({"control": control, **data}, self.clock_text()))
             del self.controls[:-MAX_CONTROLS_SHOWN]
         if self.replaying:
             return
@@ -682,8 +683,6 @@ def team_score(sc: dict, started: bool) -> dict:
     """What a team sees of its own score as it stands: its loop (as the scoreboard words
     it), the trigger, its first customer update and every milestone, each when reached
     (None: not yet) beside par, and its impact so far."""
-    from reports.analysis import milestone_label, scored_milestones
-
     marks = [("trigger", sc["trigger"]), ("first customer update", sc["first_customer_update"]),
              *((milestone_label(k), m) for k, m in scored_milestones(sc).items())]
     return {"loop": team_row("", sc, started)["loop"], "impact": round(float(sc["impact"]["weighted_total"]), 1),

@@ -131,14 +131,7 @@ function makeCatalogue(catalogue) {
     form.appendChild(result);
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
-      const args = {action: m.name, params: gd.readParams(form)};
-      const who = gd.$("who").value.trim();
-      if (who) args.by = who;
-      button.disabled = true;
-      result.textContent = "sending";
-      result.className = "result";
-      const id = conn.request("act", args);
-      team.results[id] = {result, button};
+      ask("act", {action: m.name, params: gd.readParams(form)}, {result, button});
     });
     item.appendChild(form);
     root.appendChild(item);
@@ -152,16 +145,19 @@ function makeNoteForm() {
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const text = input.value.trim();
-    if (!text) return;
-    const args = {text: text};
-    const who = gd.$("who").value.trim();
-    if (who) args.by = who;
-    button.disabled = true;
-    result.textContent = "sending";
-    result.className = "result";
-    const id = conn.request("note", args);
-    team.results[id] = {result, button, input};
+    if (text) ask("note", {text: text}, {result, button, input});
   });
+}
+
+// A team's command from one of its forms, said by whoever the page says it is; ``form`` holds
+// the form's result, button (and input) until the answer comes (``answered``).
+function ask(op, args, form) {
+  const who = gd.$("who").value.trim();
+  if (who) args.by = who;
+  form.button.disabled = true;
+  form.result.textContent = "sending";
+  form.result.className = "result";
+  team.results[conn.request(op, args)] = form;
 }
 
 function answered(msg) {
