@@ -118,6 +118,19 @@ def page(driver, script: str):
     return driver.execute_script("const t = window.gamedayTeam; return " + script)
 
 
+def text_of(driver, css: str) -> str:
+    """An element's text as shown, read again if the page re-rendered it between finding
+    and reading (the score panel is rebuilt with every state)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(50):
+        try:
+            return driver.find_element("css selector", css).text
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return driver.find_element("css selector", css).text
+
+
 def request_action(driver, action: str, **params) -> None:
     """Open the mitigation's line of the list, fill in its form, ask for it."""
     item = driver.find_element("css selector", f'details[data-action="{action}"]')
@@ -186,7 +199,7 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             facilitator.close()
             trigger = 'tr[data-milestone="trigger"]'  # (its own score: nothing reached before the trigger at 07:30)
             wait_for(lambda: red.find_elements("css selector", trigger))
-            assert red.find_element("css selector", trigger).text == "trigger not yet par 07:30"
+            assert text_of(red, trigger) == "trigger not yet par 07:30"
             # On a 1,400 x 900 window the score, the alerts and the feed are in view without scrolling,
             # beside the charts; the mitigations are a list of closed lines below them.
             red.set_window_size(1400, 900)
@@ -251,9 +264,9 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
 
             # Each team sees its own score: the trigger reached at 07:30 beside its par, impact so far.
             for d in (red, blue):
-                wait_for(lambda: d.find_element("css selector", trigger).text.split()[1] == "07:30", timeout=60)
-                assert "on par" in d.find_element("css selector", trigger).text
-                assert "impact so far" in d.find_element("id", "score").text
+                wait_for(lambda: text_of(d, trigger).split()[1] == "07:30", timeout=60)
+                assert "on par" in text_of(d, trigger)
+                assert "impact so far" in text_of(d, "#score")
 
             # The facilitator ends it: each page says so with the team's own result, and asks nothing more.
             facilitator = LiveClient(server.address, server.token_of("facilitator"))
@@ -394,9 +407,9 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         wait_for(lambda: fac.find_element("css selector", "#hint .result").text == "hint: done")
         wait_for(lambda: "Clients retry failed connections at once" in blue.find_element("id", "hints").text)
         assert session.teams["red"].view.hints == []
-        assert not blue.find_element("css selector", "#score .score-head").text.startswith("rank")
+        assert not text_of(blue, "#score .score-head").startswith("rank")
         fac.find_element("id", "ranks").click()  # the teams see their ranks from now on
-        wait_for(lambda: re.match(r"rank [12] of 2 · loop ", blue.find_element("css selector", "#score .score-head").text))
+        wait_for(lambda: re.match(r"rank [12] of 2 · loop ", text_of(blue, "#score .score-head")))
         wait_for(lambda: any(m[1] == "fault" for m in session.teams["red"].view.marks))
         assert not any(m[1] == "fault" for m in session.teams["blue"].view.marks)
 
