@@ -72,7 +72,7 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
 def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets: dict | None = None,
           vars_file: str | None = None, duration=None, tick=None, speed: float | None = 60.0, out: str | Path | None = None,
           hosting: str = "inprocess", placement: str = "single", address: str | None = None, start: bool = False,
-          serving=None, announce=None):
+          serving=None, announce=None, reports: bool = False):
     """Host a live game day, as ``gameday serve`` does, and answer until it ends (this call
     blocks; Ctrl-C ends the game day): one world per team of ``teams``, the same scenario
     and seed for all, played at ``speed`` simulated seconds per wall second (None: as fast
@@ -80,7 +80,8 @@ def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets:
     address, the pages'; default: 127.0.0.1, ports 7700 and 7701). ``announce(game)``:
     called once the server and pages are up (``game.server.token_of("team", name)``,
     ``game.web.link(name, token)``). ``start``: start the clock at once, else the facilitator
-    does (``gameday facilitate start``). Returns the session, ended (``session.dir``: its
+    does (``gameday facilitate start``). ``reports``: write the after-action reports as it
+    ends (each team's page links its own). Returns the session, ended (``session.dir``: its
     directory, a new temporary one when ``out`` is not given)."""
     from orchestrator.live.gameday import GameDay, Serving
     from orchestrator.live.session import Session
@@ -97,5 +98,5 @@ def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets:
     except BaseException:
         ports.close()
         raise
-    GameDay(session, serving, tls, ports=ports).play(start=start, announce=announce or (lambda game: None))
+    GameDay(session, serving, tls, ports=ports, reports=reports).play(start=start, announce=announce or (lambda game: None))
     return session

@@ -324,6 +324,13 @@ def lost_rows(run: RunData) -> bool:
     return isinstance(done, int) and len(run.metrics) < done
 
 
+def _title(meta: dict, fork_note: str = "") -> str:
+    """What the run is: its playbook, runbook and seed; a live game day's team, and its seed."""
+    if meta.get("team"):  # (a team plays without a runbook: its own actions)
+        return f"team {meta['team']} - {meta.get('playbook')} - seed {meta.get('seed')} (a live game day)"
+    return f"{meta.get('playbook')} - runbook {meta.get('runbook')}{fork_note} - seed {meta.get('seed')}"
+
+
 def analyse(run: RunData) -> Analysis:
     r = _Reading.of(run)
     meta = run.meta
@@ -331,7 +338,7 @@ def analyse(run: RunData) -> Analysis:
                 "hosting": meta.get("hosting"), "status": meta.get("status"), "variables": meta.get("variables") or {},
                 "versions": meta.get("versions") or {}, "started_at": meta.get("started_at"),
                 "ticks": f"{r.ticks_done} of {meta.get('ticks_planned', '?')} ({r.dt:g} s each)"}
-    title = f"{meta.get('playbook')} - runbook {meta.get('runbook')} - seed {meta.get('seed')}"
+    title = _title(meta)
     if not r.ticks_done:  # (no row: nothing to figure from, and nothing said as if there were)
         return Analysis(title=title, partial=True, status=str(meta.get("status")), simulated_until=r.until,
                         summary=[f"{METRICS} holds no tick (its header alone): " + (
@@ -367,7 +374,7 @@ def analyse(run: RunData) -> Analysis:
                           f"until {r.at(handovers[-1]['tick'])}, then {handovers[-1]['runbook']} (fork.json compares "
                           f"them).")
     fork_note = f" (a fork at {r.at(handovers[-1]['tick'])})" if handovers else ""
-    return Analysis(title=f"{meta.get('playbook')} - runbook {meta.get('runbook')}{fork_note} - seed {meta.get('seed')}",
+    return Analysis(title=_title(meta, fork_note),
                     partial=r.partial, status=str(meta.get("status")), simulated_until=r.until,
                     summary=summary, verdict=_verdict(r), measures=_measures(r), impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,

@@ -123,6 +123,7 @@ def test_two_teams_over_ray_and_zeromq_are_ranked_by_what_they_did(ray_session, 
     assert "| 07:25:00 | start |  |" in report and "| speed | 800x |" in report, report[:3000]
     assert "(speed 60x, then 800x from 07:3" in report, report[:600]
     assert "final ranking" in stdout
+    assert "team report: " in stdout and "session report: " in stdout, stdout[-2000:]
     again = replay(out / "teams" / "good", tmp_path / "replayed")
     for name in ("metrics.csv", "events.jsonl"):
         assert filecmp.cmp(out / "teams" / "good" / name, again.dir / name, shallow=False), name

@@ -10,6 +10,8 @@ import re
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from helpers import wait_for, webdriver
 from orchestrator.hosting.host import HostingOptions
 from orchestrator.live.client import LiveClient
+from orchestrator.live.debrief import Debriefs
 from orchestrator.live.server import LiveServer
 from orchestrator.live.session import Session
 from orchestrator.live.web import WebServer
@@ -95,14 +98,24 @@ class CuttableProxy:
 
 
 @contextmanager
-def served(tmp_path, teams=("red", "blue"), speed=120.0, duration=12 * 3600.0):
+def served(tmp_path, teams=("red", "blue"), speed=120.0, duration=12 * 3600.0, reports=False):
+    """A session served to pages; ``reports``: written as it ends (``Debriefs``), as ``gameday serve`` does."""
     session = Session(tmp_path / "session", list(teams), duration=duration, speed=speed, hosting=HostingOptions())
     server = LiveServer(session, "tcp://127.0.0.1:0")
+    debriefs = Debriefs(session.dir, list(teams)) if reports else None
     web = WebServer(server.address, lambda: server.board_json, port=0,
-                    board_access=lambda token: (server.holder(token) or ("",))[0] in ("viewer", "facilitator"))
+                    board_access=lambda token: (server.holder(token) or ("",))[0] in ("viewer", "facilitator"),
+                    reports=debriefs)
     server.on_change = web.changed
-    stop = threading.Event()
-    thread = threading.Thread(target=server.run, kwargs={"linger_s": 3600, "should_stop": stop.is_set}, daemon=True)
+    stop, closed = threading.Event(), []
+
+    def end():  # (as GameDay's: the worlds' run directories closed, then their reports written)
+        closed.append(session.close())
+        if debriefs is not None:
+            debriefs.start()
+
+    thread = threading.Thread(target=server.run, kwargs={"linger_s": 3600, "should_stop": stop.is_set,
+                                                         "on_end": end}, daemon=True)
     thread.start()
     try:
         yield session, server, web
@@ -110,7 +123,10 @@ def served(tmp_path, teams=("red", "blue"), speed=120.0, duration=12 * 3600.0):
         stop.set()
         thread.join(30)
         web.shutdown()
-        session.close()
+        if debriefs is not None:
+            debriefs.wait(60)
+        if not closed:
+            session.close()
         server.close()
 
 
@@ -185,7 +201,7 @@ def screenshot(driver, name: str) -> None:
 
 
 def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_running_a_command_twice(tmp_path):
-    with served(tmp_path) as (session, server, web), webdriver(tmp_path, "red") as red, \
+    with served(tmp_path, reports=True) as (session, server, web), webdriver(tmp_path, "red") as red, \
             webdriver(tmp_path, "blue") as blue:
         proxy = CuttableProxy(web.port)
         try:
@@ -244,9 +260,10 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             repeats = server.counters["repeats"]
             time.sleep(1.5)  # the world goes on meanwhile: a couple of simulated minutes
             wait_for(lambda: "connection lost" in red.find_element("id", "status").text)
+            result = red.find_element("css selector", 'form[data-action="enable_protection"] .result')
+            assert result.text == "waiting for the connection; sent again when it is back"  # (not "sending")
             proxy.up()
             wait_for(lambda: red.find_element("id", "status").text == "")
-            result = red.find_element("css selector", 'form[data-action="enable_protection"] .result')
             wait_for(lambda: result.text.startswith("requested at"))
             assert server.counters["repeats"] > repeats  # resent after the cut, answered from the server's record
             assert len(requested(session, "red", "enable_protection")) == 1
@@ -278,6 +295,27 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
                 loop = session.team_score(name)["loop"]
                 assert result.text.startswith(f"The game day is over. Your result: loop {loop} · impact "), result.text
                 assert d.find_element("css selector", "#note-form button").get_attribute("disabled") is not None
+            # ... and, once written, a link to its own after-action report, served under its token: red's has the
+            # note a member of red wrote, in its timeline; a made-up address opens nothing.
+            links = {}
+            for d, name in ((red, "red"), (blue, "blue")):
+                wait_for(lambda: d.find_elements("css selector", "#report a"), timeout=120)
+                links[name] = d.find_element("css selector", "#report a").get_attribute("href")
+            assert links["red"] != links["blue"] and "#" not in links["red"]
+            assert all(token not in link for link in links.values() for token in server.tokens)
+            red.find_element("css selector", "#report a").click()
+            red.switch_to.window(red.window_handles[-1])
+            wait_for(lambda: red.find_elements("tag name", "h1"))
+            assert "red" in red.find_element("tag name", "h1").text
+            timeline = red.find_element("tag name", "body").text
+            assert "note by ana" in timeline and "DNS rides on the congested bridge: moved it off" in timeline
+            assert "blue" not in red.find_element("tag name", "h1").text
+            no_console_errors(red, network_cut=True)  # (its own Content-Security-Policy lets its styles and charts show)
+            red.close()
+            red.switch_to.window(red.window_handles[0])
+            with pytest.raises(urllib.error.HTTPError) as made_up:
+                urllib.request.urlopen(f"http://127.0.0.1:{web.port}/report/{'x' * 32}", timeout=10)
+            assert made_up.value.code == 404
             # Its server closing after the end is the end, not a cut: the page does not say it reconnects.
             web.shutdown()
             wait_for(lambda: "the game day is over and its server has closed" in blue.find_element("id", "status").text)
@@ -365,7 +403,8 @@ def test_a_wrong_or_another_teams_token_sees_nothing_and_the_scoreboard_ranks_by
 
 
 def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_scoreboard_marks_it(tmp_path):
-    with served(tmp_path, speed=240.0) as (session, server, web), webdriver(tmp_path, "facilitator") as fac, \
+    with served(tmp_path, speed=240.0, reports=True) as (session, server, web), \
+            webdriver(tmp_path, "facilitator") as fac, \
             webdriver(tmp_path, "blue") as blue:
         fac.get(web.facilitator_link(server.token_of("facilitator")))
         blue.get(web.link("blue", server.token_of("team", "blue")))
@@ -438,5 +477,10 @@ def test_the_facilitators_page_pauses_resumes_injects_and_messages_and_the_score
         fac.find_element("id", "end").click()
         wait_for(lambda: session.state == "ended")
         wait_for(lambda: fac.find_element("id", "end").get_attribute("disabled") is not None)  # nothing left to end
+        # once the teams' reports are written, the session's: its link opens it, with the controls in clock time
+        wait_for(lambda: fac.find_elements("css selector", "#report a"), timeout=120)
+        fac.get(fac.find_element("css selector", "#report a").get_attribute("href"))
+        assert fac.find_element("tag name", "h1").text.startswith("Game day report: us-east-1-2021, seed 1")
+        assert "The facilitator's controls" in fac.find_element("tag name", "body").text
         no_console_errors(fac)
         no_console_errors(blue)

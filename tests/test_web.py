@@ -8,6 +8,7 @@ import json
 import ssl
 import threading
 import urllib.request
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.hosting.host import HostingOptions
+from orchestrator.live.debrief import Debriefs
 from orchestrator.live.server import LiveServer
 from orchestrator.live.session import Session
 from orchestrator.live.tls import make_self_signed
@@ -150,3 +152,35 @@ def test_the_scoreboard_needs_the_viewers_token_and_a_foreign_host_name_gets_not
         assert status({"Authorization": f"Bearer {server.token_of('viewer')}", "Host": f"evil.example:{web.port}"}) == 421
     finally:
         web.shutdown()
+
+
+def test_the_reports_are_written_as_it_ends_and_one_that_cannot_be_is_said_while_the_others_are(tmp_path):
+    """Debriefs: each team's report, then the session's, in a thread; a team whose run
+    directory lost its metrics is said as failed (naming the file), the other team's report
+    is written, and a page asks for its own report only."""
+    session = Session(tmp_path / "session", ["red", "blue"], duration=300, speed=None, hosting=HostingOptions())
+    session.start()
+    while session.state != "ended":
+        session.step()
+    session.close()
+    (session.dir / "teams" / "red" / "metrics.csv").unlink()
+    debriefs = Debriefs(session.dir, ["red", "blue"])
+    assert debriefs.status("blue") == {"state": "not yet"} and not debriefs.busy
+    debriefs.start()
+    assert debriefs.wait(120)
+    red, blue, whole = debriefs.status("red"), debriefs.status("blue"), debriefs.status(None)
+    assert red["state"] == "failed" and "metrics.csv" in red["error"], red
+    assert blue["state"] == "ready" and Path(blue["path"]).read_text().startswith("<!DOCTYPE html>")
+    assert whole["state"] == "ready" and whole["path"].endswith("session.html")
+    assert [p.name for p in debriefs.written if p.suffix != ".png"] == ["report.md", "report.html", "session.md",
+                                                                        "session.html"]
+    assert set(debriefs.failures()) == {"red"}
+    assert debriefs.status("green")["state"] == "failed"  # no such team: nothing to give
+
+
+def test_a_page_is_told_when_its_game_day_writes_no_report_and_a_viewer_has_none(served):
+    server, web = served
+    hello = {"id": "h", "op": "hello", "token": server.token_of("team", "red"), "args": {"team": "red"}}
+    replies = [m for m in talk(web, [hello, {"id": "r", "op": "report"}], read=4) if m.get("type") == "reply"]
+    assert replies[-1]["id"] == "r" and replies[-1]["error"]["code"] == "no_report", replies
+    assert web.report_answer("viewer", None)["error"]["code"] == "forbidden"

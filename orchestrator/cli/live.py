@@ -89,9 +89,11 @@ server_options = stacked(
 @click.option("--tls-key", type=click.Path(dir_okay=False), help="The private key of --tls-cert (PEM).")
 @click.option("--web/--no-web", default=True, show_default=True, help="Serve the pages.")
 @click.option("--linger", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds to keep answering consoles after the session ends, so they show the final state.")
+              help="Seconds to keep answering consoles and pages after the session ends and its reports are "
+                   "written, so they show the final state and link the reports.")
 @click.option("--report/--no-report", default=True, show_default=True,
-              help="At the end, write each team's after-action report and the session report.")
+              help="As it ends, write each team's after-action report (linked from its page) and the session "
+                   "report (linked from the facilitator's).")
 def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting,
           placement, address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report):
     """Host a live game day: one world per team, the same scenario and seed for all.
@@ -173,13 +175,24 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
         click.echo(render_board(board))
         sys.stdout.flush()
 
-    game = GameDay(session, serving, tls, tokens, ports)
-    game.play(start=start_now and not resume, announce=announce, on_end=ranking, on_failure=lambda s: click.echo(
-        f"the server failed; go on with `gameday serve --resume {s.dir}`", err=True))
-    if report and session.tick > 0:  # after the linger: drawing the charts takes seconds nobody is served in
-        for path in game.write_reports():
-            click.echo(for_terminal(f"session report: {path}"))
+    game = GameDay(session, serving, tls, tokens, ports, reports=report)
+    try:
+        game.play(start=start_now and not resume, announce=announce, on_end=ranking, on_failure=lambda s: click.echo(
+            f"the server failed; go on with `gameday serve --resume {s.dir}`", err=True))
+    finally:
+        if game.debriefs is not None:
+            _say_reports(game.debriefs)
     click.echo(for_terminal(f"session directory: {session.dir}"))
+
+
+def _say_reports(debriefs) -> None:
+    """The reports written at the end, and why any could not be (`gameday report` writes one again)."""
+    for path in debriefs.written:
+        if path.suffix == ".html":
+            click.echo(for_terminal(f"{'session' if path.name.startswith('session') else 'team'} report: {path}"))
+    for who, why in debriefs.failures().items():
+        click.echo(for_terminal(f"{f'team {who}' if who else 'the session'}'s report could not be written: {why}"),
+                   err=True)
 
 
 #: what `serve --resume` takes from the session, not from the command line

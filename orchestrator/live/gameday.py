@@ -6,10 +6,10 @@ through here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from orchestrator.errors import GamedayError, setting
+from orchestrator.live.debrief import Debriefs
 from orchestrator.live.server import LiveServer, bind_requests, check_bind
 from orchestrator.live.session import Session
 
@@ -75,29 +75,37 @@ class GameDay:
     """``session`` served as ``serving`` says (``tls``: what ``serving.check()`` gave, before
     the session was built; ``tokens``: a rebuilt session's, so that everyone reconnects;
     ``ports``: what ``serving.open()`` bound before the session was built, None: bound by
-    ``play``)."""
+    ``play``; ``reports``: write the after-action reports as soon as it ends, and link each
+    team's from its page)."""
 
     def __init__(self, session: Session, serving: Serving, tls=None, tokens: dict | None = None,
-                 ports: Ports | None = None):
+                 ports: Ports | None = None, reports: bool = False):
         self.session, self.serving, self.tls, self.tokens, self.ports = session, serving, tls, tokens, ports
         self.server: LiveServer | None = None
         self.web = None  # the pages' server (``web.WebServer``), if it serves them
+        self.debriefs = Debriefs(session.dir, list(session.teams)) if reports else None
 
     def play(self, start: bool = False, announce: Callable[["GameDay"], None] = lambda game: None,
              on_end: Callable[[dict], None] = lambda ranking: None,
              on_failure: Callable[[Session], None] = lambda session: None) -> None:
         """Start the server and the pages, ``announce`` them (the tokens and links are then
         known), start the clock if ``start`` (else the facilitator does), and answer until the
-        session ends and ``linger_s`` after. ``on_end(ranking)`` as soon as it ends, so that
-        consoles see the end at once; Ctrl-C ends it too. Any other failure leaves the worlds
-        as they were, for a resume (``Session.rebuild``): ``on_failure(session)``, then it is
-        raised."""
+        session ends and ``linger_s`` after (after its reports are written, if it writes
+        them: ``debriefs``). ``on_end(ranking)`` as soon as it ends, so that consoles see the
+        end at once; Ctrl-C ends it too (its reports are then written before this returns).
+        Any other failure leaves the worlds as they were, for a resume
+        (``Session.rebuild``): ``on_failure(session)``, then it is raised."""
         ended = []
+        debriefs = self.debriefs
 
         def end():
             if not ended:
                 ended.append(True)
                 on_end(self.session.close())
+                if debriefs is not None and self.session.tick > 0:
+                    debriefs.start()
+                elif debriefs is not None:
+                    debriefs.skip("the game day ended before it started")
 
         try:
             if self.ports is None:
@@ -108,14 +116,15 @@ class GameDay:
             self.session.write_info(self.session.state, server=server.address)
             if self.serving.web:
                 self.web = serve_pages(server, self.serving.web_host, self.serving.web_port, self.tls,
-                                       self.ports.pages)
+                                       self.ports.pages, debriefs)
                 self.session.write_info(self.session.state, web=self.web.url)
             announce(self)
             if start:
                 self.session.start()
-            server.run(linger_s=self.serving.linger_s, on_end=end)
+            server.run(linger_s=self.serving.linger_s, on_end=end,
+                       hold=lambda: debriefs is not None and debriefs.busy)
         except KeyboardInterrupt:
-            raise  # Ctrl-C ends the game day: the ranking is written
+            raise  # Ctrl-C ends the game day: the ranking and the reports are written
         except BaseException:
             if not ended:  # a failure is not an end: the session can be resumed
                 ended.append(True)
@@ -125,6 +134,8 @@ class GameDay:
         finally:
             try:
                 end()
+                if debriefs is not None:
+                    debriefs.wait()
             finally:
                 if self.web is not None:
                     self.web.shutdown()
@@ -133,27 +144,20 @@ class GameDay:
                 if self.ports is not None:
                     self.ports.close()
 
-    def write_reports(self) -> list[Path]:
-        """Each team's after-action report, then the session report (its files)."""
-        from reports import rundir
-        from reports.build import write_report
-        from reports.session import write_session_report
-
-        for t in self.session.teams:
-            write_report(self.session.dir / rundir.TEAMS / t)
-        return write_session_report(self.session.dir)
 
 
-def serve_pages(server: LiveServer, host: str = "127.0.0.1", port: int = 7701, tls=None, socks=None):
+def serve_pages(server: LiveServer, host: str = "127.0.0.1", port: int = 7701, tls=None, socks=None,
+                debriefs: Debriefs | None = None):
     """The pages of ``server``'s session (``web.WebServer``; on ``socks`` if ``web.listen``
     bound them already), told of its every change: a wrong token is refused before its page
     gets a ZeroMQ socket, the scoreboard is read with the viewer's or the facilitator's
-    token, and what the pages refuse is counted with what the session refuses."""
+    token, what the pages refuse is counted with what the session refuses, and each team's
+    page links its report once ``debriefs`` wrote it (None: it writes none)."""
     from orchestrator.live.web import WebServer
 
     web = WebServer(connectable(server.address), lambda: server.board_json, host, port, tls, server.public_key,
                     board_access=lambda token: (server.holder(token) or ("",))[0] in ("viewer", "facilitator"),
-                    holder=server.holder, socks=socks)
+                    holder=server.holder, socks=socks, reports=debriefs)
     server.on_change = web.changed
     server.also_counted.append(web.counters)
     return web

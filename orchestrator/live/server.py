@@ -269,9 +269,10 @@ class LiveServer:
         return path
 
     # -- the loop -----------------------------------------------------------------------------------
-    def run(self, linger_s: float = 30.0, should_stop=lambda: False, on_end=None) -> None:
+    def run(self, linger_s: float = 30.0, should_stop=lambda: False, on_end=None, hold=lambda: False) -> None:
         """Serve until the session has ended and ``linger_s`` more seconds have passed
-        (consoles show the final state meanwhile), or ``should_stop()``."""
+        (consoles show the final state meanwhile) since ``hold()`` last held it (the reports
+        being written: the pages link them once written), or ``should_stop()``."""
         ended_at = None
         while not should_stop():
             due = self.session.due()
@@ -284,7 +285,9 @@ class LiveServer:
                     if on_end is not None:
                         on_end()
                     self.publish(force=True)
-                if time.monotonic() - ended_at >= linger_s:
+                if hold():
+                    ended_at = time.monotonic()
+                elif time.monotonic() - ended_at >= linger_s:
                     break
                 continue
             due = self.session.due()

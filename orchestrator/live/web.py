@@ -107,6 +107,9 @@ PAGES = {"team": "team.html", "scoreboard": "scoreboard.html", "facilitator": "f
 # Only this server's own files and WebSocket; no inline script or style, no frames, no forms posted anywhere.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+# An after-action report is one self-contained file: its own styles and inline charts, and no script.
+REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; "
+              "frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "Cache-Control": "no-store", "X-Frame-Options": "DENY", "Cross-Origin-Opener-Policy": "same-origin"}
 
@@ -182,14 +185,20 @@ class WebServer:
 
     def __init__(self, endpoint: str, board, host: str = "127.0.0.1", port: int = 7701,
                  tls: ssl.SSLContext | None = None, server_public: bytes | None = None, board_access=None,
-                 holder=None, socks: list[socket.socket] | None = None):
+                 holder=None, socks: list[socket.socket] | None = None, reports=None):
         """``board_access(token)``: whether a token may read the board (None: anyone may);
         ``holder(token)``: who a token is, (role, team) or None, so that a wrong token is
         refused before its page gets a ZeroMQ socket (None: the session says so); ``socks``:
-        what ``listen(host, port)`` bound already (None: bound here)."""
+        what ``listen(host, port)`` bound already (None: bound here); ``reports``: the
+        session's ``debrief.Debriefs`` (None: it writes no reports)."""
         check_web_bind(host, tls is not None)
         self.endpoint, self.board, self.host, self.tls, self.server_public = endpoint, board, host, tls, server_public
-        self.board_access, self.holder = board_access, holder
+        self.board_access, self.holder, self.reports = board_access, holder, reports
+        #: a report's address -> its file. A page holding a token is given the address of its
+        #: own report (its team's; the facilitator's: the session's), random and never shown
+        #: to another page: the token itself stays out of addresses.
+        self.report_links: dict[str, str] = {}
+        self.report_link_of: dict[str | None, str] = {}
         self.pages: set[_Page] = set()  # every open page
         self.waiting: OrderedDict[_Page, None] = OrderedDict()  # pages yet to say hello, the oldest first
         self.by_token: dict[str, set[_Page]] = {}  # the pages that said hello, by their token
@@ -238,6 +247,7 @@ class WebServer:
         app.router.add_get("/team/{team}", self._team_page)
         app.router.add_get("/facilitator", self._facilitator_page)
         app.router.add_get("/static/{name}", self._static)
+        app.router.add_get("/report/{link}", self._report)
         app.router.add_get("/ws", self._socket)
         # (URLs hold no tokens, but nobody needs a line per poll; an idle connection, or one
         # that has not sent its whole request, is closed after LIVE_HTTP_IDLE_S)
@@ -277,6 +287,35 @@ class WebServer:
         if name not in STATIC_FILES:
             return web.Response(status=404, text="not found\n")
         return _file(name, STATIC_FILES[name])
+
+    async def _report(self, request):
+        """A report, at the address given to the page of a token that may read it."""
+        source = request.remote or ""
+        if not self.gate_open(source):
+            return web.Response(status=429, text=self.gated() + "\n", headers={"Retry-After": "5"})
+        path = self.report_links.get(request.match_info["link"])
+        if path is None:
+            self.failed(source, "unauthorized")
+            return web.Response(status=404, text="no report at this address: the page of your team gives its own\n")
+        return web.FileResponse(path, headers={"Content-Type": "text/html; charset=utf-8",
+                                               "Content-Security-Policy": REPORT_CSP})
+
+    def report_answer(self, role: str, team: str | None) -> dict:
+        """The answer to a page's ``report``: how its report stands and, once written, its
+        address (a team's page: its team's report; the facilitator's: the session's)."""
+        if role not in ("team", "facilitator"):
+            return {"ok": False, "error": {"code": "forbidden", "message": f"a {role} token has no report"}}
+        if self.reports is None:
+            return {"ok": False, "error": {"code": "no_report",
+                                           "message": "this game day writes no reports (it was served with --no-report)"}}
+        who = team if role == "team" else None
+        status = self.reports.status(who)
+        if status["state"] != "ready":
+            return {"ok": True, "result": {k: v for k, v in status.items() if k != "path"}}
+        if who not in self.report_link_of:
+            link = secrets.token_urlsafe(24)
+            self.report_link_of[who], self.report_links[link] = link, status["path"]
+        return {"ok": True, "result": {"state": "ready", "url": f"/report/{self.report_link_of[who]}"}}
 
     @web.middleware
     async def _check_host(self, request, handler):
@@ -461,6 +500,7 @@ class _Page:
         self.lock = asyncio.Lock()
         self.wake = asyncio.Event()
         self.token: str | None = None
+        self.role, self.team = "", None  # as the session answered its hello
         self.since = 0
         self.series_since = 0
         self.nonce = secrets.token_hex(4)
@@ -544,11 +584,15 @@ class _Page:
             if reply["error"]["code"] == "unauthorized":  # (the session counted it)
                 self.web.failures.failed(self.source)
             return  # a wrong token sees nothing, and gets nothing more
-        watched = WATCHED.get(reply["result"]["role"])
+        self.role, self.team = reply["result"]["role"], reply["result"].get("team")
+        watched = WATCHED.get(self.role)
         if watched is not None:
             self.watcher = asyncio.ensure_future(self.watch(*watched))
         while (request := await self.next_request()) is not None:
             rid, op, args, _ = request
+            if op == "report":  # (the pages' own request: the reports are served here)
+                await self.send({"type": "reply", "id": rid, **self.web.report_answer(self.role, self.team)})
+                continue
             await self.send({"type": "reply", **await self.call(rid, op, args)})
             self.wake.set()  # an action shows at once as requested
 
@@ -604,5 +648,6 @@ async def _add_headers(request, handler):
         e.headers.update(HEADERS)
         raise
     if not response.prepared:  # a WebSocket has sent its headers already
-        response.headers.update(HEADERS)
+        for name, value in HEADERS.items():  # (a report says its own Content-Security-Policy)
+            response.headers.setdefault(name, value)
     return response

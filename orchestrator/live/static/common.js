@@ -123,6 +123,33 @@ gd.Connection = class {
   deny() { this.denied = true; if (this.ws) this.ws.close(); }
 };
 
+// A report written as the game day ends (a team's page: its own; the facilitator's: the
+// session's), served by the page's server under the page's token: asked for until it is
+// written, then linked in ``el``. ``answered(msg)`` takes the replies to its requests (true)
+// and leaves the others.
+gd.Report = class {
+  constructor(conn, el, what) { this.conn = conn; this.el = el; this.what = what; this.asked = null; }
+  ask() { this.asked = this.conn.request("report"); }
+  answered(msg) {
+    if (msg.id !== this.asked) return false;
+    const el = this.el;
+    el.hidden = false;
+    el.textContent = "";
+    const r = msg.ok ? msg.result : {state: "none", error: msg.error.message};
+    if (r.state === "ready") {
+      const a = gd.el("a", "Open " + this.what);
+      a.href = r.url; a.target = "_blank"; a.rel = "noopener";
+      el.appendChild(a);
+    } else if (r.state === "failed" || r.state === "none") {
+      el.textContent = (r.state === "failed" ? "The report could not be written: " : "No report: ") + r.error;
+    } else {
+      el.textContent = this.what.charAt(0).toUpperCase() + this.what.slice(1) + " is being written ...";
+      setTimeout(() => this.ask(), 1000);
+    }
+    return true;
+  }
+};
+
 // The server's refusals of a page that it will take later (the page tries again by itself): said
 // as refused, with the server's reason, not as a lost connection.
 const TRY_AGAIN = ["too_many_pages", "rate_limited"];
@@ -130,8 +157,10 @@ const TRY_AGAIN = ["too_many_pages", "rate_limited"];
 // The connection of a page for one role: pushed messages of type ``push`` go to
 // ``render``, replies to ``answered``. A token refused, or another role's, closes the
 // page with ``texts.wrong`` or ``texts.other`` (and is not tried again); no token at all,
-// with ``texts.none``; ``texts.lost`` says the connection is gone for now.
-gd.rolePage = function (role, hello, push, render, answered, texts) {
+// with ``texts.none``; ``texts.lost`` says the connection is gone for now. ``waiting``: the
+// page's forms waiting for an answer ({result: element} by request id), each told when the
+// connection goes and comes back.
+gd.rolePage = function (role, hello, push, render, answered, texts, waiting) {
   const token = gd.token();
   let conn = null;
   let refused = null;  // why the server turned this page away for now (it tries again by itself)
@@ -153,6 +182,10 @@ gd.rolePage = function (role, hello, push, render, answered, texts) {
       answered(msg);
     },
     (up) => {
+      for (const form of Object.values(waiting || {})) {  // (sent again, with its id, once the connection is back)
+        form.result.textContent = up ? "sending" : gd.over ? "not answered: the game day is over" :
+          "waiting for the connection; sent again when it is back";
+      }
       document.body.classList.toggle("lost", !up && !gd.over);
       gd.$("status").textContent = up ? "" : gd.over ? "the game day is over and its server has closed" :
         refused ? "refused: " + refused : texts.lost;

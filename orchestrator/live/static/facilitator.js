@@ -1,25 +1,26 @@
 "use strict";
 // The facilitator's page: the session's controls and every team at a glance, over the
 // same requests as `gameday facilitate` (see orchestrator/live/web.py).
-const fac = {overview: null, faults: null, teams: [], results: {}};
+const fac = {overview: null, faults: null, teams: [], results: {}, report: null};
 window.gamedayFacilitator = fac;
 
-function send(op, args, resultEl, button) {
+function send(op, args, result, button) {
   if (button) button.disabled = true;
-  resultEl.textContent = "sending";
-  resultEl.className = "result";
+  result.textContent = "sending";
+  result.className = "result";
   const id = conn.request(op, args);
-  fac.results[id] = {resultEl, button, op};
+  fac.results[id] = {result, button, op};
 }
 
 function answered(msg) {
+  if (fac.report && fac.report.answered(msg)) return;
   const r = fac.results[msg.id];
   if (!r) return;
-  if (gd.unanswered(msg)) { r.resultEl.textContent = "no answer from the session yet; asking again"; return; }
+  if (gd.unanswered(msg)) { r.result.textContent = "no answer from the session yet; asking again"; return; }
   delete fac.results[msg.id];
   if (r.button) r.button.disabled = false;
-  r.resultEl.textContent = msg.ok ? r.op + ": done" : r.op + " refused: " + msg.error.message;
-  r.resultEl.className = msg.ok ? "result" : "result error";
+  r.result.textContent = msg.ok ? r.op + ": done" : r.op + " refused: " + msg.error.message;
+  r.result.className = msg.ok ? "result" : "result error";
 }
 
 function teamBoxes(container) {
@@ -115,6 +116,10 @@ function render(ov) {
     (s.pace ? ", really " + Math.round(s.pace) + "x" : "");
   gd.$("main").hidden = false;
   if (s.state === "ended") { disarm(); gd.$("end").disabled = true; }  // (ended, by the facilitator or the clock)
+  if (s.state === "ended" && !fac.report) {
+    fac.report = new gd.Report(conn, gd.$("report"), "the session report");
+    fac.report.ask();
+  }
   gd.$("ranks").checked = !!s.ranks_shown;
   const history = gd.el("ol", null, "history");
   history.id = "history";
@@ -149,4 +154,4 @@ const conn = gd.rolePage("facilitator", (token) => ({id: gd.newId(), op: "hello"
   wrong: "This link's token does not open the facilitator's page.",
   other: "This token is not the facilitator's.",
   none: "This link has no token: use the facilitator's link `gameday serve` printed.",
-  lost: "connection lost, reconnecting"});
+  lost: "connection lost, reconnecting"}, fac.results);

@@ -11,6 +11,7 @@ const team = {
   charts: [],        // per observed metric: {plot, panel, value}
   catalogue: null,
   results: {},       // request id -> the form's result element
+  report: null,      // the team's after-action report, once the game day is over (gd.Report)
   state: null,
 };
 window.gamedayTeam = team;  // for whoever looks (the browser test does)
@@ -161,6 +162,7 @@ function ask(op, args, form) {
 }
 
 function answered(msg) {
+  if (team.report && team.report.answered(msg)) return;
   const form = team.results[msg.id];
   if (!form) return;
   if (gd.unanswered(msg)) { form.result.textContent = "no answer from the session yet; asking again"; return; }
@@ -280,6 +282,10 @@ function over(score) {
     score.impact.toLocaleString("en", {maximumFractionDigits: 1});
   result.hidden = false;
   for (const button of document.querySelectorAll("#catalogue button, #note-form button")) button.disabled = true;
+  if (!team.report) {
+    team.report = new gd.Report(conn, gd.$("report"), "your team's after-action report");
+    team.report.ask();
+  }
 }
 
 function render(st) {
@@ -323,4 +329,4 @@ const conn = gd.rolePage("team", (token) => ({
   wrong: "This link's token does not open team " + team.name + "'s console. Ask the facilitator for your team's link.",
   other: "This token is not a team's; it opens another page.",
   none: "This link has no token. Ask the facilitator for your team's link.",
-  lost: "connection lost, reconnecting (nothing is lost meanwhile)"});
+  lost: "connection lost, reconnecting (nothing is lost meanwhile)"}, team.results);
