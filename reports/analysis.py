@@ -57,6 +57,7 @@ class Analysis:
     findings: list[Finding]
     appendix: dict
     actions: list[dict] = field(default_factory=list)  # for chart markers: tick, clock, action
+    notes: list[dict] = field(default_factory=list)  # a live team's notes, for chart markers: tick, clock, by, text
     scoring: dict = field(default_factory=dict)  # the playbook's scoring section: what the charts follow
     works: dict = field(default_factory=dict)  # population -> [(from tick, work)]: the playbook's, then set_work's
     loop_measure: str | None = None  # the name of the loop's measure the summary follows (Signal.name)
@@ -379,6 +380,8 @@ def analyse(run: RunData) -> Analysis:
                     summary=summary, verdict=_verdict(r), measures=_measures(r), impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
+                    notes=[{"tick": e["tick"], "clock": r.at(e["tick"]), "by": e.get("by", ""), "text": e["text"]}
+                           for e in r.events if e["event"] == "team_note"],
                     scoring=r.scoring,
                     works=r.works_over_run, loop_measure=r.signal.name if r.signal is not None else None)
 

@@ -45,20 +45,22 @@ def write_report(run_dir: "Path | str | RunData", fmt: str = "both", out: Path |
 
     folder = place(".")
     folder.mkdir(parents=True, exist_ok=True)
-    charts = run_charts(run, a)
+    # (the Markdown report's charts are PNG files beside it; the HTML report's, SVG inline)
+    charts = run_charts(run, a, formats=tuple(f for f, wanted in (("png", "md"), ("svg", "html"))
+                                              if fmt in (wanted, "both")))
     env = environment()
     written = []
     if fmt in ("md", "both"):
         place("charts").mkdir(exist_ok=True)
         paths = {}
-        for name, png in charts.items():
-            write_atomic(place(f"charts/{name}.png"), png)
+        for name, chart in charts.items():
+            write_atomic(place(f"charts/{name}.png"), chart.png)
             written.append(folder / "charts" / f"{name}.png")
             paths[name] = f"charts/{name}.png"
         write_atomic(place("report.md"), env.get_template("run.md.j2").render(a=a, charts=paths))
         written.append(folder / "report.md")
     if fmt in ("html", "both"):
-        uris = {name: data_uri(png) for name, png in charts.items()}
-        write_atomic(place("report.html"), env.get_template("run.html.j2").render(a=a, charts=uris))
+        svgs = {name: chart.svg for name, chart in charts.items()}
+        write_atomic(place("report.html"), env.get_template("run.html.j2").render(a=a, charts=svgs))
         written.append(folder / "report.html")
     return written

@@ -1,18 +1,37 @@
-"""The report's charts (matplotlib, drawn off screen): PNG bytes by name. Actions that
-took effect are drawn as markers on every chart."""
+"""The report's charts (matplotlib, drawn off screen), each drawn once and rendered as
+PNG (the Markdown report's files) and/or SVG (inline in the HTML report, where a browser
+reads its elements: each label of actions and notes is a group with its details on hover).
+Actions that took effect, and a live team's notes, are marked on every chart."""
 from __future__ import annotations
 
+import hashlib
+import html
 import io
+import re
+from dataclasses import dataclass
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display: reports are built in batch and in CI
+matplotlib.rcParams["svg.hashsalt"] = "gameday"  # the same run draws the same SVG (its ids are hashes)
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from .analysis import Analysis, amplification, loop_signals, populations, useful_share  # noqa: E402
 from .timefmt import format_clock, parse_clock  # noqa: E402
+
+FORMATS = ("png", "svg")
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart as each report wants it: ``png`` (bytes) and ``svg`` (an ``<svg>``
+    element to inline), each None unless asked for."""
+
+    png: bytes | None = None
+    svg: str | None = None
+
 
 MAX_POINTS = 1500  # a 12-hour run at 1 s ticks is thinned to this many points per line
 
@@ -52,22 +71,44 @@ def action_labels(hours: list[tuple[float, str]], span: float) -> list[tuple[flo
             for at, names, n in groups]
 
 
-def _finish(fig, ax, analysis: Analysis, dt: float, start_label: str) -> bytes:
-    marks = [(a["tick"] * dt / 3600.0, a["action"]) for a in analysis.actions]
-    for x, _ in marks:
-        ax.axvline(x, color="tab:red", alpha=0.5, lw=1, ls="--")
+MARK_COLOURS = {"action": "tab:red", "note": "tab:blue"}  # an action taking effect; a team's note
+
+
+def _marks(analysis: Analysis, dt: float) -> list[tuple[float, str, str, str]]:
+    """(hours, label line, kind, details on hover) of what is marked on a chart: the actions
+    that took effect and the team's notes, in time order."""
+    marks = [(a["tick"] * dt / 3600.0, a["action"], "action", f"{a['clock']} {a['action']} took effect")
+             for a in analysis.actions]
+    marks += [(n["tick"] * dt / 3600.0, f"note by {n['by']}", "note", f"{n['clock']} note by {n['by']}: {n['text']}")
+              for n in analysis.notes]
+    return sorted(marks, key=lambda m: m[0])
+
+
+def _finish(fig, ax, analysis: Analysis, dt: float, start_label: str, formats: tuple[str, ...]) -> Chart:
+    start_s = parse_clock(start_label)
+    marks = _marks(analysis, dt)
+    for x, _, kind, _ in marks:
+        ax.axvline(x, color=MARK_COLOURS[kind], alpha=0.5, lw=1, ls="--" if kind == "action" else ":")
     lo, hi = ax.get_xlim()
-    for x, text in action_labels(marks, hi - lo):
-        ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="tab:red",
-                    va="top", ha="left", linespacing=1.0)
-    start_s = parse_clock(start_label)  # the x axis in hours after the start, labelled with the simulated clock
+    labels = action_labels([(x, text) for x, text, _, _ in marks], hi - lo)
+    starts = [x for x, _ in labels] + [float("inf")]
+    details = []
+    for i, (x, text) in enumerate(labels):
+        members = [m for m in marks if starts[i] <= m[0] < starts[i + 1]]
+        kinds = {m[2] for m in members}
+        label = ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                            color=MARK_COLOURS["action" if "action" in kinds else "note"], va="top", ha="left",
+                            linespacing=1.0)
+        label.set_gid(f"mark-label-{i}")
+        details.append("\n".join(m[3] for m in members))
+    # the x axis in hours after the start, labelled with the simulated clock
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_clock((start_s + x * 3600.0) % 86400)))
     ax.set_xlabel("simulated clock")
     if ax.get_yscale() == "linear":  # whole numbers with thousands separators, never an offset (1e7) above the axis
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: readable(v)))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return png(fig)
+    return render(fig, formats, details)
 
 
 def readable(v: float) -> str:
@@ -86,15 +127,48 @@ def png(fig) -> bytes:
     return buf.getvalue()
 
 
-def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None) -> dict[str, bytes]:
+def render(fig, formats: tuple[str, ...], details: list[str] = ()) -> Chart:
+    """A finished figure in ``formats``; the figure is closed. ``details[i]``: what hovering
+    over the figure's i-th mark label shows (in the SVG)."""
+    fig.tight_layout()
+    svg = None
+    if "svg" in formats:
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+        svg = inline_svg(buf.getvalue(), details)
+    return Chart(png=png(fig) if "png" in formats else None, svg=svg)
+
+
+_TOP = re.compile(r"\A.*?(?=<svg\b)", re.S)  # the XML declaration and doctype, out of place inside HTML
+_COMMENT = re.compile(r"<!--.*?-->", re.S)  # (matplotlib escapes '--' in what it comments)
+_SIZE = re.compile(r'<svg([^>]*?) width="[^"]*" height="[^"]*"')
+
+
+def inline_svg(svg: str, details: list[str] = ()) -> str:
+    """matplotlib's SVG as an element of an HTML page: no declaration, no comments; its ids
+    made its own (a report inlines several charts, whose ids would repeat); as wide as the
+    page; each mark label (``mark-label-I``, a class) with ``details[I]`` as its title."""
+    svg = _COMMENT.sub("", _TOP.sub("", svg, count=1))
+    svg = _SIZE.sub(r'<svg\1 class="chart" preserveAspectRatio="xMinYMin meet"', svg, count=1)
+    own = "c" + hashlib.sha1(svg.encode()).hexdigest()[:10] + "-"  # (the same chart: the same ids)
+    svg = re.sub(r'\bid="', f'id="{own}', svg)
+    svg = svg.replace('href="#', f'href="#{own}').replace("url(#", f"url(#{own}")
+    for i, text in enumerate(details):
+        svg = svg.replace(f'<g id="{own}mark-label-{i}">',
+                          f'<g id="{own}mark-label-{i}" class="mark-label"><title>{html.escape(text)}</title>', 1)
+    return svg
+
+
+def run_charts(run, analysis: Analysis, only: tuple[str, ...] | None = None,
+               formats: tuple[str, ...] = FORMATS) -> dict[str, Chart]:
     """The charts of a run directory, following the scoring section the analysis read;
-    ``only``: draw just these."""
+    ``only``: draw just these; ``formats``: render each in these (``FORMATS``)."""
     return make_charts(run.metrics, analysis, float(run.meta["tick_s"]), str(run.meta["start_clock"]),
-                       analysis.scoring, only)
+                       analysis.scoring, only, formats)
 
 
 def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str, scoring: dict,
-                only: tuple[str, ...] | None = None) -> dict[str, bytes]:
+                only: tuple[str, ...] | None = None, formats: tuple[str, ...] = FORMATS) -> dict[str, Chart]:
     """loop (the loop's devices or services), amplification (if the loop has populations),
     errors, backlog (if the scoring names backlogs) and visibility."""
     if m.empty:
@@ -120,7 +194,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
             if s.high_is_bad:
                 ax.plot(hours, s.series.iloc[::every], label=s.name, linewidth=2.2 if s is followed else 1.2)
         ax.axhline(followed.bound, linestyle="--", color="grey", label=f"its bound ({followed.bound:g})")
-        charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["loop"] = _finish(fig, ax, analysis, dt, start_label, formats)
     elif (devices or services) and wanted("loop"):
         what = "utilisation and connection-setup success" if devices else "utilisation and useful share of the work"
         fig, ax = _figure(f"The loop: {', '.join(devices + services)} {what}", "ratio")
@@ -133,7 +207,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         if followed is not None:
             ax.axhline(followed.bound, linestyle="--", color="grey", label=f"{followed.name} bound ({followed.bound:g})")
         ax.set_ylim(-0.02, 1.05)
-        charts["loop"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["loop"] = _finish(fig, ax, analysis, dt, start_label, formats)
 
     loop_populations = [p for p in loop["populations"] if f"{p}.tries" in m]
     if loop_populations and wanted("amplification"):
@@ -141,7 +215,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         for p in loop_populations:
             ratio, unbounded = amplification(m, p, analysis.works[p], window, float(loop["amplification_max"]))
             ax.plot(hours, ratio.iloc[::every], label=f"{p} (at the top: unbounded)" if unbounded else p)
-        charts["amplification"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["amplification"] = _finish(fig, ax, analysis, dt, start_label, formats)
 
     if wanted("errors"):
         fig, ax = _figure("Error rate per service (requests failed for good, 1-minute mean)", "ratio")
@@ -149,7 +223,7 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
             ax.plot(hours, m[f"{p}.error_ratio"].rolling(window, min_periods=1).mean().iloc[::every],
                     label=p)
         ax.set_ylim(-0.02, 1.05)
-        charts["errors"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["errors"] = _finish(fig, ax, analysis, dt, start_label, formats)
 
     backlog_populations = [p for p in backlog["populations"] if f"{p}.backlog" in m]
     queues = [s for s in backlog["services"] if f"{s}.queue_wait_s" in m]
@@ -157,16 +231,16 @@ def make_charts(m: pd.DataFrame, analysis: Analysis, dt: float, start_label: str
         fig, ax = _figure("Backlog of durable work", "requests")
         for p in backlog_populations:
             ax.plot(hours, part[f"{p}.backlog"], label=p)
-        charts["backlog"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["backlog"] = _finish(fig, ax, analysis, dt, start_label, formats)
     elif queues and wanted("backlog"):
         fig, ax = _figure("Backlog: how long new work waits in the queue", "minutes")
         for s in queues:
             ax.plot(hours, part[f"{s}.queue_wait_s"] / 60.0, label=s)
-        charts["backlog"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["backlog"] = _finish(fig, ax, analysis, dt, start_label, formats)
 
     if "monitoring.visibility" in m and wanted("visibility"):
         fig, ax = _figure("Monitoring visibility (share of observed metrics that are fresh)", "ratio")
         ax.plot(hours, part["monitoring.visibility"], color="tab:purple", label="visibility")
         ax.set_ylim(-0.02, 1.05)
-        charts["visibility"] = _finish(fig, ax, analysis, dt, start_label)
+        charts["visibility"] = _finish(fig, ax, analysis, dt, start_label, formats)
     return charts

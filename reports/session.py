@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from .analysis import analyse
-from .build import data_uri, environment
+from .build import environment
 from .files import write_atomic
 from .rundir import RANKING, SESSION_INFO, SESSION_JOURNAL, TEAMS, load_run
 from .timefmt import format_clock, parse_clock
@@ -77,8 +77,9 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
     for name in order:
         run = load_run(session_dir / TEAMS / name)
         a = analyse(run)
-        uris = {k: data_uri(v) for k, v in run_charts(run, a, CHARTS_PER_TEAM).items()}
-        teams.append({"name": name, "a": a, "charts": uris, "report": f"../teams/{name}/report/report.md"})
+        charts = run_charts(run, a, CHARTS_PER_TEAM, formats=("svg",))
+        teams.append({"name": name, "a": a, "report": f"../teams/{name}/report/report.md",
+                      "charts": {k: c.svg for k, c in charts.items()}})
     controls = session_controls(journal, parse_clock(info["start_clock"]), float(info["tick_s"]))
     env = environment()
     said = dict(info=info, ranking=ranking.get("teams", []), controls=controls, teams=teams, speeds=speeds(info, controls))

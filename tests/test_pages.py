@@ -310,6 +310,9 @@ def test_two_teams_play_in_their_browsers_and_a_cut_page_catches_up_without_runn
             timeline = red.find_element("tag name", "body").text
             assert "note by ana" in timeline and "DNS rides on the congested bridge: moved it off" in timeline
             assert "blue" not in red.find_element("tag name", "h1").text
+            hovers = [t.get_attribute("textContent") for t in red.find_elements(  # (marked on its loop's chart too)
+                "css selector", 'figure[data-chart="loop"] g.mark-label title')]
+            assert any("note by ana: DNS rides on the congested bridge" in h for h in hovers), hovers
             no_console_errors(red, network_cut=True)  # (its own Content-Security-Policy lets its styles and charts show)
             red.close()
             red.switch_to.window(red.window_handles[0])

@@ -1,5 +1,6 @@
 """After-action reports: their figures are the run's own, computed again here from the
 run directory; findings come from the data."""
+import itertools
 import json
 import re
 
@@ -98,7 +99,9 @@ def test_the_report_is_written_as_markdown_with_charts_and_as_one_html_file(hist
     dns = next(line for line in md.splitlines() if "took effect: move_dns_off_bridge" in line)
     assert "09:28:00 (T+1h58m, the real team's" in dns  # AWS's DNS move, beside ours
     html = (tmp_path / "report" / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5 and "charts/" not in html  # self-contained
+    # self-contained: its five charts inline, nothing fetched
+    assert html.count('<figure class="chart"') == 5 == html.count("<svg ") and "charts/" not in html
+    assert not re.search(r'(src|href)="(?!#)', html)
     for png in (tmp_path / "report" / "charts").iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -170,10 +173,13 @@ def test_the_html_report_renders_in_headless_chromium_with_its_charts(run_2021, 
 
 
 @pytest.mark.browser
-def test_the_flagships_html_report_opens_with_the_loops_picture_above_its_tables(historical, tmp_path):
+def test_the_flagships_html_report_opens_with_the_loops_picture_above_its_tables_and_no_labels_overprint(historical,
+                                                                                                     tmp_path):
     """The debrief opens with the loop's chart, not a wall of tables: at 1,400 px the loop's
     chart stands below the summary and above the measures, the impact and the timeline (a
-    browser reading positions, not pixels), and the other charts keep their section."""
+    browser reading positions, not pixels), and the other charts keep their section. On
+    every chart, no two labels of actions overlap (their boxes as drawn), and each says on
+    hover the actions it stands for, at the clock."""
     from helpers import webdriver
 
     write_report(historical.dir, "html", tmp_path / "report")
@@ -183,15 +189,29 @@ def test_the_flagships_html_report_opens_with_the_loops_picture_above_its_tables
         top = d.execute_script("""
             const at = (el) => el.getBoundingClientRect().top + window.scrollY;
             const heading = (text) => [...document.querySelectorAll('h2')].find((h) => h.textContent === text);
-            return {loop: at(document.querySelector('img[alt="loop"]')), summary: at(heading('Summary')),
+            const charts = [...document.querySelectorAll('figure.chart')];
+            return {loop: at(document.querySelector('figure[data-chart="loop"] svg')), summary: at(heading('Summary')),
                     impact: at(heading('Impact')), timeline: at(heading('Timeline')), charts: at(heading('Charts')),
                     measures: at(document.querySelector('h2 ~ table')),
-                    loops: document.querySelectorAll('img[alt="loop"]').length,
-                    others: [...document.querySelectorAll('img.chart')].filter((i) => i.alt !== 'loop')
-                              .map((i) => at(i))}""")
+                    loops: document.querySelectorAll('figure[data-chart="loop"]').length,
+                    others: charts.filter((c) => c.dataset.chart !== 'loop').map((c) => at(c)),
+                    labels: charts.map((c) => [...c.querySelectorAll('g.mark-label')].map((g) => {
+                        const r = g.getBoundingClientRect();
+                        return {left: r.left, right: r.right, top: r.top, bottom: r.bottom,
+                                title: g.querySelector('title').textContent};
+                    }))}""")
     assert top["loops"] == 1 and top["summary"] < top["loop"] < min(top["measures"], top["impact"], top["timeline"]), top
     assert top["others"] and all(y > top["charts"] for y in top["others"]), top
     assert top["loop"] < 900  # (in view as the report opens)
+    actions = [a["action"] for a in analyse(historical).actions]
+    assert len(actions) >= 8 and len(top["labels"]) == 5
+    for labels in top["labels"]:
+        # every action is on the chart's labels' hover texts, once; three close to 14:00 are among them
+        assert sorted(line.split()[1] for lab in labels for line in lab["title"].split("\n")) == sorted(actions)
+        for a, b in itertools.combinations(labels, 2):
+            assert a["right"] <= b["left"] or b["right"] <= a["left"] or a["bottom"] <= b["top"] or \
+                b["bottom"] <= a["top"], (a, b)
+        assert all(lab["right"] - lab["left"] > 3 and lab["bottom"] - lab["top"] > 20 for lab in labels), labels
 
 
 def test_on_the_historical_run_the_counterfactual_names_the_capacity_addition(historical):

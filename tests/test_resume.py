@@ -33,6 +33,8 @@ SCRIPT = [
     (90, "message", {"text": "keep going", "teams": None}),
     (90, "resume", {}),
     (150, "inject", {"fault": "second_surge", "params": {"seconds": 120}, "teams": ["blue"]}),
+    (200, "hint", {"name": "retries_are_load", "teams": ["blue"]}),
+    (200, "hint", {"text": "look at what crosses the bridge", "teams": None}),
     (300, "act", {"team": "blue", "action": "enable_protection", "params": {}, "by": "bo", "command_id": "blue:7"}),
     (333, "note", {"team": "blue", "text": "protection asked: watch the bridge's setup success", "by": "bo",
                    "command_id": "blue:n2"}),
@@ -64,7 +66,8 @@ def drive(session: Session, until: int, then_its_commands: bool = False, done_at
         while session.tick < tick:
             session._advance()
         {"start": session.start, "pause": session.pause, "resume": session.resume, "message": session.message,
-         "inject": session.inject, "speed": session.set_speed, "act": session.act, "note": session.note}[control](**args)
+         "inject": session.inject, "speed": session.set_speed, "act": session.act, "note": session.note,
+         "hint": session.hint}[control](**args)
     while session.tick < min(until, TICKS) and session.state != "ended":
         session._advance()
 
@@ -118,6 +121,9 @@ def test_a_session_rebuilt_from_its_journal_ends_as_if_never_interrupted(uninter
     journal = [json.loads(line) for line in (out / rundir.SESSION_JOURNAL).read_text().splitlines()]
     restarts = [r for r in journal if r["control"] == "restarted"]
     assert len(restarts) == 1 and restarts[0]["from_tick"] == killed_at
+    hints = {t: [e["text"] for e in map(json.loads, (out / "teams" / t / rundir.EVENTS).read_text().splitlines())
+                 if e["event"] == "hint_released"] for t in ("red", "blue")}
+    assert hints["red"] == ["look at what crosses the bridge"] and len(hints["blue"]) == 2, hints  # (kept, once)
 
 
 def test_a_teams_notes_are_in_its_own_run_and_report_timeline_at_the_simulated_clock(uninterrupted):

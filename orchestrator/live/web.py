@@ -307,7 +307,7 @@ class WebServer:
             return {"ok": False, "error": {"code": "forbidden", "message": f"a {role} token has no report"}}
         if self.reports is None:
             return {"ok": False, "error": {"code": "no_report",
-                                           "message": "this game day writes no reports (it was served with --no-report)"}}
+                                           "message": "this game day writes no reports (it was served without them)"}}
         who = team if role == "team" else None
         status = self.reports.status(who)
         if status["state"] != "ready":
