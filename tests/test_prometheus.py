@@ -1,0 +1,227 @@
+"""Metrics in Prometheus (issue 46, item 2): ``gameday export RUN_DIR --openmetrics FILE``.
+
+The exporter's text is read back by an independent parser (prometheus_client's OpenMetrics
+parser) and compared, sample by sample, with metrics.csv's text."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from orchestrator.cli import main
+from reports import openmetrics as om
+from tests.helpers import copy_run
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAYBOOKS = Path(__file__).parent / "playbooks"
+NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(main, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def csv_rows(run: Path) -> tuple[list[str], dict[int, dict[str, str]]]:
+    """metrics.csv as its text: the header, and tick -> column -> the field as written."""
+    with open(run / "metrics.csv", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        return header, {int(row[0]): dict(zip(header, row)) for row in reader}
+
+
+def samples(text: str):
+    """(family, sample) of OpenMetrics text, as prometheus_client's own parser reads it."""
+    return [(fam, s) for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+# -- the names, the labels, the moment of tick 0 ---------------------------------------------------------
+@pytest.mark.parametrize("metric, family", [
+    ("utilisation", "gameday_utilisation"), ("queue-delay.ms", "gameday_queue_delay_ms"),
+    ("5xx", "gameday_5xx"), ("été", "gameday__t_"), ("requests_total", "gameday_requests_total_value"),
+    ("leases_count", "gameday_leases_count_value"), ("run_info", "gameday_run_info_value"), ("a:b", "gameday_a:b")])
+def test_a_metric_name_becomes_a_family_name_in_the_prometheus_grammar(metric, family):
+    assert om.family_name(metric) == family
+    assert NAME.match(family)
+
+
+def test_label_values_and_help_are_escaped_as_openmetrics_says():
+    assert om.escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+    assert om.labels_text({"agent": 'x"y', "run": "r"}) == '{agent="x\\"y",run="r"}'
+    assert om.escape_help("one\ntwo \\ \"three\"") == 'one\\ntwo \\\\ \\"three\\"'
+
+
+def test_a_value_is_the_one_metrics_csv_holds():
+    assert om.value(0.1 + 0.2) == float("%.10g" % (0.1 + 0.2)) == 0.3
+    assert om.value(2 / 3) == 0.6666666667
+    assert om.value(float("nan")) is None and om.value(None) is None and om.value("x") is None
+    assert om.value(True) == 1.0 and om.value(7) == 7.0
+    assert om.number_text(float("inf")) == "+Inf" and om.number_text(1e-05) == "1e-05"
+
+
+def test_tick_0_by_default_is_the_last_day_that_had_passed_the_runs_clock_times_when_it_was_played():
+    meta = {"start_clock": "07:00", "tick_s": 1.0, "ticks_planned": 12 * 3600, "started_at": "2026-12-06T05:26:19+0000"}
+    assert om.iso(om.start_moment(meta)) == "2026-12-05T07:00:00Z"  # (07:00-19:00 of the 6th had not passed)
+    assert om.iso(om.start_moment(meta | {"started_at": "2026-12-06T20:00:00+0000"})) == "2026-12-06T07:00:00Z"
+    assert om.iso(om.start_moment(meta | {"start_clock": "00:00", "ticks_planned": 300})) == "2026-12-06T00:00:00Z"
+    # (a zone in started_at is a moment: 01:00 at -08:00 is 09:00 UTC, when 07:00-19:00 UTC had not passed)
+    assert om.iso(om.start_moment(meta | {"started_at": "2026-12-06T01:00:00-0800"})) == "2026-12-05T07:00:00Z"
+    assert om.iso(om.start_moment(meta, "2021-12-07T07:00:00-08:00")) == "2021-12-07T15:00:00Z"
+    assert om.iso(om.start_moment(meta, "2021-12-07T07:00:00Z")) == "2021-12-07T07:00:00Z"
+    assert om.iso(om.start_moment(meta, "2021-12-07")) == "2021-12-07T07:00:00Z"
+    for bad, said in (("2021-12-07T07:00:00", "no zone"), ("yesterday", "not a date-time"), ("1969-12-31", "1970")):
+        with pytest.raises(om.ExportRefused, match=said):
+            om.start_moment(meta, bad)
+    with pytest.raises(om.ExportRefused, match="started_at"):
+        om.start_moment({k: v for k, v in meta.items() if k != "started_at"})
+
+
+def test_a_sessions_team_is_labelled_with_the_session_and_the_team():
+    meta = {"playbook": "mini-loop", "runbook": "console", "seed": 3, "team": "blue", "session": "runs/session-x"}
+    assert om.run_labels(meta, "runs/session-x/teams/blue") == {
+        "run": "session-x", "team": "blue", "playbook": "mini-loop", "runbook": "console", "seed": "3"}
+    assert om.run_labels({"playbook": "p", "runbook": "r", "seed": 1}, "runs/one") == {
+        "run": "one", "playbook": "p", "runbook": "r", "seed": "1"}
+
+
+# -- the export, read back -----------------------------------------------------------------------------
+def test_the_export_holds_every_value_of_metrics_csv_at_its_ticks_moment(recorded, tmp_path):
+    out = tmp_path / "run.om"
+    result = invoke("export", str(recorded), "--openmetrics", str(out), "--start", "2021-12-07T07:00:00Z")
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    assert text.endswith("\n# EOF\n") and text.count("# EOF") == 1
+    header, rows = csv_rows(recorded)
+    meta = json.loads((recorded / "meta.json").read_text())
+    columns = json.loads((recorded / "columns.json").read_text())
+    t0 = dt.datetime(2021, 12, 7, 7, tzinfo=dt.timezone.utc).timestamp()
+    seen: dict[tuple[str, int], float] = {}
+    for fam, s in samples(text):
+        assert NAME.match(s.name), s.name
+        tick = round((float(s.timestamp) - t0) / meta["tick_s"])
+        assert float(s.timestamp) == t0 + tick * meta["tick_s"]
+        assert s.labels["run"] == recorded.name and s.labels["playbook"] == "mini-loop"
+        assert s.labels["runbook"] == "fix-early" and s.labels["seed"] == "1" and "team" not in s.labels
+        if fam.name == "gameday_run":
+            assert fam.type == "info" and s.value == 1 and s.labels["tick_s"] == "1.0"
+            continue
+        if fam.name in om.CLOCK_HELP:
+            column = {om.TICK: "tick", om.CLOCK_S: "time_s", om.TIME_OF_DAY_S: "clock"}[fam.name]
+            assert "agent" not in s.labels
+        else:
+            column = f"{s.labels['agent']}.{fam.name.removeprefix('gameday_')}"
+            assert s.labels["kind"] == columns[column]["kind"]
+            assert fam.documentation.startswith(columns[column]["meaning"])
+        assert (column, tick) not in seen, (column, tick)
+        seen[column, tick] = s.value
+    for tick, row in rows.items():
+        for column in header:
+            if column == "clock":
+                h, m, *sec = map(int, row[column].split(":"))
+                assert seen[column, tick] == h * 3600 + m * 60 + (sec[0] if sec else 0)
+            elif row[column] == "":
+                assert (column, tick) not in seen
+            else:
+                assert seen[column, tick] == float(row[column]), (column, tick)  # exactly: the same double
+    assert len(seen) == len(rows) * len(header)
+    assert f"{len(seen) + len(rows):,} samples" in result.stdout  # (and gameday_run_info at every tick)
+
+
+def test_empty_fields_are_no_sample_and_a_column_of_text_is_left_out_said(recorded, tmp_path):
+    run = copy_run(recorded, tmp_path / "run")
+    header, rows = csv_rows(run)
+    header = header + ["bridge.colour"]
+    for tick, row in rows.items():
+        row["bridge.colour"] = "red"
+        if tick == 7:
+            row["bridge.utilisation"] = ""
+    with open(run / "metrics.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(header)
+        w.writerows([row[c] for c in header] for row in rows.values())
+    meta = json.loads((run / "meta.json").read_text())
+    meta["runbook"] = 'fix "early"\\\nnow'  # (a label value with every character OpenMetrics escapes)
+    (run / "meta.json").write_text(json.dumps(meta))
+    out = tmp_path / "run.om"
+    result = invoke("export", str(run), "--openmetrics", str(out), "--start", "2021-12-07")
+    assert result.exit_code == 0, result.output
+    assert "column 'bridge.colour': not numbers; left out" in result.stderr
+    parsed = samples(out.read_text(encoding="utf-8"))
+    assert not any(f.name == "gameday_colour" for f, _ in parsed)
+    t0 = dt.datetime(2021, 12, 7, 0, tzinfo=dt.timezone.utc).timestamp()  # (mini_loop starts at 00:00)
+    util = {round(float(s.timestamp) - t0) for f, s in parsed if f.name == "gameday_utilisation"}
+    assert util == set(rows) - {7}
+    assert {s.labels["runbook"] for _, s in parsed} == {'fix "early"\\\nnow'}
+
+
+def test_every_n_ticks(recorded, tmp_path):
+    out = tmp_path / "run.om"
+    assert invoke("export", str(recorded), "--openmetrics", str(out), "--every", "60").exit_code == 0
+    ticks = {s.value for f, s in samples(out.read_text()) if f.name == om.TICK}
+    assert ticks == {0.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 420.0, 480.0, 540.0}
+
+
+def test_the_file_is_replaced_whole(recorded, tmp_path):
+    out = tmp_path / "run.om"
+    out.write_text("before\n")
+    assert invoke("export", str(recorded), "--openmetrics", str(out), "--every", "100").exit_code == 0
+    assert out.read_text().startswith("# TYPE ") and [p.name for p in tmp_path.iterdir()] == ["run.om"]
+
+
+def test_an_export_that_meets_a_full_disk_at_any_write_says_so_and_leaves_the_file_as_it_was(recorded, tmp_path):
+    from tests.test_rundir_faults import NO_SPACE, DiskFull
+
+    out = tmp_path / "run.om"
+    args = ["export", str(recorded), "--openmetrics", str(out), "--every", "100"]
+    with DiskFull(10 ** 9).injected() as counting:
+        assert invoke(*args).exit_code == 0
+    for n in range(1, counting.count + 1):
+        out.write_text("before\n")
+        with DiskFull(n).injected():
+            result = invoke(*args)
+        assert result.exit_code == 1 and f"writing {out} failed: {out}: {NO_SPACE}" in result.stderr, (n, result.output)
+        assert "Traceback" not in result.output
+        assert out.read_text() == "before\n" and [p.name for p in tmp_path.iterdir()] == ["run.om"], n
+    assert counting.count >= 5
+
+
+@pytest.mark.parametrize("case", ["missing run dir", "not a run dir", "file in a missing folder", "bad start",
+                                  "start without zone", "every 0", "a folder as the file"])
+def test_bad_input_names_the_thing_and_exits_2_without_a_traceback(case, recorded, tmp_path):
+    args = {"missing run dir": [str(tmp_path / "nowhere"), "--openmetrics", str(tmp_path / "x.om")],
+            "not a run dir": [str(tmp_path), "--openmetrics", str(tmp_path / "x.om")],
+            "file in a missing folder": [str(recorded), "--openmetrics", str(tmp_path / "no" / "x.om")],
+            "bad start": [str(recorded), "--openmetrics", str(tmp_path / "x.om"), "--start", "tomorrow"],
+            "start without zone": [str(recorded), "--openmetrics", str(tmp_path / "x.om"), "--start", "2021-12-07T07:00"],
+            "every 0": [str(recorded), "--openmetrics", str(tmp_path / "x.om"), "--every", "0"],
+            "a folder as the file": [str(recorded), "--openmetrics", str(tmp_path)]}[case]
+    said = {"missing run dir": [str(tmp_path / "nowhere"), "no such directory"],
+            "not a run dir": [str(tmp_path), "not a run directory", "meta.json"],
+            "file in a missing folder": ["--openmetrics", str(tmp_path / "no"), "does not exist"],
+            "bad start": ["--start", "'tomorrow'", "ISO 8601"],
+            "start without zone": ["--start", "no zone"],
+            "every 0": ["--every", "0"],
+            "a folder as the file": ["--openmetrics", "directory"]}[case]
+    result = invoke("export", *args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for words in said:
+        assert words in result.output, (words, result.output)
+    assert not (tmp_path / "x.om").exists()
+
+
+def test_a_tick_shorter_than_a_millisecond_needs_every(recorded, tmp_path):
+    run = copy_run(recorded, tmp_path / "run")
+    meta = json.loads((run / "meta.json").read_text()) | {"tick_s": 0.0004}
+    (run / "meta.json").write_text(json.dumps(meta))
+    result = invoke("export", str(run), "--openmetrics", str(tmp_path / "x.om"))
+    assert result.exit_code == 2 and "--every" in result.output and "every 3 ticks" in result.output
+    assert invoke("export", str(run), "--openmetrics", str(tmp_path / "x.om"), "--every", "3").exit_code == 0
