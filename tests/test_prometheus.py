@@ -1,18 +1,28 @@
-"""Metrics in Prometheus (issue 46, item 2): ``gameday export RUN_DIR --openmetrics FILE``.
+"""Metrics in Prometheus (issue 46, item 2): ``gameday export RUN_DIR --openmetrics FILE``
+and the live endpoint of a paced run and of a session (``--metrics-port``).
 
 The exporter's text is read back by an independent parser (prometheus_client's OpenMetrics
-parser) and compared, sample by sample, with metrics.csv's text."""
+parser) and compared, sample by sample, with metrics.csv's text; a session's endpoint is
+read while it plays and compared with each team's metrics.csv."""
 from __future__ import annotations
 
 import csv
 import datetime as dt
 import json
+import os
 import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from prometheus_client.parser import text_string_to_metric_families as text_format_families
 
 from orchestrator.cli import main
 from reports import openmetrics as om
@@ -225,3 +235,90 @@ def test_a_tick_shorter_than_a_millisecond_needs_every(recorded, tmp_path):
     result = invoke("export", str(run), "--openmetrics", str(tmp_path / "x.om"))
     assert result.exit_code == 2 and "--every" in result.output and "every 3 ticks" in result.output
     assert invoke("export", str(run), "--openmetrics", str(tmp_path / "x.om"), "--every", "3").exit_code == 0
+
+
+# -- the live endpoint ------------------------------------------------------------------------------
+def column_of(labels: dict) -> str:
+    name = labels["__name__"]
+    if name in (om.TICK, om.CLOCK_S, om.TIME_OF_DAY_S):
+        return {om.TICK: "tick", om.CLOCK_S: "time_s", om.TIME_OF_DAY_S: "clock"}[name]
+    return f"{labels['agent']}.{name.removeprefix('gameday_')}"
+
+
+def csv_value(row: dict, column: str) -> float:
+    if column == "clock":
+        h, m, *s = map(int, row["clock"].split(":"))
+        return h * 3600 + m * 60 + (s[0] if s else 0)
+    return float(row[column])
+
+
+def endpoint_of(proc: subprocess.Popen, pattern: str) -> re.Match:
+    """The endpoint a gameday command says it serves on (stderr), as ``pattern`` finds it."""
+    said = []
+    for line in proc.stderr:
+        said.append(line)
+        if found := re.search(pattern, line):
+            return found
+    raise AssertionError("".join(said)[-3000:])
+
+
+@pytest.mark.slow
+@pytest.mark.live
+def test_a_live_session_serves_each_teams_world_labelled_by_team(tmp_path):
+    """`gameday serve --metrics-port`: each team's world, labelled with its team and the
+    session, at the tick its clock says, as the team's metrics.csv holds it."""
+    out = tmp_path / "session"
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    serve = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", str(PLAYBOOKS / "mini_loop.yaml.j2"),
+                              "--team", "blue", "--team", "red", "--start", "--speed", "40", "--duration", "3m",
+                              "--bind", "tcp://127.0.0.1:0", "--no-web", "--linger", "0", "--hosting", "inprocess",
+                              "--no-report", "--metrics-port", "0", "--out", str(out)],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    scrapes = []
+    try:
+        found = endpoint_of(serve, r"metrics for Prometheus: (http://127\.0\.0\.1:\d+/metrics)")
+        while serve.poll() is None and len(scrapes) < 20:
+            try:
+                with urllib.request.urlopen(found.group(1), timeout=5) as r:
+                    scrapes.append(r.read().decode())
+            except OSError:
+                break  # (the session ended)
+            time.sleep(0.2)
+        assert serve.wait(timeout=120) == 0, serve.stderr.read()[-3000:]
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    teams_seen = {}
+    for text in scrapes:
+        for fam in text_format_families(text):
+            for s in fam.samples:
+                if s.name.startswith("gameday_") and "team" in s.labels:
+                    assert s.labels["run"] == "session"
+                    teams_seen.setdefault((text, s.labels["team"]), {})[
+                        column_of({"__name__": s.name, **s.labels}) if s.name != "gameday_run_info" else "info"] = s.value
+    assert {team for _, team in teams_seen} == {"blue", "red"}
+    checked = 0
+    for (_, team), values in teams_seen.items():
+        header, rows = csv_rows(out / "teams" / team)
+        tick = int(values.pop("tick"))
+        values.pop("info", None)
+        assert values == {c: csv_value(rows[tick], c) for c in header if c != "tick" and rows[tick][c] != ""}
+        checked += 1
+    assert checked >= 4 and any(v["time_s"] > 0 for v in teams_seen.values())
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_metrics_port_in_use_is_refused_before_anything_is_written(command, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = tmp_path / "out"
+        args = [command, str(PLAYBOOKS / "mini_loop.yaml.j2"), "--hosting", "inprocess", "--metrics-port", str(port),
+                "--out", str(out)] + (["--team", "blue", "--bind", "tcp://127.0.0.1:0", "--no-web"] if command == "serve"
+                                      else ["--no-progress"])
+        result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert f"cannot serve the metrics on 127.0.0.1:{port}: " in result.stderr and "another --metrics-port" in result.stderr
+    assert "Traceback" not in result.output and not out.exists()

@@ -1,5 +1,8 @@
 """Metrics for Prometheus: ``gameday export RUN_DIR --openmetrics FILE`` (a finished run,
-with its own timestamps, for ``promtool tsdb create-blocks-from openmetrics``)."""
+with its own timestamps, for ``promtool tsdb create-blocks-from openmetrics``), and the
+``--metrics-port`` option of ``gameday run`` and ``gameday serve`` (the metrics of the
+world, or every team's, served live while it plays). docs/prometheus.md says how to use
+them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -71,3 +74,24 @@ def export_command(run_dir, openmetrics, start, every):
         click.echo(f"(the incident was on {printable(date, 40)}: --start {printable(date, 40)} places the run there)")
     click.echo(f"load it into Prometheus: promtool tsdb create-blocks-from openmetrics {target} DATA_DIR")
 
+
+def metrics_port_option(what: str):
+    """``--metrics-port PORT``: serve ``what`` to Prometheus while it plays."""
+    return click.option(
+        "--metrics-port", type=click.IntRange(min=0, max=65535), default=None, metavar="PORT",
+        help=f"Serve {what} to Prometheus on http://127.0.0.1:PORT/metrics while it plays (0: a free port): the "
+             "latest tick's values of every metric, as metrics.csv holds them (ground truth, not the observed view), "
+             "and the simulated clock. Loopback only (docs/prometheus.md).")
+
+
+def metrics_endpoint(port: int | None):
+    """The live endpoint on ``port`` (None: none asked for), bound now (a port in use is said
+    before anything is built), said on stderr, and closed when the command ends."""
+    if port is None:
+        return None
+    from orchestrator.live.metrics_endpoint import MetricsEndpoint
+
+    endpoint = MetricsEndpoint(port)
+    click.get_current_context().call_on_close(endpoint.close)
+    click.echo(f"metrics for Prometheus: {endpoint.url}", err=True)
+    return endpoint
