@@ -2,15 +2,19 @@
 and the live endpoint of a paced run and of a session (``--metrics-port``).
 
 The exporter's text is read back by an independent parser (prometheus_client's OpenMetrics
-parser) and compared, sample by sample, with metrics.csv's text; a session's endpoint is
-read while it plays and compared with each team's metrics.csv."""
+parser) and compared, sample by sample, with metrics.csv's text; then a real Prometheus
+(Debian's ``prometheus`` and ``promtool``, which .ci/run installs) loads a backfilled run
+and scrapes a paced run, and PromQL through its HTTP API answers with the values
+metrics.csv holds for those ticks."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -151,7 +155,7 @@ def test_empty_fields_are_no_sample_and_a_column_of_text_is_left_out_said(record
     header = header + ["bridge.colour"]
     for tick, row in rows.items():
         row["bridge.colour"] = "red"
-        if tick == 7:
+        if tick == 70:
             row["bridge.utilisation"] = ""
     with open(run / "metrics.csv", "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -161,14 +165,14 @@ def test_empty_fields_are_no_sample_and_a_column_of_text_is_left_out_said(record
     meta["runbook"] = 'fix "early"\\\nnow'  # (a label value with every character OpenMetrics escapes)
     (run / "meta.json").write_text(json.dumps(meta))
     out = tmp_path / "run.om"
-    result = invoke("export", str(run), "--openmetrics", str(out), "--start", "2021-12-07")
+    result = invoke("export", str(run), "--openmetrics", str(out), "--start", "2021-12-07", "--every", "10")
     assert result.exit_code == 0, result.output
     assert "column 'bridge.colour': not numbers; left out" in result.stderr
     parsed = samples(out.read_text(encoding="utf-8"))
     assert not any(f.name == "gameday_colour" for f, _ in parsed)
     t0 = dt.datetime(2021, 12, 7, 0, tzinfo=dt.timezone.utc).timestamp()  # (mini_loop starts at 00:00)
     util = {round(float(s.timestamp) - t0) for f, s in parsed if f.name == "gameday_utilisation"}
-    assert util == set(rows) - {7}
+    assert util == {tick for tick in rows if tick % 10 == 0} - {70}
     assert {s.labels["runbook"] for _, s in parsed} == {'fix "early"\\\nnow'}
 
 
@@ -237,7 +241,72 @@ def test_a_tick_shorter_than_a_millisecond_needs_every(recorded, tmp_path):
     assert invoke("export", str(run), "--openmetrics", str(tmp_path / "x.om"), "--every", "3").exit_code == 0
 
 
-# -- the live endpoint ------------------------------------------------------------------------------
+# -- a real Prometheus -----------------------------------------------------------------------------------
+def binaries() -> tuple[str, str]:
+    """Debian's prometheus and promtool (.ci/run installs them): missing, the test fails in
+    CI and is skipped elsewhere."""
+    found = shutil.which("prometheus"), shutil.which("promtool")
+    if None in found:
+        if os.environ.get("CI"):
+            pytest.fail("prometheus or promtool is missing: .ci/run installs Debian's prometheus")
+        pytest.skip("prometheus is not installed (.ci/run installs Debian's prometheus)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def prometheus(where: Path, data: Path, targets: list[str] = ()):
+    """A Prometheus of its own on a free loopback port, over ``data`` (kept a hundred years:
+    a backfilled run is years old), scraping ``targets`` every second; yields its URL once
+    ready, and stops it."""
+    prom, _ = binaries()
+    config = where / "prometheus.yml"
+    jobs = "".join(f"  - job_name: gameday\n    static_configs:\n      - targets: ['{t}']\n" for t in targets)
+    config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                      f"scrape_configs:{'' if jobs else ' []'}\n{jobs}")
+    port = free_port()
+    log = open(where / "prometheus.log", "w")
+    proc = subprocess.Popen([prom, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                             "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (where / "prometheus.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "Prometheus did not get ready in 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def query(url: str, promql: str, at: float | str | None = None) -> list[dict]:
+    """PromQL through Prometheus' HTTP API (``/api/v1/query``), at ``at`` (seconds) or now."""
+    args = {"query": promql} | ({"time": str(at)} if at is not None else {})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode(args)}", timeout=30) as r:
+        answer = json.load(r)
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
 def column_of(labels: dict) -> str:
     name = labels["__name__"]
     if name in (om.TICK, om.CLOCK_S, om.TIME_OF_DAY_S):
@@ -260,6 +329,80 @@ def endpoint_of(proc: subprocess.Popen, pattern: str) -> re.Match:
         if found := re.search(pattern, line):
             return found
     raise AssertionError("".join(said)[-3000:])
+
+
+@pytest.mark.slow
+def test_a_backfilled_run_answers_promql_with_the_values_of_metrics_csv(recorded, tmp_path):
+    _, promtool = binaries()
+    om_file, data = tmp_path / "run.om", tmp_path / "data"
+    result = invoke("export", str(recorded), "--openmetrics", str(om_file), "--start", "2021-12-07T07:00:00Z")
+    assert result.exit_code == 0, result.output
+    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om_file), str(data)],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    header, rows = csv_rows(recorded)
+    t0 = dt.datetime(2021, 12, 7, 7, tzinfo=dt.timezone.utc).timestamp()
+    with prometheus(tmp_path, data) as url:
+        for tick in (0, 1, 179, 181, 240, 333, max(rows)):  # (the surge is at 00:03, the fix at 00:04)
+            answer = query(url, f'{{__name__=~"gameday_.+",run="{recorded.name}"}}', t0 + tick)
+            got = {column_of(r["metric"]): float(r["value"][1]) for r in answer if r["metric"]["__name__"] != "gameday_run_info"}
+            want = {c: csv_value(rows[tick], c) for c in header if rows[tick][c] != ""}
+            assert got == want, tick
+            assert all(r["value"][0] == t0 + tick for r in answer)
+        # a query as a dashboard asks it: the bridge's utilisation, a minute apart, as metrics.csv says
+        answer = query(url, f'gameday_utilisation{{agent="bridge",run="{recorded.name}"}}[10m]', t0 + 599)
+        (series,) = answer
+        assert [(round(t - t0), float(v)) for t, v in series["values"]] == [
+            (tick, float(row["bridge.utilisation"])) for tick, row in rows.items()]
+        (info,) = query(url, "gameday_run_info", t0 + 10)
+        assert info["metric"]["runbook"] == "fix-early" and info["metric"]["start_clock"] == "00:00"
+
+
+@pytest.mark.slow
+@pytest.mark.live
+def test_prometheus_scraping_a_paced_run_reads_the_values_of_metrics_csv_at_the_clocks_tick(tmp_path):
+    binaries()
+    out = tmp_path / "paced"
+    env = os.environ | {"PYTHONPATH": str(ROOT), "GAMEDAY_RUN_HOSTING": "inprocess"}
+    run = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(PLAYBOOKS / "mini_loop.yaml.j2"),
+                            "--duration", "6m", "--speed", "30", "--metrics-port", "0", "--no-report",
+                            "--no-attribution", "--no-progress", "--out", str(out)],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        found = endpoint_of(run, r"metrics for Prometheus: http://(127\.0\.0\.1:\d+)/metrics")
+        with prometheus(tmp_path, tmp_path / "data", [found.group(1)]) as url:
+            deadline = time.monotonic() + 30
+            while len(scraped := query(url, 'gameday_tick{run="paced"}[1m]')) == 0 or len(scraped[0]["values"]) < 4:
+                assert run.poll() is None and time.monotonic() < deadline, "fewer than 4 scrapes while the run played"
+                time.sleep(0.5)
+            everything = query(url, '{__name__=~"gameday_.+",run="paced"}[1m]')
+            # one instant query at one of the scrapes' moments: the clock's tick, and a metric, of that scrape
+            at = scraped[0]["values"][-2][0]
+            (tick_now,) = query(url, 'gameday_tick{run="paced"}', at)
+            (util_now,) = query(url, 'gameday_utilisation{run="paced",agent="bridge"}', at)
+        assert run.wait(timeout=60) == 0, run.stderr.read()[-3000:]
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    header, rows = csv_rows(out)  # (the run is over: metrics.csv holds every tick)
+    by_scrape: dict[float, dict[str, float]] = {}
+    for series in everything:
+        assert series["metric"]["job"] == "gameday" and "team" not in series["metric"]
+        if series["metric"]["__name__"] == "gameday_run_info":
+            continue
+        for t, v in series["values"]:
+            by_scrape.setdefault(t, {})[column_of(series["metric"])] = float(v)
+    assert len(by_scrape) >= 4
+    for t, values in by_scrape.items():
+        tick = int(values["tick"])
+        want = {c: csv_value(rows[tick], c) for c in header if rows[tick][c] != ""}
+        assert values == want, (t, tick)
+    ticks = sorted(int(v["tick"]) for v in by_scrape.values())
+    assert ticks[-1] > ticks[0]  # (the run went on between the scrapes)
+    tick = int(float(tick_now["value"][1]))
+    assert float(util_now["value"][1]) == float(rows[tick]["bridge.utilisation"])
+    assert tick_now["value"][0] == util_now["value"][0] == at
 
 
 @pytest.mark.slow
