@@ -93,7 +93,7 @@ server_options = stacked(
               help="Seconds to keep answering consoles after the session ends, so they show the final state.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="At the end, write each team's after-action report and the session report.")
-@metrics_port_option("every team's world's metrics")
+@metrics_port_option("the metrics of every team's world")
 def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting,
           placement, address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report, metrics_port):
     """Host a live game day: one world per team, the same scenario and seed for all.
