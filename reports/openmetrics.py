@@ -75,9 +75,10 @@ class ExportRefused(ValueError):
 def family_name(metric: str) -> str:
     """``gameday_METRIC`` in the Prometheus grammar ``[a-zA-Z_:][a-zA-Z0-9_:]*``: every other
     character an underscore; a name ending in a suffix OpenMetrics reserves for other types'
-    samples (``_total``, ``_count`` ...) gets ``_value`` after it."""
+    samples (``_total``, ``_count`` ...), or one of the clock's or the run's own families,
+    gets ``_value`` after it."""
     name = PREFIX + _NOT_NAME.sub("_", metric)
-    return name + SUFFIX_GUARD if name.endswith(RESERVED_SUFFIXES) else name
+    return name + SUFFIX_GUARD if name.endswith(RESERVED_SUFFIXES) or name in (*CLOCK_HELP, RUN_INFO) else name
 
 
 def escape_label(value) -> str:
@@ -309,8 +310,7 @@ def write_openmetrics(run: rundir.RunData, path: Path | str, start: str | None =
                     continue
                 series.append((base | own, values))
             out.write(family_text(fam.name, fam.help, series).encode("utf-8"))
-        clock = _column_values(rows["time_s"]) if "time_s" in rows else [t * tick_s for t in ticks]
-        clock = clock if clock is not None else [t * tick_s for t in ticks]
+        clock = (_column_values(rows["time_s"]) if "time_s" in rows.columns else None) or [t * tick_s for t in ticks]
         for name, values in ((TICK, [float(t) for t in ticks]), (CLOCK_S, clock),
                              (TIME_OF_DAY_S, [None if v is None else start_s + v for v in clock])):
             out.write(family_text(name, CLOCK_HELP[name], [(base, values)]).encode("utf-8"))

@@ -61,7 +61,9 @@ def samples(text: str):
 @pytest.mark.parametrize("metric, family", [
     ("utilisation", "gameday_utilisation"), ("queue-delay.ms", "gameday_queue_delay_ms"),
     ("5xx", "gameday_5xx"), ("été", "gameday__t_"), ("requests_total", "gameday_requests_total_value"),
-    ("leases_count", "gameday_leases_count_value"), ("run_info", "gameday_run_info_value"), ("a:b", "gameday_a:b")])
+    ("leases_count", "gameday_leases_count_value"), ("run_info", "gameday_run_info_value"), ("a:b", "gameday_a:b"),
+    ("tick", "gameday_tick_value"), ("simulated_clock_seconds", "gameday_simulated_clock_seconds_value"),
+    ("run", "gameday_run_value")])
 def test_a_metric_name_becomes_a_family_name_in_the_prometheus_grammar(metric, family):
     assert om.family_name(metric) == family
     assert NAME.match(family)
