@@ -9,6 +9,7 @@ and the reports.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -64,11 +65,20 @@ def _within(real: Path, real_root: Path) -> bool:
 def write_atomic(path: Path | str, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` whole or not at all. An OSError names
     ``path`` (a failed write() names no file), and leaves no temporary file behind."""
+    with writing_atomic(path) as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def writing_atomic(path: Path | str):
+    """``write_atomic`` for what is written a piece at a time (an export of hundreds of MB
+    is never held whole): a binary file to write into, which becomes ``path`` whole when
+    the block ends without an error, and nothing otherwise."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         with _open_new(tmp) as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            yield f
             f.flush()
             os.fsync(f.fileno())  # (on disk before the rename makes it the file)
         os.replace(tmp, path)

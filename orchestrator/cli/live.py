@@ -13,6 +13,7 @@ from reports import rundir
 from orchestrator.errors import GamedayError, Issue, NotFound
 from orchestrator.live.protocol import for_terminal
 
+from .openmetrics import metrics_endpoint, metrics_port_option
 from .options import (duration_option, hosting_options, out_dir, out_option, playbook_argument, seed_option,
                       speed_value, stacked, stem, tick_option, variable_options, variables, parse_pairs, vocabulary)
 from .root import main
@@ -94,8 +95,9 @@ server_options = stacked(
 @click.option("--report/--no-report", default=True, show_default=True,
               help="As it ends, write each team's after-action report (linked from its page) and the session "
                    "report (linked from the facilitator's).")
+@metrics_port_option("the metrics of every team's world")
 def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_file, duration, tick, out, hosting,
-          placement, address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report):
+          placement, address, start_now, web_port, web_host, tls_cert, tls_key, web, linger, report, metrics_port):
     """Host a live game day: one world per team, the same scenario and seed for all.
 
     Prints the command and the browser link each team joins with (its own token), the
@@ -141,6 +143,7 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
         check_teams(list(teams))
         out = out_dir(out, f"runs/session-{stem(playbook)}-s{seed}")
         check_out_dir(out)
+    endpoint = metrics_endpoint(metrics_port)
     try:
         ports = serving.open()  # a port in use is said here, before anything is written
     except GamedayError as e:
@@ -160,6 +163,8 @@ def serve(playbook, teams, resume, seed, speed, bind, curve_secret, sets, vars_f
     except BaseException:
         ports.close()
         raise
+    if endpoint:
+        endpoint.watch_session(session)
 
     def announce(game: GameDay) -> None:
         _announce(session, game.server, session.seed, speed, game.web, with_key=bool(curve_secret))

@@ -19,6 +19,7 @@ from orchestrator.hosting.host import HostingOptions
 from orchestrator.runs import attribution as counterfactual
 from orchestrator.runs.runner import RunSpec, execute
 
+from .openmetrics import metrics_endpoint, metrics_port_option
 from .options import (beside, duration_option, hosting_options, out_dir, out_option, playbook_argument,
                       progress_option, say_if_not_compiled, seed_option, speed_value, stem, tick_option, variable_options,
                       variables)
@@ -56,8 +57,9 @@ from .root import main
                    "the run directory at the end.")
 @progress_option
 @click.option("--json", "as_json", is_flag=True, help="Print the score as JSON instead of the summary table.")
+@metrics_port_option("the world's metrics")
 def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, placement, address, shards, speed,
-        snapshot_every, attribution, report, progress, as_json):
+        snapshot_every, attribution, report, progress, as_json, metrics_port):
     """Run PLAYBOOK (default: the built-in us-east-1-2021) with a runbook.
 
     Writes a run directory (rendered playbook and runbook, seed and versions,
@@ -67,10 +69,11 @@ def run(playbook, runbook, seed, sets, vars_file, out, duration, tick, hosting, 
                    duration=duration, tick=tick, shards=shards)
     out = out_dir(out, f"runs/{stem(playbook)}-{Path(runbook or 'default').stem}-s{seed}")
     say_if_not_compiled()
+    endpoint = metrics_endpoint(metrics_port)
     try:
         data = execute(spec, Path(out), progress=progress,
                        hosting=HostingOptions(hosting, placement, address, snapshot_every), speed=speed,
-                       attribution=attribution)
+                       attribution=attribution, on_start=endpoint and endpoint.watch)
     except KeyboardInterrupt:
         _say_where_it_stopped(Path(out))
         raise

@@ -105,6 +105,9 @@ class WorldRun:
         self.journal: list[dict] = []  # events of the next tick that come from outside the world
         self.action_states: dict[int, dict] = {}
         self.closed = False
+        #: the last tick finished and its metrics as journalled (None before the first): read, one
+        #: reference at a time, by a live metrics endpoint on another thread (live/metrics_endpoint.py)
+        self.latest: tuple[int, dict[str, dict[str, float]]] | None = None
         self.host: Host = hosting.make(self.plan)
         self.keep_action_states = keep_action_states and self.host.local
         self.wall0 = time.perf_counter()
@@ -158,6 +161,7 @@ class WorldRun:
             self.writer.write_tick(res.tick, full, events + milestones)
         except OSError as e:  # (a full disk, an I/O error: RunDirectory's files name themselves)
             raise self.fail(f"writing tick {res.tick}", e) from None
+        self.latest = (res.tick, full)
         res.events = events + milestones
         if self.keep_action_states and any(e["event"] == "action_effective" for e in res.events):
             self.action_states[res.tick] = self.state()  # (where the counterfactuals start from)
@@ -286,7 +290,7 @@ def failed_directory(out: Path, meta: dict, unwritten: dict[str, str]) -> str:
 def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None, hosting: HostingOptions = HostingOptions(),
             speed: float | None = None, injections: dict[int, list[dict]] | None = None,
             attribution: bool = False, takeovers: dict[int, dict] | None = None, meta: dict | None = None,
-            files: dict[str, str] | None = None) -> RunData:
+            files: dict[str, str] | None = None, on_start=None) -> RunData:
     """``out``: the run directory; None writes none (the returned ``RunData`` has its meta
     and score, and no ``dir``: a comparison's runs). ``speed``: simulated seconds per
     wall second (None: as fast as possible).
@@ -295,7 +299,8 @@ def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None,
     operator takes over before that tick (a fork, played or replayed: ``take_over``). ``meta``: more
     for meta.json, ``files`` for the run directory (``WorldRun``). ``attribution``: once the run is
     complete, play the counterfactuals of the actions before the loop broke and write
-    ``attribution.json`` (orchestrator/runs/attribution.py)."""
+    ``attribution.json`` (orchestrator/runs/attribution.py). ``on_start(run)``: called with the
+    ``WorldRun`` before its first tick (a live metrics endpoint watches it)."""
     if attribution and out is None:
         raise ValueError("execute: the counterfactuals are played from a run directory (out is None)")
     status = rundir.INTERRUPTED
@@ -305,6 +310,8 @@ def execute(spec: RunSpec, out: Path | None, progress: bool = False, clock=None,
         if not injections and not takeovers:  # nothing comes from outside: the hosts may step ahead of the journal
             run.host.run_ahead()
         run.watch(takeovers or {})
+        if on_start is not None:
+            on_start(run)
         if speed is not None:
             clock = PacedClock(run.plan.info.dt, speed)
         clock = clock or SimulatedClock()
