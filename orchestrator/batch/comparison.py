@@ -628,6 +628,7 @@ def compare(playbook: str, runbooks: list[str], seeds, sweeps: dict[str, list] |
             f"time for {first}{', those done kept in the cache' if cache is not None else ''})")])
     df = table(done, list(dict(sweeps or {})), sorted(ranges[0]))
     df.attrs["playbook"] = pb.name  # (its name: field)
+    df.attrs["names"] = dict(names)  # each runbook as it was given -> its name (its name: field)
     if ranges[0]:
         df.attrs["drawn"] = {name: list(r) for name, r in sorted(ranges[0].items())}
     df.attrs["reused"] = sum(rows[i] is not None for i in player.from_cache)

@@ -19,6 +19,7 @@ from orchestrator.playbook.names import KIND_OF_SECTION, Names, agent_names
 from orchestrator.playbook.effects import check_effect, observable_metrics
 from orchestrator.playbook.controllers import check_controllers, check_triggers
 from orchestrator.playbook.rules import before_start
+from orchestrator.playbook.thresholds import threshold_issues
 
 
 
@@ -87,6 +88,8 @@ def _cross_check(data: dict, issues: list[Issue]) -> None:
     unscored = primary_issue(data, data["scoring"]["primary"], "scoring.primary")
     if unscored:
         issues.append(unscored)
+    issues.extend(threshold_issues(data["checks"], "checks", data))
+
 
 
 def _meanings_of_duplicates(data: dict) -> list[dict]:

@@ -17,6 +17,7 @@ from agents.retry import BACKOFFS, BREAKER_DEFAULTS, JITTERS, RECONNECT_ON
 
 from orchestrator.playbook.schema import Field, L, M, names, non_negative, positive, ratio
 from reports.decide import DEFAULT_DELTA_SHARE, DEFAULT_PRIMARY, PRIMARY
+from reports.gate import GRAMMAR as GATE_GRAMMAR, METRICS as GATE_METRICS
 
 
 def _names(doc: str, item: str, example: list, **kw) -> Field:
@@ -36,6 +37,19 @@ MOST_SHARDS = 1024
 
 _POOL = "the name of a device pool"
 _HEALTH_SOURCE = "the name of a service or a population"
+
+
+#: a check on the score: a threshold, written as k6 writes them, on one measure of the runs over the seeds
+#: (``gameday check``; reports/gate.py parses and judges it)
+CHECK = M("a check on the score: a threshold one measure of the runs must keep over the seeds (`gameday check`)",
+          name=Field("str", default="", example="loop broken within 30 minutes in 90% of seeds",
+                     doc="what the check is called in the output and the JUnit report (default: its metric and "
+                         "threshold)"),
+          metric=Field("str", choices=tuple(GATE_METRICS), required=True, example="loop_broken",
+                       doc="the measure: " + "; ".join(f"{k}, {what}" for k, (_, what) in GATE_METRICS.items())),
+          threshold=Field("str", required=True, example="p(90) <= 30m",
+                          doc=GATE_GRAMMAR + ". p(90) <= 30m: at least 90% of the seeds' runs at most 30 minutes; "
+                              "max: every seed; a run that never got there counts as above any bound"))
 
 
 #: what holds request retries back (a population's ``retry``; reconnections have neither)
@@ -698,12 +712,17 @@ PLAYBOOK = M(
                                         "this as equally good (default: "
                                         f"{DEFAULT_DELTA_SHARE:.0%} of the most a run can score: for impact the "
                                         "weights' sum x the run's minutes, for a time the run's duration)")),
+    checks=L(CHECK, doc="checks on the score that `gameday check` gates on (a file beside the playbook can give them "
+                        "instead: `gameday check --checks FILE`, a YAML file with this section alone)", default=list),
     par=Field("dict", default=dict, values=Field("clock", doc="when the historical response reached that measure"),
               example={"trigger": "07:30", "loop_broken": "13:34", "move_dns_off_bridge": "09:28"},
               doc="the historical response's times, as clock times: by measure (trigger, first_customer_update, "
                   "demand_restored, loop_broken, devices_healthy, backlog_drained, recovered:NAME) and by mitigation (when the real "
                   "team's action took effect); reports show each run beside them, the actions in the timeline"),
 )
+
+#: a file of checks beside a playbook (``gameday check --checks FILE``): the playbook's checks section alone
+CHECKS_FILE = M("checks on the score, beside a playbook", checks=L(CHECK, required=True, doc="the checks"))
 
 EMPTY_RUNBOOK = "name: none\ndescription: Nobody acts.\nrules: []\n"
 

@@ -50,11 +50,16 @@ class RunSpec:
     console: bool = False  # a human team operates this world through a console (the runbook is not used)
 
 
+def default_runbook(pb: Playbook) -> str:
+    """The runbook a run plays when none is named: the playbook's "historical" one if it
+    has one, else "none"."""
+    return "historical" if "historical" in runbook_files(pb.name, pb.source) else "none"
+
+
 def prepare(spec: RunSpec):
     """Everything that can fail on bad input happens here, before any file is written."""
     pb: Playbook = load_playbook(spec.playbook, spec.sets)
-    runbook = spec.runbook or ("historical" if "historical" in runbook_files(pb.name, pb.source) else "none")
-    rb_text, rb = load_runbook(runbook, pb)
+    rb_text, rb = load_runbook(spec.runbook or default_runbook(pb), pb)
     issues = timing_issues(pb.data, spec.duration, spec.tick)
     if spec.shards is not None and (not isinstance(spec.shards, int) or isinstance(spec.shards, bool)
                                     or not 1 <= spec.shards <= MOST_SHARDS):
