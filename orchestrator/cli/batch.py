@@ -16,7 +16,7 @@ from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DE
 
 from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
                       playbook_argument, progress_option, say_if_not_compiled, serial_option, stem, tick_option,
-                      time_limit_option, variable_options, variables, axis, parse_sweeps)
+                      time_limit_option, variable_options, variables, workers_option, axis, parse_sweeps)
 from .root import main
 
 
@@ -63,8 +63,7 @@ def amount_value(ctx, param, value):
 @duration_option("every run")
 @tick_option
 @address_option
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="At most this many runs at once [default: the Ray cluster's CPUs].")
+@workers_option
 @serial_option
 @click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk); not "
                                                  "with --cache.")

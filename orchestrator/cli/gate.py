@@ -12,7 +12,7 @@ from reports.decide import DEFAULT_ALPHA, DEFAULT_FIRST
 from reports.files import write_atomic
 
 from .options import (address_option, duration_option, playbook_argument, progress_option, say_if_not_compiled,
-                      serial_option, tick_option, time_limit_option, variable_options, variables)
+                      serial_option, tick_option, time_limit_option, variable_options, variables, workers_option)
 from .root import main
 
 #: the exit codes of a gate, as CI reads them (bad input exits 2, as every command's)
@@ -39,8 +39,7 @@ PASSED, FAILED = 0, 1
 @duration_option("every run")
 @tick_option
 @address_option
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="At most this many runs at once [default: the Ray cluster's CPUs].")
+@workers_option
 @serial_option
 @time_limit_option
 @progress_option

@@ -120,6 +120,11 @@ def hosting_options(placement_default: str):
         address_option)
 
 
+def workers_option(f):
+    return click.option("--workers", type=click.IntRange(min=1), default=None,
+                        help="At most this many runs at once [default: the Ray cluster's CPUs].")(f)
+
+
 def serial_option(f):
     return click.option("--serial", is_flag=True,
                         help="Run one by one in this process instead of as Ray tasks (same results).")(f)
