@@ -184,3 +184,15 @@ def test_a_page_is_told_when_its_game_day_writes_no_report_and_a_viewer_has_none
     replies = [m for m in talk(web, [hello, {"id": "r", "op": "report"}], read=4) if m.get("type") == "reply"]
     assert replies[-1]["id"] == "r" and replies[-1]["error"]["code"] == "no_report", replies
     assert web.report_answer("viewer", None)["error"]["code"] == "forbidden"
+
+
+def test_a_page_gets_its_first_state_at_once_not_at_the_next_idle_push(served, monkeypatch):
+    """A session that waits changes nothing: a page that says hello is pushed its state at
+    once (the idle push, made ten minutes long here, would never come in this test)."""
+    import orchestrator.live.web as web_module
+
+    monkeypatch.setattr(web_module, "IDLE_PUSH_S", 600.0)
+    server, web = served
+    got = talk(web, [{"id": "h", "op": "hello", "token": server.token_of("team", "red"), "args": {"team": "red"}}],
+               read=2)
+    assert [m["type"] for m in got] == ["reply", "state"] and got[1]["result"]["team"] == "red", got

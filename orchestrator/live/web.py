@@ -587,6 +587,7 @@ class _Page:
         self.role, self.team = reply["result"]["role"], reply["result"].get("team")
         watched = WATCHED.get(self.role)
         if watched is not None:
+            self.wake.set()  # its first state at once, not at the next idle push
             self.watcher = asyncio.ensure_future(self.watch(*watched))
         while (request := await self.next_request()) is not None:
             rid, op, args, _ = request
