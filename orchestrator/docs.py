@@ -144,8 +144,7 @@ def api_markdown() -> str:
     from orchestrator import api
 
     out = ["# Python API", "",
-           f"Generated from the docstrings of `orchestrator/api.py` by `{REGENERATE}`; do not edit by hand. "
-           "Every example on this page runs as a doctest (`tests/test_api_doctests.py`).", ""]
+           f"Generated from the docstrings of `orchestrator/api.py` by `{REGENERATE}`; do not edit by hand.", ""]
     out += _docstring_markdown(api.__doc__)
     for name in API_FUNCTIONS:
         fn = getattr(api, name)
