@@ -1,10 +1,10 @@
 """Runs game days: playbook loading, world building, hosting, scoring, journal, CLI."""
 
-__all__ = ["compare", "run", "serve"]
+__all__ = ["compare", "fork", "run", "serve"]
 
 
 def __getattr__(name: str):
-    # ``run``, ``compare`` and ``serve`` bring in reports (and pandas) on first use, not on import: the
+    # ``run``, ``compare``, ``fork`` and ``serve`` bring in reports (and pandas) on first use, not on import: the
     # processes hosting agents import this package too, and start a second sooner without them.
     if name in __all__:
         from orchestrator import api

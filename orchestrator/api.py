@@ -1,10 +1,10 @@
-"""The Python API, for notebooks and scripts.
+"""The Python API, for notebooks and scripts: ``orchestrator.run``, ``compare``, ``fork``
+and ``serve``, each doing what the command of its name does (``gameday run``, ``compare``,
+``fork``, ``serve``) and returning data rather than printing it.
 
-    >>> import orchestrator
-    >>> r = orchestrator.run(runbook="none", seed=3, duration="4h", out="runs/none-s3")
-    >>> r.score["loop_broken"], r.metrics["bridge.utilisation"].max()
-    >>> df = orchestrator.compare(runbooks=["none", "protect-early"], seeds=10, duration="3h")
-    >>> df.groupby("runbook")["loop_broken_s"].median()
+The examples run as doctests (``tests/test_api_doctests.py``). They play the built-in
+us-east-1-2015 scenario (its trigger fires at 02:19) for one to three simulated hours,
+each in a few seconds.
 """
 from __future__ import annotations
 
@@ -27,7 +27,27 @@ def run(playbook: str = "us-east-1-2021", runbook: str | None = None, seed: int 
     pandas DataFrames, ``score`` as a dict, ``dir`` the run directory (a new temporary
     directory when ``out`` is not given). ``attribution``: also play the counterfactuals
     that say which action broke the loop (``attribution.json``; ``gameday run`` does by
-    default)."""
+    default).
+
+    With nobody acting (``runbook="none"``), the storage servers' retry storm outlives its
+    cause:
+
+    >>> import orchestrator
+    >>> r = orchestrator.run("us-east-1-2015", runbook="none", duration="1h")
+    >>> r.score["trigger"]["clock"], r.score["loop_broken"]["reached"]
+    ('02:19', False)
+    >>> round(r.score["impact"]["weighted_total"], 1)
+    23.8
+    >>> r.metrics.loc[r.metrics["clock"].isin(["02:15", "02:45"]), ["clock", "dynamodb.success_ratio"]]
+          clock  dynamodb.success_ratio
+    900   02:15                1.000000
+    2700  02:45                0.418759
+    >>> r.events[["clock", "agent", "event"]].head(3)
+          clock            agent         event
+    0     02:19         triggers       trigger
+    1  02:19:01  storage-servers       applied
+    2     02:22       monitoring  alarm_raised
+    """
     spec = RunSpec(playbook=playbook, runbook=runbook, seed=seed, sets=Given.of(sets, vars_file),
                    duration=parse_duration(duration) if duration is not None else None,
                    tick=parse_duration(tick) if tick is not None else None, shards=shards)
@@ -57,7 +77,24 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
     most a runbook plays, runbooks shown worse on the ``primary`` outcome leave it, and
     ``df.attrs["race"]`` holds the decision (``reports.decide``); ``delta`` is the
     indifference amount (a number, or a duration such as "5m" for a time), ``alpha`` the
-    error rate, ``first_seeds`` the seeds every runbook plays first."""
+    error rate, ``first_seeds`` the seeds every runbook plays first.
+
+    A race of two runbooks over two hours, one by one in this process (``parallel=False``):
+    after the two first seeds, ``pause-early`` is named the best on impact.
+
+    >>> import orchestrator
+    >>> df = orchestrator.compare("us-east-1-2015", runbooks=["none", "pause-early"], seeds=3, first_seeds=2,
+    ...                           duration="2h", parallel=False)
+    >>> df[["runbook", "seed", "outcome", "impact"]]
+           runbook  seed   outcome  impact
+    0         none     1     stuck  58.838
+    1         none     2     stuck  58.162
+    2  pause-early     1  relapsed  30.065
+    3  pause-early     2  relapsed  29.708
+    >>> race = df.attrs["race"]["points"][0]
+    >>> race["best"], [(s["runbook"], s["state"], round(s["mean"], 1)) for s in race["status"]]
+    ('pause-early', [('none', 'out', 58.5), ('pause-early', 'best', 29.9)])
+    """
     from orchestrator.batch.comparison import Decision
     from orchestrator.batch.comparison import compare as run_comparison
 
@@ -67,6 +104,33 @@ def compare(playbook: str = "us-east-1-2021", runbooks=("none", "historical"), s
                           max_workers=max_workers, cache=Path(cache) if cache is not None else None,
                           time_limit=parse_duration(time_limit) if time_limit is not None else None,
                           decision=Decision(primary, delta, alpha, first_seeds, sequential=not fixed))
+
+
+def fork(run_dir: str | Path, at: str, runbook: str, out: str | Path | None = None) -> dict:
+    """Play the run in ``run_dir`` (scripted or a live team's) again exactly up to ``at``
+    (a clock time of the run), hand it to ``runbook`` (a built-in name or a file) and play
+    on to the scenario's end, as ``gameday fork`` does (without its report). Returns what
+    changed, as ``fork.json`` in the fork's directory holds it: ``differences``, one
+    sentence (``text``) and the two values per measure; ``fork``: the fork's run directory
+    (``out``, else a new temporary directory), which ``reports.rundir.load_run`` reads.
+
+    A run in which nobody acted, taken over at 02:25 by the runbook that pauses the
+    storage servers' requests early:
+
+    >>> import orchestrator
+    >>> r = orchestrator.run("us-east-1-2015", runbook="none", duration="3h")
+    >>> f = orchestrator.fork(r.dir, at="02:25", runbook="pause-early")
+    >>> for d in f["differences"]:
+    ...     print(d["text"])
+    loop broken at 03:54:11, where the original never got there
+    backlog drained at 03:12:08, where the original never got there
+    first customer update in neither
+    impact 30.1 weighted minutes against 93.9
+    """
+    from orchestrator.runs.fork import fork as fork_run
+
+    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-fork-"))
+    return fork_run(Path(run_dir), at, runbook, out)
 
 
 def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets: dict | None = None,
@@ -82,7 +146,22 @@ def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets:
     ``game.web.link(name, token)``). ``start``: start the clock at once, else the facilitator
     does (``gameday facilitate start``). ``reports``: write the after-action reports as it
     ends (each team's page links its own). Returns the session, ended (``session.dir``: its
-    directory, a new temporary one when ``out`` is not given)."""
+    directory, a new temporary one when ``out`` is not given).
+
+    Two teams, started at once and played as fast as possible for half an hour, served
+    on a free port and without pages; nobody acts, so both are ranked alike:
+
+    >>> import orchestrator
+    >>> from orchestrator.live.gameday import Serving
+    >>> session = orchestrator.serve(["red", "blue"], "us-east-1-2015", duration="30m", speed=None, start=True,
+    ...                              serving=Serving(web=False, bind="tcp://127.0.0.1:0", linger_s=0))
+    >>> session.state, session.clock_text()
+    ('ended', '02:30')
+    >>> [(t["rank"], t["team"], t["loop"], round(t["impact"], 1)) for t in session.scoreboard()["teams"]]
+    [(1, 'red', 'not yet', 6.3), (2, 'blue', 'not yet', 6.3)]
+    >>> sorted(p.name for p in (session.dir / "teams").iterdir())
+    ['blue', 'red']
+    """
     from orchestrator.live.gameday import GameDay, Serving
     from orchestrator.live.session import Session
 

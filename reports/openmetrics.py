@@ -5,7 +5,7 @@ live (``orchestrator/live/metrics_endpoint.py`` reads ``layout``, ``run_labels``
 ``value`` here, so that a scraped run and its backfill answer the same query with the same
 series and the same values).
 
-The names (docs/prometheus.md says them for users):
+The names (docs/how-to/prometheus.md says them for users):
 
 - metrics.csv's column ``AGENT.METRIC`` is a sample of the gauge family
   ``gameday_METRIC`` (``family_name``: the Prometheus grammar, a reserved suffix kept

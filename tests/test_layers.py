@@ -19,7 +19,7 @@ LAYERS = [
     {"batch"},  # comparisons over many runs
     {"live"},  # live game days
     {"cli"},  # the command line
-    {"api", "__init__"},  # the facade
+    {"api", "__init__", "docs"},  # the facade, and the reference pages generated from it and the CLI
 ]
 
 

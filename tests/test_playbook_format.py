@@ -1,5 +1,5 @@
 """The playbook format has one description, and everything is generated from it: the
-reference (docs/playbook-reference.md), the JSON Schema editors use, and validation.
+reference (docs/reference/playbook.md), the JSON Schema editors use, and validation.
 
 - the reference in the repository is the generated one, and names every field, operation,
   argument, metric and condition validation accepts, each with a meaning;
@@ -32,7 +32,7 @@ from orchestrator.playbook.template import read_template, render
 from orchestrator.playbook.variables import resolve_variables
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "docs" / "playbook-reference.md"
+REFERENCE = ROOT / "docs" / "reference" / "playbook.md"
 CORPUS = Path(__file__).parent / "corpus"
 
 #: corpus files whose defect needs more than one field to see (names that must exist
@@ -71,7 +71,7 @@ NOT_FOR_A_SCHEMA = {
 
 def test_the_reference_in_the_repository_is_the_generated_one():
     assert REFERENCE.read_text(encoding="utf-8") == reference_markdown(), \
-        "docs/playbook-reference.md is stale: gameday playbooks reference > docs/playbook-reference.md"
+        "docs/reference/playbook.md is stale: gameday playbooks reference > docs/reference/playbook.md"
 
 
 def test_every_entry_of_the_format_has_a_meaning_and_an_example():

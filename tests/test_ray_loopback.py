@@ -1,5 +1,5 @@
 """A Ray that gameday starts listens on loopback only, and so do gameday's own sockets
-(README: a session binds loopback): every listening TCP socket of a `gameday serve` on a
+(docs/how-to/live-game-day.md: a session binds loopback): every listening TCP socket of a `gameday serve` on a
 Ray of its own (which starts its Ray, actors and tick barriers as a `gameday run` does) and
 of a `gameday run` joining a Ray, and of every process below them (the Ray it starts: its
 GCS, raylet, agents and the actors), read from /proc while they play; and the tests' shared Ray."""

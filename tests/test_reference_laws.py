@@ -220,7 +220,7 @@ def test_waits_far_shorter_than_a_tick_are_those_of_random_arrivals_at_every_tic
     ones (M/D/1, Pollaczek-Khinchine), however long the tick: a tick's arrivals come at
     random times within it and the service works (at its clock's points, or evenly) when
     work waits. It used to be 3.7 ms at 1 s ticks, the arrivals spread evenly. Within 10%,
-    over two seeds of half an hour (from the first 30 s on). The README gives the figures."""
+    over two seeds of half an hour (from the first 30 s on). docs/explanation/tick.md gives the figures."""
     src = Path(playbook_path("mm1_queue")).read_text().replace("distribution: exponential",
                                                                 f"distribution: {service_time}")
     (tmp_path / "q.yaml.j2").write_text(src)

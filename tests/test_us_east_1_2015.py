@@ -79,7 +79,7 @@ def test_historical_capacity_cannot_be_added_until_the_requests_are_paused(runs)
 
 
 def test_historical_landmarks_beside_aws(runs):
-    """The README's landmark table, each within its stated tolerance of AWS's."""
+    """The landmark table of docs/reference/scenarios.md, each within its stated tolerance of AWS's."""
     r = runs("historical")
     m = r.metrics
     errors = m["dynamodb-clients.error_ratio"].rolling(60, min_periods=1).mean()  # one-minute error ratio

@@ -1,7 +1,7 @@
 """Metrics for Prometheus: ``gameday export RUN_DIR --openmetrics FILE`` (a finished run,
 with its own timestamps, for ``promtool tsdb create-blocks-from openmetrics``), and the
 ``--metrics-port`` option of ``gameday run`` and ``gameday serve`` (the metrics of the
-world, or every team's, served live while it plays). docs/prometheus.md says how to use
+world, or every team's, served live while it plays). docs/how-to/prometheus.md says how to use
 them."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def export_command(run_dir, openmetrics, start, every):
     clock (gameday_tick, gameday_simulated_clock_seconds, gameday_simulated_time_of_day_seconds)
     and gameday_run_info; empty fields (NaN) and columns that are not numbers are left out.
     Load it with `promtool tsdb create-blocks-from openmetrics FILE DATA_DIR`
-    (docs/prometheus.md).
+    (docs/how-to/prometheus.md).
     """
     target = Path(openmetrics)
     if not Path(run_dir).is_dir():
@@ -81,7 +81,7 @@ def metrics_port_option(what: str):
         "--metrics-port", type=click.IntRange(min=0, max=65535), default=None, metavar="PORT",
         help=f"Serve {what} to Prometheus on http://127.0.0.1:PORT/metrics while it plays (0: a free port): the "
              "latest tick's values of every metric, as metrics.csv holds them (ground truth, not the observed view), "
-             "and the simulated clock. Loopback only (docs/prometheus.md).")
+             "and the simulated clock. Loopback only (docs/how-to/prometheus.md).")
 
 
 def metrics_endpoint(port: int | None):

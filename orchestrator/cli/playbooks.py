@@ -135,7 +135,7 @@ def playbooks_new(name, origin, directory):
     for f in files:
         click.echo(f"wrote {f}")
     click.echo(f"\nnext: gameday run {files[0]} --runbook historical --hosting inprocess\n"
-               f"      the format: gameday playbooks reference (or docs/playbook-reference.md)")
+               f"      the format: gameday playbooks reference (or docs/reference/playbook.md)")
 
 
 @playbooks.command("reference")
@@ -151,7 +151,7 @@ def playbooks_reference():
 @click.option("--runbook", "of_runbook", is_flag=True, help="The schema of a runbook instead of a playbook.")
 def playbooks_schema(of_runbook):
     """Print the JSON Schema (draft 2020-12) of a rendered playbook, or of a runbook, for editors
-    that validate YAML as you type (see the README)."""
+    that validate YAML as you type (docs/how-to/your-own-system.md, "Check files as you type")."""
     from orchestrator.playbook.json_schema import playbook_schema, runbook_schema
 
     click.echo(json.dumps(runbook_schema() if of_runbook else playbook_schema(), indent=2))

@@ -1,4 +1,4 @@
-"""The run directory (README.md, "The run directory"; docs/architecture.md, step 4 of a tick).
+"""The run directory (docs/reference/run-directory.md; docs/contributing/architecture.md, step 4 of a tick).
 
 Written so that a run killed at any moment leaves a readable directory: the rendered
 inputs and ``meta.json`` are written before the first tick, beside it, and the directory

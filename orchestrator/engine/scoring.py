@@ -1,4 +1,4 @@
-"""Scoring from ground truth, tick by tick (docs/architecture.md, step 4 of a tick).
+"""Scoring from ground truth, tick by tick (docs/contributing/architecture.md, step 4 of a tick).
 
 Milestones are found online so that they can be journalled as they happen. A milestone
 is confirmed once its condition, after having been false at some point since the

@@ -84,7 +84,7 @@ def ensure_ray(address: str | None = None):
         # Ray's log files. A host that fails raises its own error, traceback included, here.
         options = dict(logging_level="WARNING", configure_logging=True,
                        log_to_driver=os.environ.get(WORKER_LOGS_ENV, "") not in ("", "0"))
-        # A Ray of its own unless told otherwise, as the README says: left to itself, ray.init
+        # A Ray of its own unless told otherwise, as docs/how-to/run.md says: left to itself, ray.init
         # joins any Ray another process started on this machine (and fails when that one goes).
         given = address or os.environ.get("RAY_ADDRESS") or "local"
         if given == "local":

@@ -1,7 +1,7 @@
 """The playbook reference (Markdown), generated from the one description of the format:
 ``format.py`` (fields, runbook conditions), the agents' operations and their metrics.
 
-``gameday playbooks reference`` prints it; ``docs/playbook-reference.md`` is this text,
+``gameday playbooks reference`` prints it; ``docs/reference/playbook.md`` is this text,
 and a test fails when the file is stale.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which action broke the loop, by counterfactual (README.md, "How a run is scored").
+"""Which action broke the loop, by counterfactual (docs/explanation/scoring.md, "Which action broke the loop").
 
 The question an after-action review asks is "what would have happened without it?".
 For each action that took effect before the loop broke (the ``MAX_ACTIONS`` distinct
