@@ -1,6 +1,6 @@
-"""The Python API, for notebooks and scripts: ``orchestrator.run``, ``compare``, ``fork``
-and ``serve``, each doing what the command of its name does (``gameday run``, ``compare``,
-``fork``, ``serve``) and returning data rather than printing it.
+"""The Python API, for notebooks and scripts: ``orchestrator.run``, ``compare``, ``fork``,
+``check`` and ``serve``, each doing what the command of its name does (``gameday run``,
+``compare``, ``fork``, ``check``, ``serve``) and returning data rather than printing it.
 
 The examples run as doctests (``tests/test_api_doctests.py``). They play the built-in
 us-east-1-2015 scenario (its trigger fires at 02:19) for one to three simulated hours,
@@ -131,6 +131,38 @@ def fork(run_dir: str | Path, at: str, runbook: str, out: str | Path | None = No
 
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gameday-fork-"))
     return fork_run(Path(run_dir), at, runbook, out)
+
+
+def check(playbook: str = "us-east-1-2021", runbooks=None, checks: str | None = None, seeds: int = 20,
+          first_seeds: int = 3, alpha: float = 0.05, sets: dict | None = None, duration=None, tick=None,
+          address: str | None = None, parallel: bool = True, progress: bool = False, max_workers: int | None = None,
+          time_limit=None):
+    """A CI gate, as ``gameday check``: the playbook's checks (or those of the file
+    ``checks``) judged for each of ``runbooks`` (None: the one a run plays by default) over
+    at most ``seeds`` seeds, each runbook stopping once every check is proven at
+    ``1 - alpha``. Returns a ``orchestrator.batch.gate.GateResult``: ``checked`` (runbook,
+    check, metric, threshold and ``verdict``: passed, proven, figure, confidence),
+    ``seeds`` (played by each runbook) and ``failures(strict)``.
+
+    Nobody acting, the storage servers' storm is not over within 10 minutes of the
+    trigger, and two seeds prove it:
+
+    >>> import orchestrator, pathlib, tempfile
+    >>> checks = pathlib.Path(tempfile.mkdtemp()) / "checks.yaml"
+    >>> _ = checks.write_text("checks: [{metric: loop_broken, threshold: max <= 10m}]")
+    >>> gate = orchestrator.check("us-east-1-2015", ["none"], str(checks), seeds=5, first_seeds=2,
+    ...                           duration="1h", parallel=False)
+    >>> gate.seeds, [(c.check, c.verdict.passed, c.verdict.proven) for c in gate.checked]
+    ({'none': 2}, [('loop_broken max <= 10m', False, True)])
+    >>> gate.checked[0].verdict.figure
+    '0 of 2 seeds <= 10.0 min (none got there)'
+    """
+    from orchestrator.batch.gate import check_gate
+
+    return check_gate(playbook, list(runbooks) if runbooks else None, checks, seeds, first_seeds, alpha, Given.of(sets),
+                      parse_duration(duration) if duration is not None else None,
+                      parse_duration(tick) if tick is not None else None, address, parallel, progress, max_workers,
+                      parse_duration(time_limit) if time_limit is not None else None)
 
 
 def serve(teams=("red",), playbook: str = "us-east-1-2021", seed: int = 1, sets: dict | None = None,

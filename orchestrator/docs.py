@@ -18,12 +18,14 @@ from pathlib import Path
 
 import click
 
+import orchestrator
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = ROOT / "docs" / "reference"
 REGENERATE = "python -m orchestrator.docs"
 
-#: the public functions of orchestrator.api, in the order the page gives them
-API_FUNCTIONS = ("run", "compare", "fork", "serve")
+#: the public functions of orchestrator.api, in the order the page gives them (the package's own list)
+API_FUNCTIONS = tuple(orchestrator.__all__)
 
 
 # -- Markdown helpers --------------------------------------------------------------------------

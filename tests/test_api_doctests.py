@@ -6,6 +6,7 @@ import doctest
 
 import pytest
 
+import orchestrator
 import orchestrator.api
 
 
@@ -18,5 +19,5 @@ def test_the_api_examples_run():
 
 
 def test_each_public_function_has_an_example():
-    for name in ("run", "compare", "fork", "serve"):
+    for name in orchestrator.__all__:
         assert ">>> " in getattr(orchestrator.api, name).__doc__, name
