@@ -48,6 +48,7 @@ def test_the_report_cites_the_counterfactual(cut_and_readmit):
     assert "without pause_jobs (00:12:01) the loop was still unbroken at 00:45" in found[0].evidence
 
 
+@pytest.mark.slow
 def test_replaying_the_recording_gives_the_same_attribution_as_the_states_kept_during_the_run(cut_and_readmit):
     assert attribution.attribute(cut_and_readmit.dir) == cut_and_readmit.attribution
 
@@ -98,6 +99,7 @@ OVERLOADED_DRAIN = {"fault": 1200, "capacity": 3500}
 
 
 @pytest.mark.parametrize("repeat", [False, True])
+@pytest.mark.slow
 def test_an_action_without_which_the_loop_broke_sooner_delayed_the_break(runbook_file, tmp_path, repeat):
     """Dispatching at twice the cap during the fault makes the drain fail and retry: the
     loop breaks 8 minutes later than without it (00:25:41 with nobody acting). The

@@ -323,6 +323,7 @@ def _assert_clear_error(exit_code: int, stdout: str, stderr: str, case: Case, st
         assert len(stderr.strip().splitlines()) == 1 + n, stderr
 
 
+@pytest.mark.slow  # (every case a process of its own: several seconds in all)
 @pytest.mark.parametrize("case", REAL_CASES, ids=[c.id for c in REAL_CASES])
 def test_real_command_line_reports_bad_input_clearly_and_creates_no_run_directory(case, cli_runs):
     result, cwd, out = cli_runs[case.id]
@@ -365,6 +366,7 @@ def test_a_runbooks_errors_come_rule_by_rule_as_the_file_reads(tmp_path):
     assert [i.location for i in e.value.issues] == ["rules[0].when.metric", "rules[1].name", "rules[1].do.action"]
 
 
+@pytest.mark.slow
 def test_the_valid_files_run_through_the_real_command_line(tmp_path):
     out = tmp_path / "run"
     result = _gameday(["run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "2m", "--out", str(out),

@@ -94,6 +94,7 @@ def test_a_warm_cache_starts_where_a_cold_one_ends_up(tmp_path):
 
 
 @pytest.mark.parametrize("tick", ["1s", "0.25s"])
+@pytest.mark.slow
 def test_a_miss_is_answered_when_the_store_answers_whatever_the_tick(tmp_path, tick):
     """A store round trip takes two ticks, as a request the cache answers at once takes
     one each way: neither is the caller's waiting, so misses of a healthy store succeed
@@ -184,6 +185,7 @@ CAPACITY = {"target": "db", "op": "scale_capacity", "args": {"factor": 3}}
 
 
 @pytest.mark.parametrize("limit", ["1s", "3s"])
+@pytest.mark.slow
 def test_a_flush_sets_off_a_stampede_that_holds_while_the_stores_queue_outlasts_the_caches_timeout(tmp_path, limit):
     r = play(tmp_path, stampede(False, FLUSH, limit=limit, duration="20m"))
     assert hit_ratio(at(r, "00:04")) > 0.98 and at(r, "00:04")["cache.store_requests"].mean() < 50

@@ -117,6 +117,7 @@ def _snapshot(d: Path) -> dict:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_run_writes_a_run_directory_and_refuses_to_overwrite_it(tmp_path):
     out = tmp_path / "run"
     args = ["run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "5m", "--out", str(out), "--json"]
@@ -146,6 +147,7 @@ def test_run_into_an_existing_empty_directory_is_fine(tmp_path):
     assert (tmp_path / "score.json").is_file()
 
 
+@pytest.mark.slow
 def test_the_empty_runbook_none_exists_for_every_playbook(tmp_path):
     result = invoke("run", str(VALID), "--runbook", "none", "--duration", "1m", "--out", str(tmp_path / "run"), "--json")
     assert result.exit_code == 0, result.output
@@ -153,6 +155,7 @@ def test_the_empty_runbook_none_exists_for_every_playbook(tmp_path):
     assert yaml.safe_load((tmp_path / "run" / "runbook.yaml").read_text())["rules"] == []
 
 
+@pytest.mark.slow
 def test_run_prints_a_summary_and_the_run_directory(tmp_path):
     out = tmp_path / "run"
     result = invoke("run", str(VALID), "--runbook", str(VALID_RUNBOOK), "--duration", "2m", "--out", str(out),
@@ -175,6 +178,7 @@ def test_validate_the_flagship_and_all_its_runbooks():
     assert len(result.stdout.splitlines()) == 1 + len(runbooks)
 
 
+@pytest.mark.slow
 def test_options_from_the_environment(tmp_path):
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["run", str(VALID), "--runbook", "none", "--duration", "1m", "--out", str(out)],
@@ -393,6 +397,7 @@ def test_a_fault_a_trigger_injects_is_journalled_as_injected_by_the_trigger(tmp_
     assert [(e["tick"], e["fault"], e["by"]) for e in injected] == [(61, "slow-api", "chaos-monkey")]
 
 
+@pytest.mark.slow
 def test_an_action_says_when_it_was_asked_as_the_runbook_asked_it(tmp_path):
     """action_effective's asked_tick was the tick the deployment tool received the request,
     one after the runbook asked: a report's lead time read a tick short (outsider 5)."""

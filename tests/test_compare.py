@@ -109,6 +109,7 @@ def test_results_in_parallel_equal_results_run_one_by_one(on_ray):
     pd.testing.assert_frame_equal(on_ray, serial)
 
 
+@pytest.mark.slow
 def test_a_playbook_files_own_runbooks_are_found_by_name(tmp_path):
     """A runbook named, not given as a file, is one of those beside the playbook file; the
     runs (which get the playbook's text without its folder) play that runbook."""
@@ -211,6 +212,7 @@ def test_a_runbook_file_is_named_in_the_tables_by_its_name_field_as_gameday_run_
     assert meta["runbook"] == "backoff-at-4-min"
 
 
+@pytest.mark.slow
 def test_the_table_counts_the_requests_a_runbook_turned_away_beside_the_connections_it_broke(tmp_path):
     """Shedding load is collateral too: a runbook that halves the rate shows the requests it
     held back, as its runs' score.json counts them (it used to show 0)."""
@@ -231,6 +233,7 @@ def test_the_table_counts_the_requests_a_runbook_turned_away_beside_the_connecti
     assert "turned away per run (mean; attempts refused, requests held back)" in shed_line and "turned away" not in lines[0], lines
 
 
+@pytest.mark.slow
 def test_runs_played_without_a_directory_give_the_rows_and_scores_of_runs_kept(tmp_path):
     """A comparison that keeps no run writes no run directory (journal.ScoreOnly): its table
     is the one of a comparison that keeps them, and a run's score in memory is its score.json."""
@@ -401,6 +404,7 @@ def test_a_comparison_cut_short_counts_every_run_it_leaves_out():
     assert _seeds_cut(points, rows, [1, 2, 3, 4], False, 300.0, False).endswith("; left out: 1 run done of seed 2")
 
 
+@pytest.mark.slow
 def test_the_cache_option_is_checked_before_any_run(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("")

@@ -43,6 +43,7 @@ def test_a_fork_is_the_original_up_to_t_and_differs_after_when_the_runbook_acts_
     assert meta["forked_at_tick"] == t and meta["runbook"] == "fix-early" and meta["runbook_before_fork"] == "fix-late"
 
 
+@pytest.mark.slow
 def test_a_fork_replays_as_it_was_played_and_a_fork_of_it_is_it_up_to_t(original, tmp_path):
     """A replay of a fork plays the runbook it started with, hands over at the fork's tick,
     and writes the very same files; a fork of a fork is the fork up to its own tick (both
@@ -134,6 +135,7 @@ def test_a_fork_of_a_run_whose_action_was_already_asked_does_not_ask_it_again(tm
     pd.testing.assert_frame_equal(pd.read_csv(run.dir / "metrics.csv"), pd.read_csv(tmp_path / "copy" / "metrics.csv"))
 
 
+@pytest.mark.slow
 def test_the_fork_command_says_what_changed_and_refuses_a_time_outside_the_run(original, tmp_path):
     run, _ = original
     code, said, err = gameday(["fork", str(run.dir), "--at", "00:06", "-r", FIX, "--out", str(tmp_path / "f")])
@@ -171,6 +173,7 @@ def test_a_live_teams_run_forks_too(tmp_path):
     assert asked == [(300, "shed_load"), (480, "fix_backoff")]
 
 
+@pytest.mark.slow
 def test_every_file_a_run_its_report_and_its_fork_write_is_one_the_run_directory_format_names(tmp_path):
     """reports/rundir.py names the run directory's files once, for writers and readers."""
     from reports import rundir

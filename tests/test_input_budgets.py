@@ -297,6 +297,7 @@ def test_a_rate_scaled_to_tens_of_thousands_of_requests_a_client_keeps_the_model
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_a_pooled_surge_of_any_size_is_played_and_a_refused_one_is_in_the_report(tmp_path):
     """Pooled, a client reconnects at most once a tick whatever the fraction: a surge of 1e14
     is played (it was, before the model's bounds). Per request it is requests the model

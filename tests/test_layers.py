@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: orchestrator's layers, lowest first: a module may import its own layer and those below
@@ -92,6 +94,7 @@ def test_every_zeromq_call_is_in_the_fabric():
     assert importers == ["orchestrator/hosting/fabric.py"]
 
 
+@pytest.mark.slow
 def test_no_module_below_the_command_line_names_a_flag():
     """Modules below ``cli/`` name what a caller gave by its field (``errors.setting``), which
     the command line says as its flag and the Python API as its keyword: a flag written in

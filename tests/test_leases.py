@@ -58,6 +58,7 @@ def test_an_outage_shorter_than_the_ttl_costs_no_lease():
 
 @pytest.mark.parametrize("outage", [{"op": "fault", "args": {"share": 1.0}},
                                     {"op": "scale_capacity", "args": {"factor": 0}}], ids=["fault", "no capacity"])
+@pytest.mark.slow
 def test_a_store_only_leases_use_can_fail_too(tmp_path, outage):
     """With nobody else calling the store, its readiness is what the manager's renewals
     meet: a fault that fails everything, or no capacity, makes the leases lapse a TTL after

@@ -205,6 +205,7 @@ def test_a_backlog_never_over_its_threshold_counts_as_drained_at_once_in_a_compa
     assert stuck["backlog_formed"] and stuck["backlog_drained_s"] != stuck["backlog_drained_s"]  # NaN: not drained
 
 
+@pytest.mark.slow
 def test_a_durable_backlog_drained_at_full_dispatch_is_not_a_loop_but_a_drain_that_fails_is():
     """Durable work's amplification is attempts per job completed, not per fresh job:
     after a 10-minute fault, 1,000 jobs/s arriving and up to 3,000/s dispatched, the

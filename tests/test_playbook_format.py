@@ -152,6 +152,7 @@ def _corpus_documents():
             continue
 
 
+@pytest.mark.slow
 def test_the_schemas_reject_every_corpus_defect_a_field_shows(validators):
     pb, rb = validators
     judged = list(_corpus_documents())
@@ -229,6 +230,7 @@ def test_a_runbook_beside_a_user_playbook_is_found_by_name(tmp_path):
     assert "the runbooks of valid-minimal are: hot, none, flat" in missing.output  # the most like "cold" first
 
 
+@pytest.mark.slow
 def test_playbooks_new_writes_a_playbook_that_validates_and_runs(tmp_path):
     runner = CliRunner()
     made = runner.invoke(main, ["playbooks", "new", "checkout", "--dir", str(tmp_path)])
@@ -272,6 +274,7 @@ def test_a_runbook_time_can_count_from_the_first_trigger(tmp_path):
     assert rb["rules"][0]["when"]["for"] == 0.0  # defaults filled in from the one description
 
 
+@pytest.mark.slow
 def test_the_starters_loop_outlives_its_cause(tmp_path):
     """The starter is a metastable failure, not a scripted one: its capacity dip ends at
     07:20, and without anyone acting the retries keep the queue full to the end."""

@@ -25,6 +25,7 @@ def shared_against_whole(specs: list[RunSpec]) -> dict:
     return ticks
 
 
+@pytest.mark.slow
 def test_runs_branching_from_the_trunk_are_the_runs_played_whole(tmp_path):
     """none (the trunk itself), a fix at 00:04 (branches then), the same fix under another
     name, and a runbook whose rule never holds within the run (it never leaves the trunk:

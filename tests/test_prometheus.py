@@ -109,6 +109,7 @@ def test_a_sessions_team_is_labelled_with_the_session_and_the_team():
 
 
 # -- the export, read back -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_export_holds_every_value_of_metrics_csv_at_its_ticks_moment(recorded, tmp_path):
     out = tmp_path / "run.om"
     result = invoke("export", str(recorded), "--openmetrics", str(out), "--start", "2021-12-07T07:00:00Z")
@@ -192,6 +193,7 @@ def test_the_file_is_replaced_whole(recorded, tmp_path):
     assert out.read_text().startswith("# TYPE ") and [p.name for p in tmp_path.iterdir()] == ["run.om"]
 
 
+@pytest.mark.slow
 def test_an_export_that_meets_a_full_disk_at_any_write_says_so_and_leaves_the_file_as_it_was(recorded, tmp_path):
     from tests.test_rundir_faults import NO_SPACE, DiskFull
 

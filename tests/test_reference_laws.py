@@ -38,6 +38,7 @@ def fixed_point_run(p: float, n: int, mode: str, kind: str, tick: float) -> dict
 @pytest.mark.parametrize("mode", ["pooled", "per_request"])
 @pytest.mark.parametrize("n", [1, 3, 5])
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+@pytest.mark.slow
 def test_retry_fixed_points(p, n, mode, kind, tick):
     """Each attempt fails with probability p whatever the load, so a request makes X
     attempts with P(X > k) = p^k for k < n: E[X] = (1 - p^n) / (1 - p), and it fails for
@@ -162,6 +163,7 @@ def contention(backoff: str, jitter: str, tick: float) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("tick", TICKS)
+@pytest.mark.slow
 def test_brooker_ordering(tick):
     """Brooker, "Exponential Backoff and Jitter" (AWS Architecture Blog, 2015): with many
     clients contending for one resource, jittered back-off makes fewer calls and finishes

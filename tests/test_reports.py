@@ -534,6 +534,7 @@ def test_a_world_failing_before_its_trigger_is_said_to_be_so_not_blamed_on_the_t
     assert not any("already out of bounds" in line for line in summaries[4000])
 
 
+@pytest.mark.slow
 def test_a_world_without_a_loop_or_a_status_page_is_not_said_to_miss_them(tmp_path):
     """A healthy world (at_rest: no loop forms, nothing can post a customer update): the
     printed table has no 'first customer update: not reached' row and the report's summary

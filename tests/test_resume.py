@@ -94,6 +94,7 @@ SLOW = pytest.mark.slow  # one case in the fast subset, the others in the full r
 @pytest.mark.parametrize("killed_at,after_its_commands", [pytest.param(1, False, marks=SLOW), (90, True),
                                                           pytest.param(300, True, marks=SLOW),
                                                           pytest.param(333, False, marks=SLOW)])
+@pytest.mark.slow
 def test_a_session_rebuilt_from_its_journal_ends_as_if_never_interrupted(uninterrupted, tmp_path, killed_at,
                                                                          after_its_commands):
     """Killed (abandoned mid-session, its files as they are) at a tick, maybe right after

@@ -154,6 +154,7 @@ def test_the_scoreboard_needs_the_viewers_token_and_a_foreign_host_name_gets_not
         web.shutdown()
 
 
+@pytest.mark.slow
 def test_the_reports_are_written_as_it_ends_and_one_that_cannot_be_is_said_while_the_others_are(tmp_path):
     """Debriefs: each team's report, then the session's, in a thread; a team whose run
     directory lost its metrics is said as failed (naming the file), the other team's report
@@ -178,6 +179,7 @@ def test_the_reports_are_written_as_it_ends_and_one_that_cannot_be_is_said_while
     assert debriefs.status("green")["state"] == "failed"  # no such team: nothing to give
 
 
+@pytest.mark.slow
 def test_a_page_is_told_when_its_game_day_writes_no_report_and_a_viewer_has_none(served):
     server, web = served
     hello = {"id": "h", "op": "hello", "token": server.token_of("team", "red"), "args": {"team": "red"}}
