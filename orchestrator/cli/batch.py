@@ -16,7 +16,7 @@ from reports.decide import DEFAULT_ALPHA, DEFAULT_DELTA_SHARE, DEFAULT_FIRST, DE
 
 from .options import (address_option, cache_option, duration_option, duration_value, out_dir, out_option,
                       playbook_argument, progress_option, say_if_not_compiled, serial_option, stem, tick_option,
-                      time_limit_option, variable_options, variables, workers_option, axis, parse_sweeps)
+                      time_limit_option, variable_options, variables, many_runs_options, axis, parse_sweeps)
 from .root import main
 
 
@@ -59,12 +59,7 @@ def amount_value(ctx, param, value):
               help="Draw this playbook variable (repeatable; all: every one) for each seed from the range: [low, "
                    "high] its header declares, the same for every runbook of the seed, and say how often the best "
                    "is best across those worlds and which variable that depends on most.")
-@variable_options()
-@duration_option("every run")
-@tick_option
-@address_option
-@workers_option
-@serial_option
+@many_runs_options
 @click.option("--keep-runs", is_flag=True, help="Keep every run's directory in OUT/runs (this machine's disk); not "
                                                  "with --cache.")
 @cache_option

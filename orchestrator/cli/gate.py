@@ -11,8 +11,8 @@ from orchestrator.errors import GamedayError, WriteError, os_error_text, printab
 from reports.decide import DEFAULT_ALPHA, DEFAULT_FIRST
 from reports.files import write_atomic
 
-from .options import (address_option, duration_option, playbook_argument, progress_option, say_if_not_compiled,
-                      serial_option, tick_option, time_limit_option, variable_options, variables, workers_option)
+from .options import (many_runs_options, playbook_argument, progress_option, say_if_not_compiled, time_limit_option,
+                      variables)
 from .root import main
 
 #: the exit codes of a gate, as CI reads them (bad input exits 2, as every command's)
@@ -35,12 +35,7 @@ PASSED, FAILED = 0, 1
 @click.option("--strict", is_flag=True, help="A check whose verdict is not proven by the last seed fails too.")
 @click.option("--junit", "junit", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the checks as JUnit XML (one test case per check and runbook), for CI.")
-@variable_options()
-@duration_option("every run")
-@tick_option
-@address_option
-@workers_option
-@serial_option
+@many_runs_options
 @time_limit_option
 @progress_option
 def check_command(playbook, runbooks, checks_file, seeds, first_seeds, alpha, strict, junit, sets, vars_file, duration,

@@ -130,6 +130,14 @@ def serial_option(f):
                         help="Run one by one in this process instead of as Ray tasks (same results).")(f)
 
 
+def many_runs_options(f):
+    """What a command over many runs takes for each run and for where they run: the playbook's
+    variables, the duration and tick of every run, the Ray cluster, how many at once, or one
+    by one here."""
+    return stacked(variable_options(), duration_option("every run"), tick_option, address_option, workers_option,
+                   serial_option)(f)
+
+
 def out_option(default: str, what: str = "Directory to create"):
     return click.option("--out", type=click.Path(file_okay=False), help=f"{what} [default: {default}].")
 
