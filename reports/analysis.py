@@ -380,7 +380,7 @@ def analyse(run: RunData) -> Analysis:
                     summary=summary, verdict=_verdict(r), measures=_measures(r), impact=impact, weighted_impact=weighted,
                     backlog=backlog, timeline=_timeline(r), findings=_findings(r), appendix=appendix,
                     actions=[{"tick": e["tick"], "clock": r.at(e["tick"]), "action": e["action"]} for e in r.effective],
-                    notes=[{"tick": e["tick"], "clock": r.at(e["tick"]), "by": e.get("by", ""), "text": e["text"]}
+                    notes=[{"tick": e["tick"], "clock": r.at(e["tick"]), "by": e["by"], "text": e["text"]}
                            for e in r.events if e["event"] == "team_note"],
                     scoring=r.scoring,
                     works=r.works_over_run, loop_measure=r.signal.name if r.signal is not None else None)

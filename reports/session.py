@@ -52,7 +52,8 @@ def read_session(session_dir: Path) -> tuple[dict, dict, list[dict]]:
     """(session.json, ranking.json, journal records) of a session directory."""
     info = json.loads((session_dir / SESSION_INFO).read_text(encoding="utf-8"))
     ranking_path = session_dir / RANKING
-    ranking = json.loads(ranking_path.read_text(encoding="utf-8")) if ranking_path.is_file() else {"teams": []}
+    # (no ranking yet, or one without its teams: none ranked, the one default of its teams)
+    ranking = {"teams": [], **(json.loads(ranking_path.read_text(encoding="utf-8")) if ranking_path.is_file() else {})}
     journal = []
     journal_path = session_dir / SESSION_JOURNAL
     if journal_path.is_file():
@@ -73,7 +74,7 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
     out = Path(out) if out is not None else session_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     teams = []
-    order = [r["team"] for r in ranking.get("teams", [])] or list(info.get("teams", []))
+    order = [r["team"] for r in ranking["teams"]] or list(info.get("teams", []))
     for name in order:
         run = load_run(session_dir / TEAMS / name)
         a = analyse(run)
@@ -82,7 +83,7 @@ def write_session_report(session_dir, out: Path | None = None) -> list[Path]:
                       "charts": {k: c.svg for k, c in charts.items()}})
     controls = session_controls(journal, parse_clock(info["start_clock"]), float(info["tick_s"]))
     env = environment()
-    said = dict(info=info, ranking=ranking.get("teams", []), controls=controls, teams=teams, speeds=speeds(info, controls))
+    said = dict(info=info, ranking=ranking["teams"], controls=controls, teams=teams, speeds=speeds(info, controls))
     md = env.get_template("session.md.j2").render(**said)
     html = env.get_template("session.html.j2").render(**said)
     write_atomic(out / "session.md", md)
