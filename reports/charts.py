@@ -120,23 +120,24 @@ def readable(v: float) -> str:
 
 def png(fig) -> bytes:
     """A finished figure as PNG bytes; the figure is closed."""
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return render(fig, ("png",)).png
 
 
 def render(fig, formats: tuple[str, ...], details: list[str] = ()) -> Chart:
-    """A finished figure in ``formats``; the figure is closed. ``details[i]``: what hovering
-    over the figure's i-th mark label shows (in the SVG)."""
+    """A finished figure in ``formats`` (laid out once for all of them); the figure is
+    closed. ``details[i]``: what hovering over the figure's i-th mark label shows (in the SVG)."""
     fig.tight_layout()
-    svg = None
+    svg = png_bytes = None
     if "svg" in formats:
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-        svg = inline_svg(buf.getvalue(), details)
-    return Chart(png=png(fig) if "png" in formats else None, svg=svg)
+        text = io.StringIO()
+        fig.savefig(text, format="svg", metadata={"Date": None})
+        svg = inline_svg(text.getvalue(), details)
+    if "png" in formats:
+        data = io.BytesIO()
+        fig.savefig(data, format="png")
+        png_bytes = data.getvalue()
+    plt.close(fig)
+    return Chart(png=png_bytes, svg=svg)
 
 
 _TOP = re.compile(r"\A.*?(?=<svg\b)", re.S)  # the XML declaration and doctype, out of place inside HTML
