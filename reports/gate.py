@@ -212,13 +212,13 @@ def _judge_share(k: int, n: int, need: float, op: str, alpha: float, figure: str
     hi = stats.beta.ppf(1 - alpha, k + 1, n - k) if k < n else 1.0
     holds = _HOLDS[op]
     passed = bool(holds(share, need)) if n else False
-    proven_pass = bool(holds(lo, need)) if op in (">", ">=") else bool(holds(hi, need))
-    proven_fail = not (bool(holds(hi, need)) if op in (">", ">=") else bool(holds(lo, need)))
-    if proven_pass or proven_fail:
-        said = f"at {level} confidence, {'at least' if op in ('>', '>=') else 'at most'} " \
-               f"{_pct(lo if op in ('>', '>=') else hi)} {what}" if proven_pass else \
-               f"at {level} confidence, {'at most' if op in ('>', '>=') else 'at least'} " \
-               f"{_pct(hi if op in ('>', '>=') else lo)} {what}"
+    above = op in (">", ">=")  # a share bounded from below: its lower bound proves a pass (else its upper bound)
+    near, far = (lo, hi) if above else (hi, lo)
+    proven_pass, proven_fail = bool(holds(near, need)), not bool(holds(far, need))
+    if proven_pass:
+        said = f"at {level} confidence, {'at least' if above else 'at most'} {_pct(near)} {what}"
+    elif proven_fail:
+        said = f"at {level} confidence, {'at most' if above else 'at least'} {_pct(far)} {what}"
     else:
         said = f"not proven at {level}: between {_pct(lo)} and {_pct(hi)} {what} (needed {op} {_pct(need)})"
     return Verdict(passed, proven_pass or proven_fail, n, figure, said)
@@ -255,9 +255,9 @@ def _spread(x: np.ndarray, unit: str) -> str:
     never = len(x) - len(finite)
     if not len(finite):
         return " (none got there)"
-    text = f" (median {_amount(unit, float(np.median(x)))}, worst {_amount(unit, float(x.max()))})" \
-        if never == 0 else f" (median {_amount(unit, float(np.median(x)))}; {never} never got there)"
-    return text
+    median = _amount(unit, float(np.median(x)))
+    return f" (median {median}, worst {_amount(unit, float(x.max()))})" if never == 0 else \
+        f" (median {median}; {never} never got there)"
 
 
 def _amount(unit: str, v: float) -> str:

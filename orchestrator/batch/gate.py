@@ -55,11 +55,10 @@ class GateResult:
 
 class _Sequential:
     """The refinement ``compare`` plays round by round: the first stage, then one more seed
-    for each runbook that has a check not yet proven; and the verdicts it last judged."""
+    for each runbook that has a check not yet proven."""
 
     def __init__(self, runbooks: list[str], seeds: list[int], first: int, judge_all):
         self.runbooks, self.seeds, self.first, self.judge_all = runbooks, seeds, min(first, len(seeds)), judge_all
-        self.verdicts: dict[str, list[Verdict]] = {}
 
     def __call__(self, points: list[Point], rows: list) -> list[int]:
         index = {(p.runbook, p.seed): i for i, p in enumerate(points)}
@@ -69,8 +68,7 @@ class _Sequential:
             if len(played) < self.first:
                 todo += [index[(rb, s)] for s in self.seeds[len(played):self.first]]
                 continue
-            self.verdicts[rb] = self.judge_all(played)
-            if len(played) < len(self.seeds) and not all(v.proven for v in self.verdicts[rb]):
+            if len(played) < len(self.seeds) and not all(v.proven for v in self.judge_all(played)):
                 todo.append(index[(rb, self.seeds[len(played)])])
         return todo
 

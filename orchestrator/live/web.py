@@ -49,6 +49,7 @@ from orchestrator import budgets
 from orchestrator.errors import GamedayError, printable, setting
 from orchestrator.hosting.fabric import AsyncRequestClient, is_loopback
 from orchestrator.live import protocol as lp
+from orchestrator.live.debrief import READY
 from orchestrator.live.limits import FailureGate, TokenBucket
 from orchestrator.live.server import binds_loopback, host_of
 
@@ -310,12 +311,12 @@ class WebServer:
                                            "message": "this game day writes no reports (it was served without them)"}}
         who = team if role == "team" else None
         status = self.reports.status(who)
-        if status["state"] != "ready":
+        if status["state"] != READY:
             return {"ok": True, "result": {k: v for k, v in status.items() if k != "path"}}
         if who not in self.report_link_of:
             link = secrets.token_urlsafe(24)
             self.report_link_of[who], self.report_links[link] = link, status["path"]
-        return {"ok": True, "result": {"state": "ready", "url": f"/report/{self.report_link_of[who]}"}}
+        return {"ok": True, "result": {"state": READY, "url": f"/report/{self.report_link_of[who]}"}}
 
     @web.middleware
     async def _check_host(self, request, handler):
