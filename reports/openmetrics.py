@@ -98,13 +98,13 @@ def labels_text(labels: dict) -> str:
 
 
 def value(v) -> float | None:
-    """A metric's value as metrics.csv holds it (engine/journal.py writes a float to ten
-    significant digits, an integer as it is, NaN as nothing): a float, or None where the
+    """A metric's value as metrics.csv holds it (engine/journal.py writes a float as
+    rundir.METRIC_FLOAT, an integer as it is, NaN as nothing): a float, or None where the
     file holds no number. True and False are 1 and 0."""
     if isinstance(v, bool):
         return float(v)
     if isinstance(v, float):
-        return None if v != v else float("%.10g" % v)
+        return None if v != v else float(rundir.METRIC_FLOAT % v)
     if isinstance(v, int):
         return float(v)
     try:

@@ -33,6 +33,7 @@ VALIDATED = "playbook.json"  # the playbook as validated: every default filled i
 RUNBOOK = "runbook.yaml"  # the runbook as given (a fork's: the one that took over)
 COLUMNS = "columns.json"  # every metrics column: agent, metric, unit, meaning
 METRICS = "metrics.csv"  # a row per tick: METRIC_INDEX, then a column per agent.metric
+METRIC_FLOAT = "%.10g"  # how metrics.csv writes a float: ten significant digits (a NaN: an empty field)
 EVENTS = "events.jsonl"  # a JSON object per line: EVENT_KEYS, then the event's details
 SCORE = "score.json"  # the score (orchestrator/engine/scoring.py), at the end
 ATTRIBUTION = "attribution.json"  # which action broke the loop, by counterfactual

@@ -37,7 +37,7 @@ def versions() -> dict:
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return "%.10g" % v if v == v else ""
+        return rundir.METRIC_FLOAT % v if v == v else ""
     return str(v)
 
 
@@ -71,7 +71,7 @@ class RowFormat:
         kinds = tuple(map(type, values))
         fmt = self.formats.get(kinds)
         if fmt is None:
-            fmt = self.formats[kinds] = ",".join("%.10g" if issubclass(k, float) else "%s" for k in kinds)
+            fmt = self.formats[kinds] = ",".join(rundir.METRIC_FLOAT if issubclass(k, float) else "%s" for k in kinds)
         text = fmt % tuple(values)
         if "nan" in text:
             text = ",".join(_fmt(v) for v in values)
