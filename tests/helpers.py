@@ -159,6 +159,19 @@ def stop(proc, clients) -> None:
         proc.communicate()
 
 
+def stop_gently(proc, sig: int, within: float) -> None:
+    """Send ``proc`` the signal ``sig`` and wait ``within`` seconds for it to end; kill it
+    if it has not."""
+    import subprocess
+
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def check_score_record(score: dict) -> None:
     """score.json holds what reports/rundir.py's Score record declares, and nothing else."""
     from reports import rundir

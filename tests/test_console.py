@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from helpers import stop_gently
+
 from orchestrator.live.console_view import (BLOCKS, GAP, completion_words, format_value, parse_command, render_act_result,
                                        render_catalogue, render_feed_entry, render_status, sparkline)
 
@@ -251,10 +253,5 @@ def test_console_in_a_terminal(tmp_path):
     finally:
         if child is not None and child.isalive():
             child.terminate(force=True)
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_gently(server, signal.SIGINT, 30)
         log.close()

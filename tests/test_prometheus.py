@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families as text_form
 
 from orchestrator.cli import main
 from reports import openmetrics as om
-from helpers import copy_run
+from helpers import copy_run, stop_gently
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOKS = Path(__file__).parent / "playbooks"
@@ -293,12 +294,7 @@ def prometheus(where: Path, data: Path, targets: list[str] = ()):
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_gently(proc, signal.SIGTERM, 20)
         log.close()
 
 
