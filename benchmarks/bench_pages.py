@@ -25,21 +25,30 @@ from pathlib import Path
 import aiohttp
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and its descendants, in MB (Linux /proc)."""
-    total, todo, seen = 0, [pid], set()
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (Linux /proc)."""
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        if p in seen:
+        if p in out:
             continue
-        seen.add(p)
+        out.append(p)
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except OSError:
+            continue
+    return out
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and its descendants, in MB (Linux /proc)."""
+    total = 0
+    for p in tree(pid):
+        try:
+            total += next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                          if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
             continue
     return total / 1024
 

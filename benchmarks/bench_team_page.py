@@ -59,6 +59,11 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # (this checkout's helpers, whichever one is measured)
+from benchmarks.bench_pages import tree  # noqa: E402
+from helpers import CHROMIUM_FLAGS  # noqa: E402
+
 TEAMS = ["t0", "t1", "t2", "t3"]
 TICK_S = os.sysconf("SC_CLK_TCK")
 # the first state is in when the page's global holds one (team.js, before and after the redesign)
@@ -66,22 +71,6 @@ SIGN = "window.gamedayTeam && window.gamedayTeam.state"
 
 
 # -- the server ------------------------------------------------------------------------------------
-def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (Linux /proc)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        if p in out:
-            continue
-        out.append(p)
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return out
-
-
 def cpu_s(pids: list[int]) -> float:
     """CPU seconds (user + system) of the processes in ``pids`` and their descendants."""
     total = 0
@@ -172,9 +161,7 @@ def browser(profile: Path):
         sys.exit("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
     opts = wd.ChromeOptions()
     opts.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={profile}"):
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
         opts.add_argument(flag)
     opts.page_load_strategy = "none"  # get() returns at once: the first state may come before the load event
     return wd.Chrome(options=opts, service=Service(driver_path))

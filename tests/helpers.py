@@ -82,6 +82,13 @@ def chromium() -> str:
     return browser
 
 
+#: headless Chromium as the tests (and benchmarks/bench_team_page.py) drive it; the closed network
+#: refuses Chromium's own background connections, so it is kept from making them
+CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1400,1000")
+
+
 @contextmanager
 def webdriver(tmp_path: Path, name: str = "browser"):
     """Headless Chromium driven through Debian's chromedriver (.ci/run installs both), with
@@ -97,10 +104,7 @@ def webdriver(tmp_path: Path, name: str = "browser"):
         pytest.skip("chromedriver is not installed (.ci/run installs Debian's chromium-driver)")
     opts = wd.ChromeOptions()
     opts.binary_location = browser
-    # The closed network refuses Chromium's own background connections: keep it from making them.
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={tmp_path / f'profile-{name}'}"):
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / f'profile-{name}'}"):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = wd.Chrome(options=opts, service=Service(driver_path))
