@@ -47,16 +47,21 @@ def _single_backticks(text: str) -> str:
 
 
 # -- the command line --------------------------------------------------------------------------
-def _contexts(command: click.Command, ctx: click.Context):
-    """``(command, ctx)`` for ``command`` and every command below it, hidden ones left out, in
-    the order ``--help`` lists them."""
-    yield command, ctx
+def _subcommands(command: click.Command, ctx: click.Context):
+    """``(name, command)`` of each command right below ``command`` (a group), hidden ones
+    left out, in the order ``--help`` lists them."""
     if isinstance(command, click.Group):
         for name in command.list_commands(ctx):
             sub = command.get_command(ctx, name)
-            if sub is None or sub.hidden:
-                continue
-            yield from _contexts(sub, click.Context(sub, info_name=name, parent=ctx, **sub.context_settings))
+            if sub is not None and not sub.hidden:
+                yield name, sub
+
+
+def _contexts(command: click.Command, ctx: click.Context):
+    """``(command, ctx)`` for ``command`` and every command below it (``_subcommands``)."""
+    yield command, ctx
+    for name, sub in _subcommands(command, ctx):
+        yield from _contexts(sub, click.Context(sub, info_name=name, parent=ctx, **sub.context_settings))
 
 
 def _envvar(param: click.Parameter, ctx: click.Context) -> str | None:
@@ -79,10 +84,7 @@ def _command_section(command: click.Command, ctx: click.Context) -> list[str]:
             out += [_escape(" ".join(line.strip() for line in para.splitlines())), ""]
     if isinstance(command, click.Group):
         out += ["Commands:", ""]
-        for name in command.list_commands(ctx):
-            sub = command.get_command(ctx, name)
-            if sub is None or sub.hidden:
-                continue
+        for name, sub in _subcommands(command, ctx):
             anchor = re.sub(r"[^\w\- ]", "", f"{path} {name}".lower()).replace(" ", "-")
             out.append(f"- [`{name}`](#{anchor}): {_escape(sub.get_short_help_str(limit=200))}")
         out.append("")
@@ -167,8 +169,11 @@ def stale(where: Path | None = None) -> list[str]:
     """The generated pages whose file in ``where`` (default ``docs/reference/``) differs from
     what they are now."""
     where = REFERENCE_DIR if where is None else where
-    return [name for name, text in pages().items()
-            if not (where / name).is_file() or (where / name).read_text(encoding="utf-8") != text]
+    return [name for name, text in pages().items() if _differs(where / name, text)]
+
+
+def _differs(path: Path, text: str) -> bool:
+    return not path.is_file() or path.read_text(encoding="utf-8") != text
 
 
 def main() -> int:
@@ -176,7 +181,7 @@ def main() -> int:
     REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
     for name, text in pages().items():
         path = REFERENCE_DIR / name
-        changed = not path.is_file() or path.read_text(encoding="utf-8") != text
+        changed = _differs(path, text)
         if changed:
             path.write_text(text, encoding="utf-8")
         print(f"docs/reference/{name}: {'written' if changed else 'unchanged'}")
