@@ -593,11 +593,20 @@ def meta_problem(meta: dict) -> str | None:
                  for k in ("ticks_planned", "ticks_done") if k in meta and not is_tick_count(meta[k])), None)
 
 
+def not_a_run_directory(d: Path) -> str | None:
+    """Why ``d`` is not a run directory at all (no such directory, a file, no meta.json), or
+    None: it may be one."""
+    if not d.is_dir():
+        return f"{d} is not a run directory: {'not a directory' if d.exists() else 'no such directory'}"
+    return None if run_file(d, META).exists() else f"{d} is not a run directory: it has no {META}"
+
+
 def load_run(run_dir) -> RunData:
     d = Path(run_dir)
+    why = not_a_run_directory(d)
+    if why is not None:
+        raise NotARunDirectory(why)
     meta_path = run_file(d, META)
-    if not meta_path.exists():
-        raise NotARunDirectory(f"{d} is not a run directory (no {META})")
     meta = read_json(d, META, "the run's meta (seed, tick, status ...)")
     if not isinstance(meta, dict):
         raise BadRunDirectory(f"{meta_path}: got {type(meta).__name__}; expected an object (the run's seed, tick, status ...)")

@@ -39,9 +39,6 @@ def export_command(run_dir, openmetrics, start, every):
     (docs/how-to/prometheus.md).
     """
     target = Path(openmetrics)
-    if not Path(run_dir).is_dir():
-        raise NotFound(f"{printable(run_dir, 300)} is not a run directory: " +
-                       ("no such directory" if not Path(run_dir).exists() else "not a directory"))
     folder = target.parent
     if not folder.is_dir():
         raise GamedayError(f"{setting('openmetrics')} {printable(openmetrics, 300)}: the folder {printable(folder, 300)} "

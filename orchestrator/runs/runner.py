@@ -379,9 +379,9 @@ def recording(run_dir: Path, duration_s: float | None = None) \
     ``runbook-before-fork.yaml``. ``duration_s``: play this long instead of the ticks the
     run did."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir() or not (run_dir / rundir.META).exists():
-        raise RunDirectoryError(f"{run_dir} is not a run directory: " + (
-            f"it has no {rundir.META}" if run_dir.is_dir() else "no such directory"))
+    why = rundir.not_a_run_directory(run_dir)
+    if why is not None:
+        raise RunDirectoryError(why)
     try:
         meta = load_run(run_dir).meta
         events = rundir.journal_file(run_dir, rundir.EVENTS, meta)
